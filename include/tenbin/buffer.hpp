@@ -1,0 +1,91 @@
+// tenbin: bytes plus whatever keeps them alive.
+//
+// Every zero-copy path of the library goes through `buffer`: a span of bytes
+// and a shared "keeper" that owns the memory. The keeper can be a heap block,
+// a received ZeroMQ message, a file mapping or a caller's memory with a
+// release callback. Copying a buffer or slicing it shares the keeper, so the
+// memory lives as long as any buffer (and so any tensor) refers to it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <vector>
+
+namespace tenbin {
+
+using bytes_view = std::span<const std::byte>;
+using mutable_bytes = std::span<std::byte>;
+
+/// Alignment of memory the library allocates: enough for any dtype and for
+/// SIMD loads, and the format's own padding unit.
+inline constexpr std::size_t buffer_alignment = 64;
+
+class buffer {
+public:
+    /// The keeper: any shared object whose lifetime pins the bytes.
+    using keeper_type = std::shared_ptr<const void>;
+
+    buffer() = default;
+
+    /// A new heap block of `size` bytes, 64-byte aligned, uninitialised.
+    static buffer allocate(std::size_t size);
+    /// A new heap block holding a copy of `bytes`.
+    static buffer copy(bytes_view bytes);
+    /// Refers to `bytes` without owning them. The caller keeps the memory
+    /// alive and unchanged for as long as this buffer or any copy is used.
+    /// Transports copy borrowed buffers rather than hand them to ZeroMQ,
+    /// whose release comes at an unknown later time.
+    static buffer borrow(bytes_view bytes);
+    /// Adopts memory the caller allocated: `release` runs exactly once, when
+    /// the last buffer referring to it is gone, on whichever thread drops it
+    /// (possibly a ZeroMQ I/O thread). `release` must not throw.
+    static buffer adopt(void* data, std::size_t size, std::function<void()> release);
+    /// Shares bytes already pinned by `keeper` (which must keep them alive).
+    static buffer share(keeper_type keeper, mutable_bytes bytes, bool writable = true);
+    /// Takes a vector over: its storage becomes the buffer's, without a copy.
+    template <class T>
+    static buffer adopt(std::vector<T>&& v) {
+        auto owner = std::make_shared<std::vector<T>>(std::move(v));
+        auto* p = reinterpret_cast<std::byte*>(owner->data());
+        return share(std::move(owner), {p, owner->size() * sizeof(T)});
+    }
+
+    const std::byte* data() const noexcept { return data_; }
+    std::size_t size() const noexcept { return size_; }
+    bool empty() const noexcept { return size_ == 0; }
+    bytes_view bytes() const noexcept { return {data_, size_}; }
+
+    /// Writable access; throws `error(errc::unsupported)` for read-only
+    /// memory (borrowed bytes, file mappings).
+    mutable_bytes writable_bytes() const;
+    bool writable() const noexcept { return writable_; }
+
+    /// True when the buffer owns (or shares) its memory; false for `borrow`.
+    bool owned() const noexcept { return keeper_ != nullptr; }
+    const keeper_type& keeper() const noexcept { return keeper_; }
+    /// How many buffers share this one's keeper (0 for borrowed).
+    long use_count() const noexcept { return keeper_.use_count(); }
+
+    /// Bytes [offset, offset + length) sharing this buffer's keeper.
+    /// Throws `error(errc::bad_argument)` when the range is out of bounds.
+    buffer slice(std::size_t offset, std::size_t length) const;
+
+    /// True when data() is a multiple of `alignment` (a power of two).
+    bool aligned_to(std::size_t alignment) const noexcept {
+        return reinterpret_cast<std::uintptr_t>(data_) % alignment == 0;
+    }
+
+private:
+    buffer(std::byte* data, std::size_t size, keeper_type keeper, bool writable) noexcept
+        : data_(data), size_(size), keeper_(std::move(keeper)), writable_(writable) {}
+
+    std::byte* data_ = nullptr;
+    std::size_t size_ = 0;
+    keeper_type keeper_;
+    bool writable_ = false;
+};
+
+}  // namespace tenbin

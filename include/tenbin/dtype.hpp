@@ -1,0 +1,83 @@
+// tenbin: element types, spelled with NumPy's short codes as the format does.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string_view>
+#include <type_traits>
+
+namespace tenbin {
+
+/// Every element type of the format. `u4` is included although the Python
+/// implementation cannot handle it (its table misspells the code).
+enum class dtype : std::uint8_t { f2, f4, f8, i1, i2, i4, i8, u1, u2, u4, u8 };
+
+inline constexpr dtype all_dtypes[] = {dtype::f2, dtype::f4, dtype::f8, dtype::i1,
+                                       dtype::i2, dtype::i4, dtype::i8, dtype::u1,
+                                       dtype::u2, dtype::u4, dtype::u8};
+
+/// Bytes per element: 1, 2, 4 or 8.
+constexpr std::size_t itemsize(dtype t) noexcept {
+    switch (t) {
+    case dtype::i1: case dtype::u1: return 1;
+    case dtype::f2: case dtype::i2: case dtype::u2: return 2;
+    case dtype::f4: case dtype::i4: case dtype::u4: return 4;
+    default: return 8;
+    }
+}
+
+/// The format's code: "f4", "u1", ...
+constexpr std::string_view code(dtype t) noexcept {
+    constexpr std::string_view codes[] = {"f2", "f4", "f8", "i1", "i2", "i4",
+                                          "i8", "u1", "u2", "u4", "u8"};
+    return codes[static_cast<int>(t)];
+}
+
+/// The dtype of a code, or nothing for a code outside the format.
+constexpr std::optional<dtype> parse_dtype(std::string_view c) noexcept {
+    for (dtype t : all_dtypes)
+        if (code(t) == c) return t;
+    return std::nullopt;
+}
+
+constexpr bool is_float(dtype t) noexcept {
+    return t == dtype::f2 || t == dtype::f4 || t == dtype::f8;
+}
+constexpr bool is_signed(dtype t) noexcept {
+    return is_float(t) || t == dtype::i1 || t == dtype::i2 || t == dtype::i4 || t == dtype::i8;
+}
+
+/// IEEE 754 binary16, stored as its bits. C++20 has no half type; this one
+/// only converts, so that f2 data can be read and written as float.
+struct float16 {
+    std::uint16_t bits = 0;
+    static float16 from_float(float f) noexcept;
+    float to_float() const noexcept;
+    friend bool operator==(float16, float16) = default;
+};
+
+namespace detail {
+template <class T> struct dtype_of_impl;
+template <> struct dtype_of_impl<float16> { static constexpr dtype value = dtype::f2; };
+template <> struct dtype_of_impl<float> { static constexpr dtype value = dtype::f4; };
+template <> struct dtype_of_impl<double> { static constexpr dtype value = dtype::f8; };
+template <> struct dtype_of_impl<std::int8_t> { static constexpr dtype value = dtype::i1; };
+template <> struct dtype_of_impl<std::int16_t> { static constexpr dtype value = dtype::i2; };
+template <> struct dtype_of_impl<std::int32_t> { static constexpr dtype value = dtype::i4; };
+template <> struct dtype_of_impl<std::int64_t> { static constexpr dtype value = dtype::i8; };
+template <> struct dtype_of_impl<std::uint8_t> { static constexpr dtype value = dtype::u1; };
+template <> struct dtype_of_impl<std::uint16_t> { static constexpr dtype value = dtype::u2; };
+template <> struct dtype_of_impl<std::uint32_t> { static constexpr dtype value = dtype::u4; };
+template <> struct dtype_of_impl<std::uint64_t> { static constexpr dtype value = dtype::u8; };
+}  // namespace detail
+
+/// The dtype that stores C++ type T (float -> f4, std::uint8_t -> u1, ...).
+template <class T>
+inline constexpr dtype dtype_of = detail::dtype_of_impl<std::remove_cv_t<T>>::value;
+
+/// True when T has a dtype.
+template <class T>
+concept element = requires { detail::dtype_of_impl<std::remove_cv_t<T>>::value; };
+
+}  // namespace tenbin

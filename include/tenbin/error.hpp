@@ -1,0 +1,46 @@
+// tenbin: the one error type of the library.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+namespace tenbin {
+
+/// The closed set of failure classes. The first eight are the classes of the
+/// format's test manifest; `name(errc)` gives the spelling used there and by
+/// the `tenbin` tool.
+enum class errc {
+    bad_magic = 1,       ///< a chunk does not start with "~TenBin~"
+    truncated,           ///< input ends inside a chunk or inside a tensor
+    length_beyond_end,   ///< a chunk length runs past the end of the input
+    negative_length,     ///< a chunk length is negative as int64
+    unknown_dtype,       ///< a header names a dtype outside the format
+    odd_chunk_count,     ///< a header chunk/frame has no data after it
+    data_size_mismatch,  ///< data bytes differ from what shape and dtype need
+    bad_header,          ///< header malformed (size, ndim, dims, info bytes)
+    limit_exceeded,      ///< input exceeds a configured `limits` field
+    bad_argument,        ///< caller's input cannot be encoded (info, shape, size)
+    info_mismatch,       ///< decoded infos differ from the expected ones
+    bad_extension,       ///< save/load of a file not named *.ten without nocheck
+    io_error,            ///< the operating system refused a read or write
+    timeout,             ///< nothing arrived within the allowed time
+    bad_url,             ///< a connection URL cannot be parsed
+    unsupported,         ///< valid input this build or platform cannot handle
+};
+
+/// "bad_magic", "truncated", ...: the manifest's spelling of a class.
+std::string_view name(errc code) noexcept;
+
+/// Thrown by every tenbin function that fails. `what()` carries the numbers
+/// needed to locate the problem (offset, tensor index, expected vs found).
+class error : public std::runtime_error {
+public:
+    error(errc code, const std::string& message);
+    errc code() const noexcept { return code_; }
+
+private:
+    errc code_;
+};
+
+}  // namespace tenbin

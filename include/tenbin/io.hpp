@@ -1,0 +1,182 @@
+// tenbin: streams and .ten files.
+//
+// A stream carries the chunked form (see codec.hpp) tensor after tensor. The
+// codec never sees a stream type: it talks to a byte `sink` or `source`, with
+// adapters for iostreams, file descriptors and memory, and layers (counting,
+// compression, ...) that wrap any sink or source.
+#pragma once
+
+#include <tenbin/codec.hpp>
+
+#include <cstdint>
+#include <filesystem>
+#include <iosfwd>
+#include <memory>
+#include <optional>
+#include <span>
+#include <vector>
+
+namespace tenbin {
+
+// ---- byte sinks and sources ----------------------------------------------
+
+/// Where written bytes go. `write` takes several pieces at once so that a
+/// sink able to gather (writev) sends tensor data without concatenating it.
+class sink {
+public:
+    virtual ~sink() = default;
+    /// Writes all pieces, in order, or throws (io_error).
+    virtual void write(std::span<const bytes_view> pieces) = 0;
+    virtual void flush() {}
+};
+
+/// Where read bytes come from.
+class source {
+public:
+    virtual ~source() = default;
+    /// Reads at most out.size() bytes; returns 0 only at end of input. May
+    /// return fewer bytes than asked (short reads are normal).
+    virtual std::size_t read_some(mutable_bytes out) = 0;
+    /// Bytes left before end of input, when the source knows (a file, a
+    /// memory buffer); lets readers reject hostile lengths early.
+    virtual std::optional<std::uint64_t> remaining() const { return std::nullopt; }
+};
+
+/// Writes to a std::ostream (which must outlive the sink).
+class ostream_sink final : public sink {
+public:
+    explicit ostream_sink(std::ostream& os) : os_(os) {}
+    void write(std::span<const bytes_view> pieces) override;
+    void flush() override;
+
+private:
+    std::ostream& os_;
+};
+
+/// Reads from a std::istream (which must outlive the source).
+class istream_source final : public source {
+public:
+    explicit istream_source(std::istream& is) : is_(is) {}
+    std::size_t read_some(mutable_bytes out) override;
+
+private:
+    std::istream& is_;
+};
+
+/// Writes to a POSIX file descriptor with writev (gathered, no copy),
+/// retrying short writes and EINTR. Does not close the descriptor.
+class fd_sink final : public sink {
+public:
+    explicit fd_sink(int fd) : fd_(fd) {}
+    void write(std::span<const bytes_view> pieces) override;
+
+private:
+    int fd_;
+};
+
+/// Reads from a POSIX file descriptor, retrying EINTR. Does not close it.
+/// For a regular file it reports `remaining()`.
+class fd_source final : public source {
+public:
+    explicit fd_source(int fd);
+    std::size_t read_some(mutable_bytes out) override;
+    std::optional<std::uint64_t> remaining() const override;
+
+private:
+    int fd_;
+    std::optional<std::uint64_t> remaining_;
+};
+
+/// Appends to a byte vector owned by the sink.
+class memory_sink final : public sink {
+public:
+    void write(std::span<const bytes_view> pieces) override;
+    const std::vector<std::byte>& bytes() const noexcept { return bytes_; }
+    std::vector<std::byte> take() noexcept { return std::move(bytes_); }
+
+private:
+    std::vector<std::byte> bytes_;
+};
+
+/// Reads from bytes the caller keeps alive.
+class memory_source final : public source {
+public:
+    explicit memory_source(bytes_view bytes) : bytes_(bytes) {}
+    std::size_t read_some(mutable_bytes out) override;
+    std::optional<std::uint64_t> remaining() const override { return bytes_.size() - pos_; }
+
+private:
+    bytes_view bytes_;
+    std::size_t pos_ = 0;
+};
+
+/// A layer: passes everything to the wrapped sink and counts the bytes.
+class counting_sink final : public sink {
+public:
+    explicit counting_sink(sink& inner) : inner_(inner) {}
+    void write(std::span<const bytes_view> pieces) override;
+    void flush() override { inner_.flush(); }
+    std::uint64_t count() const noexcept { return count_; }
+
+private:
+    sink& inner_;
+    std::uint64_t count_ = 0;
+};
+
+/// A layer: passes reads through from the wrapped source and counts bytes.
+class counting_source final : public source {
+public:
+    explicit counting_source(source& inner) : inner_(inner) {}
+    std::size_t read_some(mutable_bytes out) override;
+    std::optional<std::uint64_t> remaining() const override { return inner_.remaining(); }
+    std::uint64_t count() const noexcept { return count_; }
+
+private:
+    source& inner_;
+    std::uint64_t count_ = 0;
+};
+
+// ---- streams -------------------------------------------------------------
+
+/// Writes `tensors` to `out` in the chunked form. Tensor data goes to the
+/// sink as pieces of its own (no copy on gathering sinks).
+void write(sink& out, tensor_span tensors);
+
+struct read_options {
+    /// Stop after this many tensors (Python's `n`); the rest stays unread.
+    std::optional<std::size_t> max_tensors{};
+    tenbin::limits limits{};
+    std::optional<std::vector<std::string>> expect_infos{};
+};
+
+/// Reads tensors until end of input (or `max_tensors`). End of input before
+/// a header chunk ends the read; anywhere else it throws truncated. Each
+/// tensor gets fresh aligned storage, allocated as bytes arrive, so a length
+/// field claiming more than the input holds costs no more memory than the
+/// input. Returns an empty list at end of input.
+std::vector<tensor> read(source& in, const read_options& opt = {});
+
+// ---- files ---------------------------------------------------------------
+
+struct file_options {
+    /// Accept a file name not ending in ".ten" (Python's `nocheck`).
+    bool nocheck = false;
+    tenbin::limits limits{};
+    std::optional<std::vector<std::string>> expect_infos{};
+};
+
+/// Writes `tensors` to a .ten file (replacing it) with gathered writes.
+/// Throws bad_extension (unless nocheck) or io_error.
+void save(const std::filesystem::path& path, tensor_span tensors, const file_options& opt = {});
+/// Reads a .ten file with one read into one aligned buffer; the tensors
+/// are slices of it, so it lives while any of them does.
+std::vector<tensor> load(const std::filesystem::path& path, const file_options& opt = {});
+/// Maps the file read-only; the tensors view the mapping, which is unmapped
+/// when the last of them is gone. The file must not be truncated or
+/// rewritten meanwhile (as with any mapping).
+std::vector<tensor> load_mmap(const std::filesystem::path& path, const file_options& opt = {});
+/// The whole file as a read-only mapped buffer (empty files give an empty
+/// buffer). Throws io_error.
+buffer map_file(const std::filesystem::path& path);
+
+}  // namespace tenbin

@@ -1,0 +1,194 @@
+// tenbin: tensors. `tensor_view` borrows everything; `tensor` owns its
+// shape and info and shares its bytes through a `buffer`.
+#pragma once
+
+#include <tenbin/buffer.hpp>
+#include <tenbin/dtype.hpp>
+#include <tenbin/error.hpp>
+
+#include <concepts>
+#include <cstdint>
+#include <initializer_list>
+#include <ranges>
+#include <span>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <vector>
+
+namespace tenbin {
+
+using shape_t = std::vector<std::int64_t>;
+
+/// Longest info (tensor name) the format can carry: 8 ASCII bytes.
+inline constexpr std::size_t max_info_length = 8;
+/// Highest rank the library handles at all; `limits::max_rank` is the
+/// (lower) default for decoding. Python's encoder stops at 9.
+inline constexpr std::size_t max_supported_rank = 64;
+
+namespace detail {
+[[noreturn]] void throw_error(errc code, const std::string& message);
+// Throws bad_argument unless `info` has at most 8 ASCII bytes and no NUL.
+void check_info(std::string_view info);
+// Elements of `shape`; throws bad_argument on a negative dim or overflow.
+std::uint64_t element_count(std::span<const std::int64_t> shape);
+// Throws unless `bytes` can be read as a span of `t` elements.
+void check_typed_access(dtype have, dtype want, const std::byte* data, std::size_t size);
+}  // namespace detail
+
+/// A tensor whose shape, info and bytes all belong to someone else. This is
+/// what encoders take: it costs nothing to make from a `tensor` or from the
+/// caller's own arrays. Valid only while what it points to is.
+struct tensor_view {
+    tenbin::dtype dtype = tenbin::dtype::u1;
+    std::span<const std::int64_t> shape;  ///< empty for a rank-0 tensor
+    std::string_view info;                ///< at most 8 ASCII characters
+    bytes_view data;                      ///< C order, little endian
+
+    std::size_t ndim() const noexcept { return shape.size(); }
+    /// Number of elements (1 for rank 0). Throws on negative dims/overflow.
+    std::uint64_t count() const { return detail::element_count(shape); }
+
+    /// The data as T. Throws `error(errc::bad_argument)` when T does not
+    /// match the dtype, and `error(errc::unsupported)` when the bytes are
+    /// not aligned for T (see `tensor::aligned`).
+    template <element T>
+    std::span<const T> values() const {
+        detail::check_typed_access(dtype, dtype_of<T>, data.data(), data.size());
+        return {reinterpret_cast<const T*>(data.data()), data.size() / sizeof(T)};
+    }
+};
+
+/// Content equality: dtype, shape, info and data bytes.
+bool operator==(const tensor_view& a, const tensor_view& b) noexcept;
+
+/// A tensor that keeps its bytes alive. Copies are cheap: they share the
+/// bytes (use `clone` for a deep copy). A tensor decoded from a received
+/// message, a mapped file or a caller's buffer refers to those bytes and keeps
+/// them alive as long as it exists.
+class tensor {
+public:
+    /// An empty u1 tensor of shape {0}.
+    tensor() : shape_{0} {}
+    /// Takes `data` as the tensor's bytes. Throws `error(errc::bad_argument)`
+    /// when its size is not count(shape) * itemsize(t), a dim is negative,
+    /// the rank exceeds `max_supported_rank` or the info cannot be encoded.
+    tensor(tenbin::dtype t, shape_t shape, buffer data, std::string info = {});
+
+    /// Fresh 64-byte-aligned storage, zero-filled.
+    static tensor zeros(tenbin::dtype t, shape_t shape, std::string info = {});
+    /// A deep copy of a view into fresh aligned storage.
+    static tensor copy_of(const tensor_view& v);
+    /// A tensor over `values` taken from the vector without a copy.
+    /// `shape` defaults to one dimension of `values.size()`.
+    template <element T>
+    static tensor from_vector(std::vector<T>&& values, shape_t shape, std::string info = {}) {
+        return tensor(dtype_of<T>, std::move(shape), buffer::adopt(std::move(values)),
+                      std::move(info));
+    }
+    template <element T>
+    static tensor from_vector(std::vector<T>&& values) {
+        shape_t shape{static_cast<std::int64_t>(values.size())};
+        return from_vector(std::move(values), std::move(shape));
+    }
+    /// A tensor over memory it does not own (see `buffer::borrow`): the
+    /// caller keeps `values` alive while the tensor or its copies are used.
+    template <element T>
+    static tensor borrow(std::span<const T> values, shape_t shape, std::string info = {}) {
+        return tensor(dtype_of<T>, std::move(shape), buffer::borrow(std::as_bytes(values)),
+                      std::move(info));
+    }
+
+    tenbin::dtype dtype() const noexcept { return dtype_; }
+    const shape_t& shape() const noexcept { return shape_; }
+    std::size_t ndim() const noexcept { return shape_.size(); }
+    std::uint64_t count() const noexcept { return data_.size() / itemsize(dtype_); }
+    std::size_t nbytes() const noexcept { return data_.size(); }
+    const std::string& info() const noexcept { return info_; }
+    const buffer& data() const noexcept { return data_; }
+
+    /// The same bytes under another info. Throws bad_argument for a bad info.
+    tensor with_info(std::string info) const;
+    /// A copy into fresh aligned, writable storage.
+    tensor clone() const { return copy_of(view()); }
+    /// This tensor when its bytes are aligned for its dtype, else a copy
+    /// that is. Received frames are not always aligned (see zmq.hpp).
+    tensor aligned() const;
+
+    tensor_view view() const noexcept { return {dtype_, shape_, info_, data_.bytes()}; }
+    operator tensor_view() const noexcept { return view(); }
+
+    template <element T>
+    std::span<const T> values() const { return view().values<T>(); }
+    /// Writable typed access; throws `error(errc::unsupported)` for
+    /// read-only bytes (borrowed, memory-mapped).
+    template <element T>
+    std::span<T> mutable_values() {
+        auto bytes = data_.writable_bytes();
+        detail::check_typed_access(dtype_, dtype_of<T>, bytes.data(), bytes.size());
+        return {reinterpret_cast<T*>(bytes.data()), bytes.size() / sizeof(T)};
+    }
+
+private:
+    tenbin::dtype dtype_ = tenbin::dtype::u1;
+    shape_t shape_;
+    std::string info_;
+    buffer data_;
+};
+
+/// A borrowed list of tensors or tensor views: the one parameter type of
+/// every encoder and sender, so each accepts `std::vector<tensor>`,
+/// `std::vector<tensor_view>`, a span of either, a single tensor or a braced
+/// list. It refers to the caller's list: use it as a parameter only.
+class tensor_span {
+public:
+    tensor_span(std::span<const tensor> t) noexcept : tensors_(t.data()), size_(t.size()) {}
+    tensor_span(std::span<const tensor_view> v) noexcept : views_(v.data()), size_(v.size()) {}
+    template <std::ranges::contiguous_range R>
+        requires(std::same_as<std::ranges::range_value_t<R>, tensor> ||
+                 std::same_as<std::ranges::range_value_t<R>, tensor_view>)
+    tensor_span(const R& r) noexcept : tensor_span(std::span(std::ranges::data(r), std::ranges::size(r))) {}
+    tensor_span(const tensor& one) noexcept : tensors_(&one), size_(1) {}
+    // A braced list lives until the end of the call it is written in, which
+    // is as long as a parameter needs it.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Winit-list-lifetime"
+#endif
+    tensor_span(std::initializer_list<tensor> l) noexcept : tensors_(l.begin()), size_(l.size()) {}
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
+    std::size_t size() const noexcept { return size_; }
+    bool empty() const noexcept { return size_ == 0; }
+    tensor_view operator[](std::size_t i) const noexcept {
+        return tensors_ ? tensors_[i].view() : views_[i];
+    }
+    /// The buffer holding tensor i's bytes, or null when the list holds
+    /// views (whose bytes nobody here owns).
+    const buffer* owner(std::size_t i) const noexcept {
+        return tensors_ ? &tensors_[i].data() : nullptr;
+    }
+
+private:
+    const tensor* tensors_ = nullptr;
+    const tensor_view* views_ = nullptr;
+    std::size_t size_ = 0;
+};
+
+/// Copies of `tensors` under the given infos, one per tensor (Python's
+/// `infos=` argument of the encoders). Bytes are shared with tensors that
+/// own them and borrowed from views. Throws bad_argument when the counts
+/// differ or an info cannot be encoded.
+std::vector<tensor> with_infos(tensor_span tensors, std::span<const std::string> infos);
+
+/// The infos of `tensors`, in order (Python's `infos=True` on decode).
+std::vector<std::string> infos_of(const std::vector<tensor>& tensors);
+
+/// Throws `error(errc::info_mismatch)` naming the first differing index
+/// unless the tensors' infos are exactly `expected` (Python's decode with a
+/// list of infos).
+void check_infos(const std::vector<tensor>& tensors, std::span<const std::string> expected);
+
+}  // namespace tenbin

@@ -1,0 +1,55 @@
+#include "core/chunk_plan.hpp"
+
+#include <tenbin/codec.hpp>
+
+#include <cstring>
+
+namespace tenbin::detail {
+
+void write_preamble(std::byte* out, std::uint64_t payload_size) noexcept {
+    std::memcpy(out, chunk_magic, sizeof chunk_magic);
+    std::memcpy(out + 8, &payload_size, 8);  // little-endian hosts only (codec.cpp)
+}
+
+bytes_view padding_for(std::uint64_t n) noexcept {
+    static constexpr std::byte zeros[chunk_padding] = {};
+    return {zeros, static_cast<std::size_t>(chunk_size(n) - chunk_preamble - n)};
+}
+
+chunk_plan::chunk_plan(tensor_span tensors) {
+    // Per tensor, the scratch holds the whole header chunk followed by the
+    // data chunk's preamble, so each tensor is at most three pieces:
+    // [header chunk + data preamble] [data] [data padding].
+    std::size_t scratch_size = 0;
+    for (std::size_t i = 0; i < tensors.size(); ++i)
+        scratch_size += chunk_size(header_size(tensors[i].ndim())) + chunk_preamble;
+    scratch_.resize(scratch_size);  // zero-filled: header padding
+    pieces_.reserve(3 * tensors.size());
+
+    std::byte* at = scratch_.data();
+    for (std::size_t i = 0; i < tensors.size(); ++i) {
+        const tensor_view t = tensors[i];
+        const std::size_t hsize = header_size(t.ndim());
+        const std::size_t hchunk = chunk_size(hsize);
+        write_preamble(at, hsize);
+        encode_header_into(t, {at + chunk_preamble, hsize});  // validates t
+        write_preamble(at + hchunk, t.data.size());
+        pieces_.emplace_back(at, hchunk + chunk_preamble);
+        at += hchunk + chunk_preamble;
+        if (!t.data.empty()) {
+            pieces_.push_back(t.data);
+            if (bytes_view pad = padding_for(t.data.size()); !pad.empty()) pieces_.push_back(pad);
+        }
+        size_ += hchunk + chunk_size(t.data.size());
+    }
+}
+
+void chunk_plan::copy_to(mutable_bytes out) const {
+    std::byte* at = out.data();
+    for (bytes_view p : pieces_) {
+        std::memcpy(at, p.data(), p.size());
+        at += p.size();
+    }
+}
+
+}  // namespace tenbin::detail

@@ -1,0 +1,269 @@
+#include <tenbin/codec.hpp>
+
+#include "core/chunk_plan.hpp"
+
+#include <bit>
+#include <cstring>
+#include <string>
+
+namespace tenbin {
+
+static_assert(std::endian::native == std::endian::little,
+              "tenbin writes little-endian data by copying memory; a big-endian port must "
+              "byte-swap headers and data");
+
+namespace {
+
+using detail::throw_error;
+
+std::string str(std::uint64_t n) { return std::to_string(n); }
+
+// An str64: up to 8 characters, NUL padded, in one int64 word.
+void put_str64(std::byte* out, std::string_view s) noexcept {
+    std::memset(out, 0, 8);
+    std::memcpy(out, s.data(), s.size());
+}
+
+std::int64_t get_i64(const std::byte* p) noexcept {
+    std::int64_t v;
+    std::memcpy(&v, p, 8);
+    return v;
+}
+
+// The characters of an str64 before its trailing NULs.
+std::string_view str64_text(const std::byte* p) noexcept {
+    std::size_t n = 8;
+    while (n > 0 && p[n - 1] == std::byte{0}) --n;
+    return {reinterpret_cast<const char*>(p), n};
+}
+
+// Runs `f`; an error it throws gets `where` in front of its message.
+template <class F>
+auto with_context(const std::string& where, F&& f) {
+    try {
+        return f();
+    } catch (const error& e) {
+        throw error(e.code(), where + ": " + e.what());
+    }
+}
+
+}  // namespace
+
+// ---- headers --------------------------------------------------------------
+
+void encode_header_into(const tensor_view& t, mutable_bytes out) {
+    detail::check_info(t.info);
+    if (t.ndim() > max_supported_rank)
+        throw_error(errc::bad_argument, "rank " + str(t.ndim()) + " exceeds the supported maximum of " +
+                                            str(max_supported_rank));
+    const std::uint64_t n = t.count();
+    if (n > UINT64_MAX / itemsize(t.dtype) || n * itemsize(t.dtype) != t.data.size())
+        throw_error(errc::bad_argument, "shape needs " + str(n) + " elements of " +
+                                            std::string(code(t.dtype)) + " but the data holds " +
+                                            str(t.data.size()) + " bytes");
+    if (out.size() != header_size(t.ndim()))
+        throw_error(errc::bad_argument, "header space of " + str(out.size()) + " bytes; rank " +
+                                            str(t.ndim()) + " needs " + str(header_size(t.ndim())));
+    std::byte* p = out.data();
+    put_str64(p, code(t.dtype));
+    put_str64(p + 8, t.info);
+    const auto ndim = static_cast<std::int64_t>(t.ndim());
+    std::memcpy(p + 16, &ndim, 8);
+    if (ndim > 0) std::memcpy(p + 24, t.shape.data(), 8 * t.ndim());
+}
+
+std::vector<std::byte> encode_header(const tensor_view& t) {
+    std::vector<std::byte> out(header_size(t.ndim()));
+    encode_header_into(t, out);
+    return out;
+}
+
+tensor_header decode_header(bytes_view h, const limits& lim) {
+    if (h.size() < 24 || h.size() % 8 != 0)
+        throw_error(errc::bad_header, "header of " + str(h.size()) +
+                                          " bytes; a header is 24 + 8 * ndim bytes");
+    const std::byte* p = h.data();
+    tensor_header out;
+
+    const std::string_view dcode = str64_text(p);
+    const auto dt = parse_dtype(dcode);
+    if (!dt || dcode.find('\0') != std::string_view::npos) {
+        std::string shown;
+        for (char c : dcode) shown += (c >= 32 && c < 127) ? c : '?';
+        throw_error(errc::unknown_dtype, "dtype code '" + shown + "' is not one of f2 f4 f8 i1 i2 i4 i8 u1 u2 u4 u8");
+    }
+    out.dtype = *dt;
+
+    const std::string_view info = str64_text(p + 8);
+    for (std::size_t i = 0; i < info.size(); ++i) {
+        const auto c = static_cast<unsigned char>(info[i]);
+        if (c == 0 || c > 127)
+            throw_error(errc::bad_header, "info byte " + str(i) + " is " + str(c) +
+                                              "; infos are ASCII without NUL");
+    }
+    out.info = info;
+
+    const std::int64_t ndim = get_i64(p + 16);
+    const std::uint64_t words = (h.size() - 24) / 8;
+    if (ndim < 0 || static_cast<std::uint64_t>(ndim) != words)
+        throw_error(errc::bad_header, "ndim is " + std::to_string(ndim) + " but the header of " +
+                                          str(h.size()) + " bytes holds " + str(words) + " dims");
+    if (words > lim.max_rank)
+        throw_error(errc::limit_exceeded, "rank " + str(words) + " exceeds limits::max_rank = " +
+                                              str(lim.max_rank));
+
+    out.shape.resize(words);
+    std::uint64_t count = 1;
+    bool overflow = false;
+    for (std::size_t i = 0; i < words; ++i) {
+        const std::int64_t d = get_i64(p + 24 + 8 * i);
+        if (d < 0)
+            throw_error(errc::bad_header, "dimension " + str(i) + " is " + std::to_string(d) + ", negative");
+        out.shape[i] = d;
+        const auto u = static_cast<std::uint64_t>(d);
+        if (u != 0 && count > UINT64_MAX / u) overflow = true;
+        count *= u;
+    }
+    // A zero dimension anywhere makes the tensor empty whatever the others say.
+    if (count == 0) overflow = false;
+    if (overflow || count > UINT64_MAX / itemsize(out.dtype))
+        throw_error(errc::bad_header, "the shape's byte size overflows 64 bits");
+    out.nbytes = count * itemsize(out.dtype);
+    if (out.nbytes > lim.max_bytes)
+        throw_error(errc::limit_exceeded, "tensor of " + str(out.nbytes) +
+                                              " bytes exceeds limits::max_bytes = " + str(lim.max_bytes));
+    return out;
+}
+
+// ---- the list form --------------------------------------------------------
+
+std::vector<buffer> encode_list(tensor_span tensors) {
+    std::vector<buffer> out;
+    out.reserve(2 * tensors.size());
+    for (std::size_t i = 0; i < tensors.size(); ++i) {
+        const tensor_view t = tensors[i];
+        buffer h = buffer::allocate(header_size(t.ndim()));
+        with_context("tensor " + str(i), [&] { encode_header_into(t, h.writable_bytes()); });
+        out.push_back(std::move(h));
+        const buffer* owner = tensors.owner(i);
+        out.push_back(owner ? *owner : buffer::borrow(t.data));
+    }
+    return out;
+}
+
+std::vector<tensor> decode_list(std::span<const buffer> frames, const decode_options& opt) {
+    const limits& lim = opt.limits;
+    if (frames.size() % 2 != 0)
+        throw_error(errc::odd_chunk_count, str(frames.size()) + " frames: header " +
+                                               str(frames.size() - 1) + " has no data after it");
+    if (frames.size() / 2 > lim.max_tensors)
+        throw_error(errc::limit_exceeded, str(frames.size() / 2) +
+                                              " tensors exceed limits::max_tensors = " + str(lim.max_tensors));
+    std::vector<tensor> out;
+    out.reserve(frames.size() / 2);
+    std::uint64_t total = 0;
+    for (std::size_t i = 0; i < frames.size() / 2; ++i) {
+        const std::string where = "tensor " + str(i) + " (frame " + str(2 * i) + ")";
+        tensor_header h = with_context(where, [&] { return decode_header(frames[2 * i].bytes(), lim); });
+        const buffer& data = frames[2 * i + 1];
+        if (data.size() != h.nbytes)
+            throw_error(errc::data_size_mismatch,
+                        where + ": header says " + std::string(code(h.dtype)) + " with " +
+                            str(h.nbytes) + " bytes, the data holds " + str(data.size()));
+        total += h.nbytes;
+        if (total > lim.max_bytes)
+            throw_error(errc::limit_exceeded, "tensors 0.." + str(i) + " hold " + str(total) +
+                                                  " bytes, over limits::max_bytes = " + str(lim.max_bytes));
+        out.emplace_back(h.dtype, std::move(h.shape), data, std::move(h.info));
+    }
+    if (opt.expect_infos) check_infos(out, *opt.expect_infos);
+    return out;
+}
+
+// ---- the chunked form -----------------------------------------------------
+
+buffer encode_chunks(std::span<const bytes_view> payloads) {
+    std::size_t total = 0;
+    for (bytes_view p : payloads) total += chunk_size(p.size());
+    buffer out = buffer::allocate(total);
+    std::byte* at = out.writable_bytes().data();
+    for (bytes_view p : payloads) {
+        detail::write_preamble(at, p.size());
+        if (!p.empty()) std::memcpy(at + chunk_preamble, p.data(), p.size());
+        const bytes_view pad = detail::padding_for(p.size());
+        std::memset(at + chunk_preamble + p.size(), 0, pad.size());
+        at += chunk_size(p.size());
+    }
+    return out;
+}
+
+std::vector<buffer> decode_chunks(const buffer& chunked, const limits& lim) {
+    std::vector<buffer> out;
+    const std::byte* base = chunked.data();
+    const std::size_t size = chunked.size();
+    std::size_t at = 0;
+    while (at < size) {
+        const std::size_t left = size - at;
+        const std::string where = "chunk " + str(out.size()) + " at offset " + str(at);
+        if (out.size() >= 2 * lim.max_tensors)
+            throw_error(errc::limit_exceeded, where + ": more than " + str(lim.max_tensors) +
+                                                  " tensors (limits::max_tensors)");
+        if (left < 8)
+            throw_error(errc::truncated, where + ": input ends " + str(left) + " bytes into the magic");
+        if (std::memcmp(base + at, chunk_magic, 8) != 0)
+            throw_error(errc::bad_magic, where + ": does not start with ~TenBin~");
+        if (left < chunk_preamble)
+            throw_error(errc::truncated, where + ": input ends inside the length field");
+        const std::int64_t len = get_i64(base + at + 8);
+        if (len < 0)
+            throw_error(errc::negative_length, where + ": length is " + std::to_string(len));
+        const auto n = static_cast<std::uint64_t>(len);
+        if (n > left - chunk_preamble)
+            throw_error(errc::length_beyond_end, where + ": length " + str(n) + " but only " +
+                                                     str(left - chunk_preamble) + " bytes follow");
+        if (chunk_size(n) > left)
+            throw_error(errc::truncated, where + ": input ends inside the padding (" +
+                                             str(chunk_size(n)) + " bytes needed, " + str(left) + " left)");
+        out.push_back(chunked.slice(at + chunk_preamble, n));
+        at += chunk_size(n);
+    }
+    return out;
+}
+
+std::size_t encoded_size(tensor_span tensors) {
+    std::size_t total = 0;
+    for (std::size_t i = 0; i < tensors.size(); ++i) {
+        const tensor_view t = tensors[i];
+        total += chunk_size(header_size(t.ndim())) + chunk_size(t.data.size());
+    }
+    return total;
+}
+
+void encode_buffer_into(tensor_span tensors, mutable_bytes out) {
+    const detail::chunk_plan plan(tensors);
+    if (out.size() != plan.size())
+        throw_error(errc::bad_argument, "output of " + str(out.size()) + " bytes; the encoding needs " +
+                                            str(plan.size()));
+    plan.copy_to(out);
+}
+
+buffer encode_buffer(tensor_span tensors) {
+    const detail::chunk_plan plan(tensors);
+    buffer out = buffer::allocate(plan.size());
+    plan.copy_to(out.writable_bytes());
+    return out;
+}
+
+std::vector<tensor> decode_buffer(const buffer& chunked, const decode_options& opt) {
+    const std::vector<buffer> chunks = decode_chunks(chunked, opt.limits);
+    if (chunks.size() % 2 != 0)
+        throw_error(errc::odd_chunk_count, str(chunks.size()) + " chunks: header chunk " +
+                                               str(chunks.size() - 1) + " has no data chunk after it");
+    return decode_list(chunks, opt);
+}
+
+std::vector<tensor> decode_buffer(bytes_view chunked, const decode_options& opt) {
+    return decode_buffer(buffer::borrow(chunked), opt);
+}
+
+}  // namespace tenbin

@@ -1,0 +1,137 @@
+#include <tenbin/tensor.hpp>
+
+#include <cstring>
+#include <string>
+
+namespace tenbin {
+
+namespace detail {
+
+void check_info(std::string_view info) {
+    if (info.size() > max_info_length)
+        throw_error(errc::bad_argument, "info '" + std::string(info) + "' has " +
+                                            std::to_string(info.size()) +
+                                            " characters; the format holds at most 8");
+    for (std::size_t i = 0; i < info.size(); ++i) {
+        const auto c = static_cast<unsigned char>(info[i]);
+        if (c == 0 || c > 127)
+            throw_error(errc::bad_argument, "info byte " + std::to_string(i) + " is " +
+                                                std::to_string(c) +
+                                                "; infos are ASCII without NUL");
+    }
+}
+
+std::uint64_t element_count(std::span<const std::int64_t> shape) {
+    std::uint64_t n = 1;
+    for (std::size_t i = 0; i < shape.size(); ++i) {
+        if (shape[i] < 0)
+            throw_error(errc::bad_argument, "dimension " + std::to_string(i) + " is " +
+                                                std::to_string(shape[i]) + ", negative");
+        const auto d = static_cast<std::uint64_t>(shape[i]);
+        if (d != 0 && n > UINT64_MAX / d)
+            throw_error(errc::bad_argument, "shape's element count overflows 64 bits at dimension " +
+                                                std::to_string(i));
+        n *= d;
+    }
+    return n;
+}
+
+void check_typed_access(dtype have, dtype want, const std::byte* data, std::size_t size) {
+    if (have != want)
+        throw_error(errc::bad_argument, "tensor holds " + std::string(code(have)) +
+                                            ", not " + std::string(code(want)));
+    if (reinterpret_cast<std::uintptr_t>(data) % itemsize(want) != 0)
+        throw_error(errc::unsupported, "tensor data at address " +
+                                           std::to_string(reinterpret_cast<std::uintptr_t>(data)) +
+                                           " is not aligned for " + std::string(code(want)) +
+                                           "; use tensor::aligned()");
+    if (size % itemsize(want) != 0)
+        throw_error(errc::data_size_mismatch, std::to_string(size) +
+                                                  " bytes are not a whole number of " +
+                                                  std::string(code(want)) + " elements");
+}
+
+}  // namespace detail
+
+bool operator==(const tensor_view& a, const tensor_view& b) noexcept {
+    return a.dtype == b.dtype && a.info == b.info &&
+           std::equal(a.shape.begin(), a.shape.end(), b.shape.begin(), b.shape.end()) &&
+           a.data.size() == b.data.size() &&
+           (a.data.empty() || std::memcmp(a.data.data(), b.data.data(), a.data.size()) == 0);
+}
+
+tensor::tensor(tenbin::dtype t, shape_t shape, buffer data, std::string info)
+    : dtype_(t), shape_(std::move(shape)), info_(std::move(info)), data_(std::move(data)) {
+    detail::check_info(info_);
+    if (shape_.size() > max_supported_rank)
+        detail::throw_error(errc::bad_argument, "rank " + std::to_string(shape_.size()) +
+                                                    " exceeds the supported maximum of " +
+                                                    std::to_string(max_supported_rank));
+    const std::uint64_t n = detail::element_count(shape_);
+    if (n > UINT64_MAX / itemsize(t) || n * itemsize(t) != data_.size())
+        detail::throw_error(errc::bad_argument,
+                            "shape needs " + std::to_string(n) + " elements of " +
+                                std::string(code(t)) + " but the data holds " +
+                                std::to_string(data_.size()) + " bytes");
+}
+
+tensor tensor::zeros(tenbin::dtype t, shape_t shape, std::string info) {
+    const std::uint64_t n = detail::element_count(shape);
+    if (n > SIZE_MAX / itemsize(t))
+        detail::throw_error(errc::bad_argument, "tensor too large to allocate");
+    buffer b = buffer::allocate(n * itemsize(t));
+    if (!b.empty()) std::memset(b.writable_bytes().data(), 0, b.size());
+    return tensor(t, std::move(shape), std::move(b), std::move(info));
+}
+
+tensor tensor::copy_of(const tensor_view& v) {
+    return tensor(v.dtype, shape_t(v.shape.begin(), v.shape.end()), buffer::copy(v.data),
+                  std::string(v.info));
+}
+
+tensor tensor::with_info(std::string info) const {
+    detail::check_info(info);
+    tensor t = *this;
+    t.info_ = std::move(info);
+    return t;
+}
+
+tensor tensor::aligned() const {
+    return data_.aligned_to(itemsize(dtype_)) ? *this : clone();
+}
+
+std::vector<tensor> with_infos(tensor_span tensors, std::span<const std::string> infos) {
+    if (infos.size() != tensors.size())
+        detail::throw_error(errc::bad_argument, std::to_string(infos.size()) + " infos for " +
+                                                    std::to_string(tensors.size()) + " tensors");
+    std::vector<tensor> out;
+    out.reserve(tensors.size());
+    for (std::size_t i = 0; i < tensors.size(); ++i) {
+        const tensor_view v = tensors[i];
+        const buffer* owner = tensors.owner(i);
+        out.emplace_back(v.dtype, shape_t(v.shape.begin(), v.shape.end()),
+                         owner ? *owner : buffer::borrow(v.data), infos[i]);
+    }
+    return out;
+}
+
+std::vector<std::string> infos_of(const std::vector<tensor>& tensors) {
+    std::vector<std::string> out;
+    out.reserve(tensors.size());
+    for (const tensor& t : tensors) out.push_back(t.info());
+    return out;
+}
+
+void check_infos(const std::vector<tensor>& tensors, std::span<const std::string> expected) {
+    if (expected.size() != tensors.size())
+        detail::throw_error(errc::info_mismatch, "expected " + std::to_string(expected.size()) +
+                                                     " tensors, found " +
+                                                     std::to_string(tensors.size()));
+    for (std::size_t i = 0; i < tensors.size(); ++i)
+        if (tensors[i].info() != expected[i])
+            detail::throw_error(errc::info_mismatch, "tensor " + std::to_string(i) + ": expected info '" +
+                                                         expected[i] + "', found '" +
+                                                         tensors[i].info() + "'");
+}
+
+}  // namespace tenbin

@@ -1,0 +1,3 @@
+#include <doctest/doctest.h>
+#include <tenbin/core.hpp>
+TEST_CASE("placeholder2") { CHECK(tenbin::itemsize(tenbin::dtype::f4) == 4); }
