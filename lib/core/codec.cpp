@@ -108,13 +108,13 @@ tensor_header decode_header(bytes_view h, const limits& lim) {
     if (ndim < 0 || static_cast<std::uint64_t>(ndim) != words)
         throw_error(errc::bad_header, "ndim is " + std::to_string(ndim) + " but the header of " +
                                           str(h.size()) + " bytes holds " + str(words) + " dims");
-    if (words > lim.max_rank)
+    if (words > lim.max_rank || words > max_supported_rank)
         throw_error(errc::limit_exceeded, "rank " + str(words) + " exceeds limits::max_rank = " +
                                               str(lim.max_rank));
 
     out.shape.resize(words);
     std::uint64_t count = 1;
-    bool overflow = false;
+    bool overflow = false, has_zero = false;
     for (std::size_t i = 0; i < words; ++i) {
         const std::int64_t d = get_i64(p + 24 + 8 * i);
         if (d < 0)
@@ -122,10 +122,11 @@ tensor_header decode_header(bytes_view h, const limits& lim) {
         out.shape[i] = d;
         const auto u = static_cast<std::uint64_t>(d);
         if (u != 0 && count > UINT64_MAX / u) overflow = true;
+        has_zero = has_zero || u == 0;
         count *= u;
     }
     // A zero dimension anywhere makes the tensor empty whatever the others say.
-    if (count == 0) overflow = false;
+    if (has_zero) overflow = false, count = 0;
     if (overflow || count > UINT64_MAX / itemsize(out.dtype))
         throw_error(errc::bad_header, "the shape's byte size overflows 64 bits");
     out.nbytes = count * itemsize(out.dtype);

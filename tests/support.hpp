@@ -1,0 +1,85 @@
+// Helpers shared by the tests: the Python vectors, hashing, files.
+#pragma once
+
+#include <tenbin/core.hpp>
+
+#include <nlohmann/json.hpp>
+#include <openssl/evp.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace test_support {
+
+namespace fs = std::filesystem;
+
+// The folder of the Python implementation's vectors (set by meson test).
+inline fs::path vectors_dir() {
+    const char* dir = std::getenv("TENBIN_VECTORS");
+    if (!dir) throw std::runtime_error("TENBIN_VECTORS is not set; run the tests with meson test");
+    return dir;
+}
+
+inline nlohmann::json manifest() {
+    std::ifstream in(vectors_dir() / "MANIFEST.json");
+    return nlohmann::json::parse(in);
+}
+
+// A whole file in fresh 64-byte-aligned storage.
+inline tenbin::buffer read_file(const fs::path& path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw std::runtime_error("cannot open " + path.string());
+    std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    return tenbin::buffer::copy(std::as_bytes(std::span(bytes)));
+}
+
+// The frames of a multipart vector folder: 000.bin, 001.bin, ...
+inline std::vector<tenbin::buffer> read_frames(const nlohmann::json& entry) {
+    std::vector<tenbin::buffer> frames;
+    for (const auto& f : entry["frames"]) frames.push_back(read_file(vectors_dir() / f["path"].get<std::string>()));
+    return frames;
+}
+
+inline std::string sha256_hex(tenbin::bytes_view bytes) {
+    unsigned char digest[EVP_MAX_MD_SIZE];
+    unsigned int len = 0;
+    if (!EVP_Digest(bytes.data(), bytes.size(), digest, &len, EVP_sha256(), nullptr))
+        throw std::runtime_error("EVP_Digest failed");
+    static constexpr char hex[] = "0123456789abcdef";
+    std::string out;
+    for (unsigned int i = 0; i < len; ++i) {
+        out += hex[digest[i] >> 4];
+        out += hex[digest[i] & 15];
+    }
+    return out;
+}
+
+inline bool same_bytes(tenbin::bytes_view a, tenbin::bytes_view b) {
+    return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin());
+}
+
+// The error classes a malformed manifest entry allows.
+inline std::vector<std::string> allowed_errors(const nlohmann::json& entry) {
+    std::vector<std::string> out{entry["error"].get<std::string>()};
+    for (const auto& e : entry["acceptable_errors"]) out.push_back(e.get<std::string>());
+    return out;
+}
+
+// Runs `f` and returns the class name of the tenbin::error it throws, or
+// "no error".
+template <class F>
+std::string error_class(F&& f) {
+    try {
+        f();
+    } catch (const tenbin::error& e) {
+        return std::string(tenbin::name(e.code()));
+    }
+    return "no error";
+}
+
+}  // namespace test_support
