@@ -1,0 +1,64 @@
+// tenbin: connection URLs as Python tensorcom spells them.
+//
+//   zpush://host:port        PUSH, connects      zrpush://...   PUSH, binds
+//   zpull://host:port        PULL, binds         zrpull://...   PULL, connects
+//   zpub://host:port         PUB, binds          zrpub://...    PUB, connects
+//   zsub://host:port         SUB, connects       zrsub://...    SUB, binds
+//
+// A transport suffix picks ipc or inproc instead of tcp: `zpub+ipc:///tmp/x`,
+// `zpush+inproc://name`. Plain ZeroMQ endpoints (`tcp://...`, `ipc://...`,
+// `inproc://...`) work too when the socket kind is given. Braces expand into
+// several endpoints of ONE socket: `zsub://host:78{80..83}`, `{a,b}`.
+#pragma once
+
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tenbin {
+
+/// The ZeroMQ socket kinds tenbin connections use.
+enum class socket_kind { push, pull, pub, sub, req, rep, dealer, router, pair };
+
+/// "push", "pull", ...
+std::string_view name(socket_kind kind) noexcept;
+/// The kind named `text` ("push", "PUSH", ...), or nothing.
+std::optional<socket_kind> parse_socket_kind(std::string_view text) noexcept;
+/// Whether tensorcom binds this kind by default: pull and pub bind, the
+/// others (push, sub, req, dealer, pair) connect; rep and router bind.
+bool binds_by_default(socket_kind kind) noexcept;
+
+/// One place a socket binds to or connects to.
+struct endpoint {
+    socket_kind kind = socket_kind::pull;
+    bool bind = false;
+    std::string address;  ///< what zmq_bind/zmq_connect take, e.g. "tcp://host:7880"
+    friend bool operator==(const endpoint&, const endpoint&) = default;
+};
+
+/// Expands braces: "a{1..3}" -> a1 a2 a3, "{x,y}z" -> xz yz, nested and
+/// repeated groups multiply; "{01..10}" keeps the zero padding. Text without
+/// braces comes back as it is. Throws `error(errc::bad_url)` on unbalanced
+/// braces or a range of more than 65536 items.
+std::vector<std::string> brace_expand(std::string_view pattern);
+
+/// How to read a URL: an explicit kind (required for plain ZeroMQ
+/// endpoints, and must agree with a tensorcom scheme) and an explicit
+/// bind/connect choice (overriding the scheme's).
+struct url_options {
+    std::optional<socket_kind> kind{};
+    std::optional<bool> bind{};
+};
+
+/// Parses one URL (no brace expansion). Throws `error(errc::bad_url)` naming
+/// what is wrong: unknown scheme or transport, missing address, a plain
+/// endpoint without a kind, a kind that contradicts the scheme.
+endpoint parse_url(std::string_view url, const url_options& opt = {});
+
+/// Expands and parses every URL; all must agree on the socket kind, since
+/// they are the endpoints of one socket. Throws bad_url.
+std::vector<endpoint> parse_urls(std::span<const std::string> urls, const url_options& opt = {});
+
+}  // namespace tenbin

@@ -1,0 +1,246 @@
+#include <tenbin/error.hpp>
+#include <tenbin/url.hpp>
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <string>
+
+namespace tenbin {
+
+namespace {
+
+// Expansion stops here: a URL list is for a few dozen endpoints, and a
+// hostile pattern like "{1..99999}{1..99999}" must not eat memory.
+constexpr std::size_t max_expansions = 65536;
+
+[[noreturn]] void bad_url(std::string_view url, const std::string& why) {
+    throw error(errc::bad_url, "'" + std::string(url) + "': " + why);
+}
+
+// Expansion recurses per group: patterns with deeper nesting or more
+// groups than any endpoint list needs are refused.
+constexpr int max_brace_depth = 16;
+constexpr std::size_t max_brace_groups = 256;
+
+// Index of the '}' closing the '{' at `open`, or npos.
+std::size_t matching_brace(std::string_view s, std::size_t open, std::string_view whole) {
+    int depth = 0;
+    for (std::size_t i = open; i < s.size(); ++i) {
+        if (s[i] == '{') {
+            if (++depth > max_brace_depth) bad_url(whole, "braces nested too deeply");
+        } else if (s[i] == '}' && --depth == 0) {
+            return i;
+        }
+    }
+    return std::string_view::npos;
+}
+
+// Splits the inside of a brace group at its top-level commas.
+std::vector<std::string_view> top_level_alternatives(std::string_view inner) {
+    std::vector<std::string_view> out;
+    int depth = 0;
+    std::size_t start = 0;
+    for (std::size_t i = 0; i < inner.size(); ++i) {
+        if (inner[i] == '{') ++depth;
+        else if (inner[i] == '}') --depth;
+        else if (inner[i] == ',' && depth == 0) {
+            out.push_back(inner.substr(start, i - start));
+            start = i + 1;
+        }
+    }
+    out.push_back(inner.substr(start));
+    return out;
+}
+
+std::optional<long long> to_number(std::string_view s) {
+    long long v = 0;
+    if (s.empty()) return std::nullopt;
+    auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+    if (ec != std::errc() || end != s.data() + s.size()) return std::nullopt;
+    return v;
+}
+
+// "1..3", "08..11", "a..e", optionally "..step"; nothing if not a range.
+std::optional<std::vector<std::string>> expand_range(std::string_view inner, std::string_view whole) {
+    const std::size_t dots = inner.find("..");
+    if (dots == std::string_view::npos) return std::nullopt;
+    const std::string_view from = inner.substr(0, dots);
+    std::string_view to = inner.substr(dots + 2);
+    long long step = 1;
+    if (const std::size_t dots2 = to.find(".."); dots2 != std::string_view::npos) {
+        const auto s = to_number(to.substr(dots2 + 2));
+        if (!s || *s == 0) return std::nullopt;
+        step = *s < 0 ? -*s : *s;
+        to = to.substr(0, dots2);
+    }
+    std::vector<std::string> out;
+    const auto a = to_number(from), b = to_number(to);
+    if (a && b) {
+        const long long span = *a <= *b ? *b - *a : *a - *b;
+        if (span / step >= static_cast<long long>(max_expansions))
+            bad_url(whole, "range {" + std::string(inner) + "} has more than 65536 items");
+        // Zero padding: "{08..11}" gives 08 09 10 11, as Python's braceexpand does.
+        const bool padded = (from.size() > 1 && from[0] == '0') || (to.size() > 1 && to[0] == '0');
+        const std::size_t width = padded ? std::max(from.size(), to.size()) : 0;
+        const long long dir = *a <= *b ? step : -step;
+        for (long long v = *a; dir > 0 ? v <= *b : v >= *b; v += dir) {
+            std::string text = std::to_string(v < 0 ? -v : v);
+            if (text.size() + (v < 0) < width) text.insert(0, width - text.size() - (v < 0), '0');
+            out.push_back((v < 0 ? "-" : "") + text);
+        }
+        return out;
+    }
+    if (from.size() == 1 && to.size() == 1 && std::isalpha(static_cast<unsigned char>(from[0])) &&
+        std::isalpha(static_cast<unsigned char>(to[0]))) {
+        const int dir = from[0] <= to[0] ? static_cast<int>(step) : -static_cast<int>(step);
+        for (int c = from[0]; dir > 0 ? c <= to[0] : c >= to[0]; c += dir) out.emplace_back(1, static_cast<char>(c));
+        return out;
+    }
+    return std::nullopt;
+}
+
+void expand_into(std::string_view pattern, std::string_view whole, std::vector<std::string>& out) {
+    const std::size_t open = pattern.find('{');
+    if (open == std::string_view::npos) {
+        if (pattern.find('}') != std::string_view::npos) bad_url(whole, "unbalanced '}'");
+        out.emplace_back(pattern);
+        return;
+    }
+    if (pattern.substr(0, open).find('}') != std::string_view::npos) bad_url(whole, "unbalanced '}'");
+    const std::size_t close = matching_brace(pattern, open, whole);
+    if (close == std::string_view::npos) bad_url(whole, "unbalanced '{'");
+    const std::string_view prefix = pattern.substr(0, open);
+    const std::string_view inner = pattern.substr(open + 1, close - open - 1);
+    const std::string_view suffix = pattern.substr(close + 1);
+
+    std::vector<std::string> middles;
+    const auto alternatives = top_level_alternatives(inner);
+    if (alternatives.size() > 1) {
+        for (std::string_view alt : alternatives) expand_into(alt, whole, middles);
+    } else if (auto range = expand_range(inner, whole)) {
+        middles = std::move(*range);
+    } else {
+        // A group with neither commas nor a range stays literal, braces and all.
+        std::vector<std::string> inside;
+        expand_into(inner, whole, inside);
+        for (auto& s : inside) middles.push_back("{" + s + "}");
+    }
+    std::vector<std::string> tails;
+    expand_into(suffix, whole, tails);
+    if (middles.size() * tails.size() + out.size() > max_expansions)
+        bad_url(whole, "expands to more than 65536 URLs");
+    for (const auto& m : middles)
+        for (const auto& t : tails) out.push_back(std::string(prefix) + m + t);
+}
+
+struct scheme_info {
+    std::string_view name;
+    socket_kind kind;
+    bool bind;
+};
+constexpr scheme_info schemes[] = {
+    {"zpush", socket_kind::push, false}, {"zpull", socket_kind::pull, true},
+    {"zpub", socket_kind::pub, true},    {"zsub", socket_kind::sub, false},
+    {"zrpush", socket_kind::push, true}, {"zrpull", socket_kind::pull, false},
+    {"zrpub", socket_kind::pub, false},  {"zrsub", socket_kind::sub, true},
+};
+
+constexpr std::string_view kind_names[] = {"push", "pull", "pub", "sub", "req",
+                                           "rep", "dealer", "router", "pair"};
+
+}  // namespace
+
+std::string_view name(socket_kind kind) noexcept { return kind_names[static_cast<int>(kind)]; }
+
+std::optional<socket_kind> parse_socket_kind(std::string_view text) noexcept {
+    std::string lower(text);
+    for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    for (std::size_t i = 0; i < std::size(kind_names); ++i)
+        if (kind_names[i] == lower) return static_cast<socket_kind>(i);
+    return std::nullopt;
+}
+
+bool binds_by_default(socket_kind kind) noexcept {
+    return kind == socket_kind::pull || kind == socket_kind::pub || kind == socket_kind::rep ||
+           kind == socket_kind::router;
+}
+
+std::vector<std::string> brace_expand(std::string_view pattern) {
+    if (std::count(pattern.begin(), pattern.end(), '{') > static_cast<std::ptrdiff_t>(max_brace_groups))
+        bad_url(pattern, "more than 256 brace groups");
+    std::vector<std::string> out;
+    expand_into(pattern, pattern, out);
+    return out;
+}
+
+endpoint parse_url(std::string_view url, const url_options& opt) {
+    const std::size_t sep = url.find("://");
+    if (sep == std::string_view::npos || sep == 0) bad_url(url, "expected SCHEME://ADDRESS");
+    std::string_view scheme = url.substr(0, sep);
+    const std::string_view rest = url.substr(sep + 3);
+    std::string_view transport = "tcp";
+    if (const std::size_t plus = scheme.find('+'); plus != std::string_view::npos) {
+        transport = scheme.substr(plus + 1);
+        scheme = scheme.substr(0, plus);
+    }
+
+    endpoint ep;
+    const auto known = std::find_if(std::begin(schemes), std::end(schemes),
+                                    [&](const scheme_info& s) { return s.name == scheme; });
+    if (known != std::end(schemes)) {
+        if (opt.kind && *opt.kind != known->kind)
+            bad_url(url, "scheme " + std::string(scheme) + " makes a " + std::string(name(known->kind)) +
+                             " socket, not " + std::string(name(*opt.kind)));
+        ep.kind = known->kind;
+        ep.bind = known->bind;
+    } else if (scheme == "tcp" || scheme == "ipc" || scheme == "inproc") {
+        if (transport != "tcp" || url.substr(0, sep).find('+') != std::string_view::npos)
+            bad_url(url, "a plain ZeroMQ endpoint takes no '+transport'");
+        if (!opt.kind)
+            bad_url(url, "a plain ZeroMQ endpoint needs a socket kind (e.g. --socket pull), or use "
+                         "zpush/zpull/zpub/zsub");
+        transport = scheme;
+        ep.kind = *opt.kind;
+        ep.bind = binds_by_default(*opt.kind);
+    } else {
+        bad_url(url, "unknown scheme '" + std::string(scheme) +
+                         "'; use zpush, zpull, zpub, zsub, zrpush, zrpull, zrpub, zrsub, tcp, ipc or inproc");
+    }
+    if (transport != "tcp" && transport != "ipc" && transport != "inproc")
+        bad_url(url, "unknown transport '" + std::string(transport) + "'; use tcp, ipc or inproc");
+    if (opt.bind) ep.bind = *opt.bind;
+
+    std::string_view address = rest;
+    if (transport == "tcp") {
+        // tensorcom ignores a path after host:port; a bare trailing '/' is common.
+        if (const std::size_t slash = address.find('/'); slash != std::string_view::npos) {
+            if (address.substr(slash) != "/") bad_url(url, "a tcp address takes no path");
+            address = address.substr(0, slash);
+        }
+        const std::size_t colon = address.rfind(':');
+        if (colon == std::string_view::npos || colon == 0 || colon + 1 == address.size())
+            bad_url(url, "a tcp address is HOST:PORT");
+    }
+    if (address.empty()) bad_url(url, "the address is empty");
+    for (char c : address)
+        if (static_cast<unsigned char>(c) < 32 || c == 127) bad_url(url, "control character in the address");
+    ep.address = std::string(transport) + "://" + std::string(address);
+    return ep;
+}
+
+std::vector<endpoint> parse_urls(std::span<const std::string> urls, const url_options& opt) {
+    std::vector<endpoint> out;
+    for (const std::string& u : urls)
+        for (const std::string& one : brace_expand(u)) {
+            out.push_back(parse_url(one, opt));
+            if (out.back().kind != out.front().kind)
+                bad_url(one, "makes a " + std::string(name(out.back().kind)) + " socket but '" + urls.front() +
+                                 "' makes a " + std::string(name(out.front().kind)) +
+                                 "; the URLs of one connection share one socket");
+        }
+    if (out.empty()) throw error(errc::bad_url, "no URL given");
+    return out;
+}
+
+}  // namespace tenbin

@@ -1,0 +1,110 @@
+// Connection URLs: tensorcom's schemes, plain endpoints, brace expansion.
+#include "support.hpp"
+
+#include <doctest/doctest.h>
+#include <tenbin/url.hpp>
+
+using namespace tenbin;
+using test_support::error_class;
+using strings = std::vector<std::string>;
+
+TEST_CASE("braces expand like Python's braceexpand") {
+    CHECK(brace_expand("plain") == strings{"plain"});
+    CHECK(brace_expand("a{1..3}") == strings{"a1", "a2", "a3"});
+    CHECK(brace_expand("{x,y}z") == strings{"xz", "yz"});
+    CHECK(brace_expand("{a,b}{1,2}") == strings{"a1", "a2", "b1", "b2"});
+    CHECK(brace_expand("h{a,b{1..2}}") == strings{"ha", "hb1", "hb2"});
+    CHECK(brace_expand("{08..11}") == strings{"08", "09", "10", "11"});
+    CHECK(brace_expand("{3..1}") == strings{"3", "2", "1"});
+    CHECK(brace_expand("{0..10..5}") == strings{"0", "5", "10"});
+    CHECK(brace_expand("{a..c}") == strings{"a", "b", "c"});
+    CHECK(brace_expand("{-1..1}") == strings{"-1", "0", "1"});
+    CHECK(brace_expand("{single}") == strings{"{single}"});
+    CHECK(brace_expand("{,x}") == strings{"", "x"});
+    CHECK(brace_expand("zsub://host:78{80..83}").size() == 4);
+    CHECK(brace_expand("zsub://host:78{80..83}")[3] == "zsub://host:7883");
+}
+
+TEST_CASE("bad brace patterns are refused, not expanded without bound") {
+    CHECK(error_class([] { brace_expand("a{1,2"); }) == "bad_url");
+    CHECK(error_class([] { brace_expand("a}1"); }) == "bad_url");
+    CHECK(error_class([] { brace_expand("{1..1000000}"); }) == "bad_url");
+    CHECK(error_class([] { brace_expand("{1..300}{1..300}"); }) == "bad_url");
+    CHECK(error_class([] { brace_expand(std::string(40, '{') + std::string(40, '}')); }) == "bad_url");
+    std::string many;
+    for (int i = 0; i < 300; ++i) many += "{a}";
+    CHECK(error_class([&] { brace_expand(many); }) == "bad_url");
+}
+
+TEST_CASE("tensorcom schemes choose the socket and who binds") {
+    struct row { const char* url; socket_kind kind; bool bind; const char* address; };
+    const row rows[] = {
+        {"zpush://host:7880", socket_kind::push, false, "tcp://host:7880"},
+        {"zpull://*:7880", socket_kind::pull, true, "tcp://*:7880"},
+        {"zpub://0.0.0.0:7880/", socket_kind::pub, true, "tcp://0.0.0.0:7880"},
+        {"zsub://host:7880", socket_kind::sub, false, "tcp://host:7880"},
+        {"zrpush://*:7880", socket_kind::push, true, "tcp://*:7880"},
+        {"zrpull://host:7880", socket_kind::pull, false, "tcp://host:7880"},
+        {"zrpub://host:7880", socket_kind::pub, false, "tcp://host:7880"},
+        {"zrsub://*:7880", socket_kind::sub, true, "tcp://*:7880"},
+        {"zpub+ipc:///tmp/x", socket_kind::pub, true, "ipc:///tmp/x"},
+        {"zpush+inproc://name", socket_kind::push, false, "inproc://name"},
+        {"zsub+tcp://[::1]:5555", socket_kind::sub, false, "tcp://[::1]:5555"},
+    };
+    for (const row& r : rows) {
+        CAPTURE(r.url);
+        const endpoint ep = parse_url(r.url);
+        CHECK(ep.kind == r.kind);
+        CHECK(ep.bind == r.bind);
+        CHECK(ep.address == r.address);
+    }
+}
+
+TEST_CASE("plain endpoints need a kind; options override binding") {
+    CHECK(error_class([] { parse_url("tcp://127.0.0.1:5555"); }) == "bad_url");
+    const endpoint pull = parse_url("tcp://127.0.0.1:5555", {.kind = socket_kind::pull});
+    CHECK(pull.bind);
+    CHECK(pull.address == "tcp://127.0.0.1:5555");
+    CHECK_FALSE(parse_url("ipc:///tmp/s", {.kind = socket_kind::push}).bind);
+    CHECK(parse_url("zpush://h:1", {.bind = true}).bind);
+    CHECK_FALSE(parse_url("zpull://h:1", {.bind = false}).bind);
+    CHECK(parse_url("zpull://h:1", {.kind = socket_kind::pull}).kind == socket_kind::pull);
+    CHECK(error_class([] { parse_url("zpull://h:1", {.kind = socket_kind::push}); }) == "bad_url");
+}
+
+TEST_CASE("malformed URLs say what is wrong") {
+    for (const char* bad : {"", "zpush", "://x", "zfoo://h:1", "zpush+udp://h:1", "zpush://", "zpush://host",
+                            "zpush://host:", "zpush://:80", "zpush://h:1/path", "tcp+ipc://x", "zpub+ipc://"}) {
+        CAPTURE(bad);
+        CHECK(error_class([&] { parse_url(bad, {.kind = socket_kind::push}); }) == "bad_url");
+    }
+    try {
+        parse_url("zfoo://h:1");
+    } catch (const error& e) {
+        CHECK(std::string(e.what()).find("unknown scheme 'zfoo'") != std::string::npos);
+    }
+}
+
+TEST_CASE("many URLs make endpoints of one socket") {
+    const strings urls{"zsub://host:78{80..82}", "zsub+ipc:///tmp/feed"};
+    const auto eps = parse_urls(urls);
+    REQUIRE(eps.size() == 4);
+    CHECK(eps[0].address == "tcp://host:7880");
+    CHECK(eps[2].address == "tcp://host:7882");
+    CHECK(eps[3].address == "ipc:///tmp/feed");
+    CHECK(error_class([] { parse_urls(strings{"zsub://h:1", "zpush://h:2"}); }) == "bad_url");
+    CHECK(error_class([] { parse_urls(strings{}); }) == "bad_url");
+    // One socket may bind some endpoints and connect others.
+    const auto mixed = parse_urls(strings{"zsub://h:1", "zrsub://*:2"});
+    CHECK_FALSE(mixed[0].bind);
+    CHECK(mixed[1].bind);
+}
+
+TEST_CASE("socket kinds by name") {
+    CHECK(parse_socket_kind("PUSH") == socket_kind::push);
+    CHECK(parse_socket_kind("router") == socket_kind::router);
+    CHECK_FALSE(parse_socket_kind("xpub"));
+    CHECK(name(socket_kind::dealer) == "dealer");
+    CHECK(binds_by_default(socket_kind::pull));
+    CHECK_FALSE(binds_by_default(socket_kind::push));
+}
