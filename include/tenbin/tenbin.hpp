@@ -1,6 +1,7 @@
 // tenbin: everything.
 #pragma once
 
+#include <tenbin/connect.hpp>
 #include <tenbin/core.hpp>
 #include <tenbin/io.hpp>
 #include <tenbin/sctp.hpp>

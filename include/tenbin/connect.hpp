@@ -1,0 +1,269 @@
+// tenbin: connections and prefetching loaders, as Python tensorcom's
+// `Connection` offers them, on URLs (see url.hpp).
+//
+// A `connection` owns one ZeroMQ socket bound/connected to every endpoint of
+// its URLs and sends or receives tensor lists on it. A `loader` receives on
+// a background thread into a bounded queue so that decoding and transforms
+// overlap the consumer's work.
+#pragma once
+
+#include <tenbin/url.hpp>
+#include <tenbin/zmq.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <iterator>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tenbin {
+
+/// Messages and bytes over a connection's life and over a recent window,
+/// as tensorcom's Statistics. Not synchronised: one thread updates it.
+class statistics {
+public:
+    using clock = std::chrono::steady_clock;
+
+    explicit statistics(std::size_t horizon = 1000) : horizon_(horizon) { reset(); }
+    void reset();
+    /// Counts one message of `bytes` tensor bytes, now.
+    void add(std::uint64_t bytes);
+
+    std::uint64_t messages() const noexcept { return messages_; }
+    std::uint64_t bytes() const noexcept { return bytes_; }
+    /// Messages per second since the start (or reset).
+    double rate() const;
+    /// Bytes per second since the start.
+    double throughput() const;
+    /// Messages per second over the last `horizon` messages.
+    double recent_rate() const;
+    /// Bytes per second over the last `horizon` messages.
+    double recent_throughput() const;
+    /// "12.5 msg/s, 96.1 MB/s (recent: ...)".
+    std::string summary() const;
+
+private:
+    struct sample {
+        clock::time_point when;
+        std::uint64_t bytes;
+    };
+    std::size_t horizon_;
+    clock::time_point start_{};
+    clock::time_point last_{};
+    std::uint64_t messages_ = 0;
+    std::uint64_t bytes_ = 0;
+    std::deque<sample> recent_;
+    std::uint64_t recent_bytes_ = 0;
+};
+
+/// How a connection behaves. The defaults suit large tensor batches.
+struct connection_options {
+    /// Send in the multipart form (zero-copy); false sends single-part.
+    /// Receiving accepts either form.
+    bool multipart = true;
+    /// Infos to send in place of the tensors' own (one per tensor).
+    std::vector<std::string> infos{};
+    /// When set, every received message must carry exactly these infos.
+    std::optional<std::vector<std::string>> expect_infos{};
+    /// tensorcom refuses 64-bit dtypes (f8, i8, u8) unless allowed, since
+    /// they usually mean a forgotten conversion; so does send() here.
+    bool allow64 = false;
+    /// Socket kind for plain endpoints, and explicit bind/connect (see url.hpp).
+    std::optional<socket_kind> kind{};
+    std::optional<bool> bind{};
+    /// SUB sockets subscribe to this prefix ("" = everything, as tensorcom).
+    std::string topic{};
+    tenbin::limits limits{};
+
+    /// High-water marks in messages. ZeroMQ counts messages, not bytes: its
+    /// default of 1000 would queue 77 GB of 77 MB batches. 16 keeps a few
+    /// batches in flight per peer.
+    int send_hwm = 16;
+    int recv_hwm = 16;
+    /// How long closing waits to deliver queued messages. ZeroMQ's default
+    /// is forever (a hang at exit when the peer is gone); tensorcom's 0
+    /// silently drops them. Unsent messages after this are dropped.
+    std::chrono::milliseconds linger{10000};
+    /// Receive timeout: recv() gives up and returns nothing. Unset = wait.
+    std::optional<std::chrono::milliseconds> recv_timeout{};
+    /// Send timeout: send() gives up and returns false. Unset = wait.
+    std::optional<std::chrono::milliseconds> send_timeout{};
+    /// ZMQ_IMMEDIATE on connecting sockets: queue only to peers whose
+    /// connection is complete, so messages are not stranded in the pipe of a
+    /// peer that is down (they go to live peers, or send blocks).
+    bool immediate = true;
+    /// Messages in the statistics' recent window.
+    std::size_t stats_horizon = 1000;
+};
+
+/// One ZeroMQ socket on the endpoints of one or more URLs (brace-expanded):
+/// fan-in or fan-out. Not thread-safe: use a connection from one thread.
+class connection {
+public:
+    /// Opens the socket and binds/connects every endpoint. Throws bad_url,
+    /// or zmq::error_t when ZeroMQ refuses an endpoint (address in use...).
+    /// The connection owns a ZeroMQ context unless one is given (inproc
+    /// endpoints need one context shared by both sides).
+    explicit connection(std::string_view url, connection_options opt = {});
+    explicit connection(std::span<const std::string> urls, connection_options opt = {});
+    connection(std::shared_ptr<zmq::context_t> context, std::span<const std::string> urls,
+               connection_options opt = {});
+    connection(connection&&) noexcept;
+    connection& operator=(connection&&) noexcept;
+    ~connection();
+
+    /// Sends one message. Returns false when the send timeout expired.
+    /// Throws bad_argument for 64-bit dtypes unless allow64, wrong infos.
+    bool send(tensor_span tensors);
+    /// Receives one message (either form). Returns nothing on timeout.
+    /// Throws the codec's errors for malformed messages; the connection
+    /// stays usable (the rest of a bad message is drained).
+    std::optional<std::vector<tensor>> recv();
+    /// Sends every tensor list `source` yields (tensorcom's serve);
+    /// returns how many messages were sent.
+    template <class Source>
+    std::size_t serve(Source&& source) {
+        std::size_t n = 0;
+        for (auto&& batch : source) n += send(batch) ? 1 : 0;
+        return n;
+    }
+
+    /// Range-for over received messages; ends at a receive timeout.
+    class iterator {
+    public:
+        using value_type = std::vector<tensor>;
+        using difference_type = std::ptrdiff_t;
+        iterator() = default;
+        explicit iterator(connection* c) : c_(c) { ++*this; }
+        value_type& operator*() { return *current_; }
+        iterator& operator++() {
+            current_ = c_->recv();
+            return *this;
+        }
+        void operator++(int) { ++*this; }
+        bool operator==(std::default_sentinel_t) const { return !current_; }
+
+    private:
+        connection* c_ = nullptr;
+        std::optional<value_type> current_;
+    };
+    iterator begin() { return iterator(this); }
+    std::default_sentinel_t end() { return {}; }
+
+    const statistics& stats() const noexcept { return stats_; }
+    statistics& stats() noexcept { return stats_; }
+    /// The endpoints as bound or connected; a tcp bind to port 0 or '*'
+    /// shows the port ZeroMQ chose.
+    const std::vector<endpoint>& endpoints() const noexcept { return endpoints_; }
+    zmq::socket_ref socket() noexcept { return socket_; }
+    const connection_options& options() const noexcept { return opt_; }
+    /// Closes the socket now (waiting at most `linger` for queued messages).
+    void close();
+
+private:
+    std::shared_ptr<zmq::context_t> context_;
+    zmq::socket_t socket_;
+    connection_options opt_;
+    std::vector<endpoint> endpoints_;
+    statistics stats_;
+};
+
+/// Throws bad_argument when a tensor is 64-bit (f8, i8, u8), as tensorcom.
+void check_no64(tensor_span tensors);
+
+/// Makes glibc keep large freed blocks for reuse instead of returning them to
+/// the system. libzmq allocates every received frame anew, and glibc serves
+/// blocks over 32 MiB with a fresh mmap whose every page then faults: a
+/// 77 MB batch then costs more in page faults than on the wire. After this
+/// call such blocks come from the heap and are recycled. Process-wide (it
+/// changes malloc's settings for everyone), idempotent, thread-safe; the
+/// loader calls it unless told not to. Returns false where unsupported.
+bool reuse_large_allocations() noexcept;
+
+/// How a loader receives and queues.
+struct loader_options {
+    connection_options connection{};
+    /// Bounds on the decoded messages waiting for the consumer. The queue
+    /// accepts a message that exceeds `queue_bytes` only when it is empty,
+    /// so one oversized message cannot stall the loader.
+    std::size_t queue_messages = 8;
+    std::uint64_t queue_bytes = std::uint64_t{1} << 30;
+    /// Run on the loader thread on each received batch before queueing.
+    std::function<std::vector<tensor>(std::vector<tensor>)> transform{};
+    /// Malformed messages are skipped (counted in `malformed()`) instead of
+    /// being raised from next(). Raising is the default.
+    bool skip_malformed = false;
+    /// Calls reuse_large_allocations() when the loader starts.
+    bool reuse_allocations = true;
+};
+
+/// A prefetching receiver: a background thread receives, decodes and
+/// transforms into a bounded queue; the consumer takes batches with next()
+/// or range-for. Fan-in comes from the URLs (many publishers or pushers on
+/// one socket). Errors on the loader thread reach the consumer: a malformed
+/// message is raised from next() (and the loader goes on); a fatal error
+/// (the socket failing) is raised and ends the loader.
+class loader {
+public:
+    loader(std::span<const std::string> urls, loader_options opt = {});
+    explicit loader(std::string_view url, loader_options opt = {});
+    loader(std::shared_ptr<zmq::context_t> context, std::span<const std::string> urls,
+           loader_options opt = {});
+    /// Stops the thread and discards what is queued; never hangs.
+    ~loader();
+    loader(const loader&) = delete;
+    loader& operator=(const loader&) = delete;
+
+    /// The next batch, waiting as long as it takes (or up to the
+    /// connection's recv_timeout, then throws errc::timeout). Returns
+    /// nothing once close() was called and the queue is drained.
+    std::optional<std::vector<tensor>> next();
+    /// Like next(), but waits at most `timeout`; throws errc::timeout then.
+    std::optional<std::vector<tensor>> next(std::chrono::milliseconds timeout);
+    /// Stops receiving (from any thread) and wakes a blocked next(). Queued
+    /// batches can still be taken.
+    void close();
+
+    class iterator {
+    public:
+        using value_type = std::vector<tensor>;
+        using difference_type = std::ptrdiff_t;
+        iterator() = default;
+        explicit iterator(loader* l) : l_(l) { ++*this; }
+        value_type& operator*() { return *current_; }
+        iterator& operator++() {
+            current_ = l_->next();
+            return *this;
+        }
+        void operator++(int) { ++*this; }
+        bool operator==(std::default_sentinel_t) const { return !current_; }
+
+    private:
+        loader* l_ = nullptr;
+        std::optional<value_type> current_;
+    };
+    iterator begin() { return iterator(this); }
+    std::default_sentinel_t end() { return {}; }
+
+    /// A snapshot of the receive statistics (thread-safe).
+    statistics stats() const;
+    std::size_t queued_messages() const;
+    std::uint64_t queued_bytes() const;
+    /// The most messages and bytes that were ever queued at once.
+    std::size_t peak_queued_messages() const;
+    std::uint64_t peak_queued_bytes() const;
+    std::uint64_t malformed() const;
+    /// The endpoints, once bound/connected (waits for the thread to start).
+    std::vector<endpoint> endpoints() const;
+
+private:
+    struct state;
+    std::shared_ptr<state> state_;
+};
+
+}  // namespace tenbin

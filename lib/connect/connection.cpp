@@ -1,0 +1,137 @@
+#include <tenbin/connect.hpp>
+
+#include <malloc.h>
+
+#include <atomic>
+#include <cstdint>
+
+namespace tenbin {
+
+namespace {
+
+zmq::socket_type to_zmq(socket_kind kind) {
+    switch (kind) {
+    case socket_kind::push: return zmq::socket_type::push;
+    case socket_kind::pull: return zmq::socket_type::pull;
+    case socket_kind::pub: return zmq::socket_type::pub;
+    case socket_kind::sub: return zmq::socket_type::sub;
+    case socket_kind::req: return zmq::socket_type::req;
+    case socket_kind::rep: return zmq::socket_type::rep;
+    case socket_kind::dealer: return zmq::socket_type::dealer;
+    case socket_kind::router: return zmq::socket_type::router;
+    case socket_kind::pair: return zmq::socket_type::pair;
+    }
+    return zmq::socket_type::pair;
+}
+
+int to_ms(std::chrono::milliseconds ms) {
+    return static_cast<int>(std::min<std::int64_t>(ms.count(), INT32_MAX));
+}
+
+// A single-part message carries its tensors plus chunk preambles, headers
+// and padding; this allowance covers them for any sane tensor count.
+constexpr std::int64_t frame_overhead_allowance = std::int64_t{1} << 26;
+
+bool topic_applies(const connection_options& opt, socket_kind kind) {
+    return !opt.topic.empty() && (kind == socket_kind::pub || kind == socket_kind::sub);
+}
+
+}  // namespace
+
+void check_no64(tensor_span tensors) {
+    for (std::size_t i = 0; i < tensors.size(); ++i) {
+        const dtype t = tensors[i].dtype;
+        if (itemsize(t) == 8)
+            throw error(errc::bad_argument, "tensor " + std::to_string(i) + " is " + std::string(code(t)) +
+                                                "; 64-bit dtypes need connection_options::allow64");
+    }
+}
+
+connection::connection(std::string_view url, connection_options opt)
+    : connection(std::vector<std::string>{std::string(url)}, std::move(opt)) {}
+
+connection::connection(std::span<const std::string> urls, connection_options opt)
+    : connection(std::make_shared<zmq::context_t>(1), urls, std::move(opt)) {}
+
+connection::connection(std::shared_ptr<zmq::context_t> context, std::span<const std::string> urls,
+                       connection_options opt)
+    : context_(std::move(context)),
+      opt_(std::move(opt)),
+      endpoints_(parse_urls(urls, {.kind = opt_.kind, .bind = opt_.bind})),
+      stats_(opt_.stats_horizon) {
+    const socket_kind kind = endpoints_.front().kind;
+    socket_ = zmq::socket_t(*context_, to_zmq(kind));
+    socket_.set(zmq::sockopt::sndhwm, opt_.send_hwm);
+    socket_.set(zmq::sockopt::rcvhwm, opt_.recv_hwm);
+    socket_.set(zmq::sockopt::linger, to_ms(opt_.linger));
+    if (opt_.recv_timeout) socket_.set(zmq::sockopt::rcvtimeo, to_ms(*opt_.recv_timeout));
+    if (opt_.send_timeout) socket_.set(zmq::sockopt::sndtimeo, to_ms(*opt_.send_timeout));
+    // A peer sending frames over the byte limit is disconnected by ZeroMQ
+    // before it allocates them.
+    if (opt_.limits.max_bytes < static_cast<std::uint64_t>(INT64_MAX - frame_overhead_allowance))
+        socket_.set(zmq::sockopt::maxmsgsize,
+                    static_cast<std::int64_t>(opt_.limits.max_bytes) + frame_overhead_allowance);
+    if (kind == socket_kind::sub) socket_.set(zmq::sockopt::subscribe, opt_.topic);
+    for (endpoint& ep : endpoints_) {
+        if (ep.bind) {
+            socket_.bind(ep.address);
+            ep.address = socket_.get(zmq::sockopt::last_endpoint);
+        } else {
+            if (opt_.immediate) socket_.set(zmq::sockopt::immediate, 1);
+            socket_.connect(ep.address);
+        }
+    }
+}
+
+connection::connection(connection&&) noexcept = default;
+connection& connection::operator=(connection&&) noexcept = default;
+connection::~connection() = default;
+
+bool connection::send(tensor_span tensors) {
+    if (!opt_.allow64) check_no64(tensors);
+    std::vector<tensor> renamed;
+    if (!opt_.infos.empty()) {
+        renamed = with_infos(tensors, opt_.infos);
+        tensors = renamed;
+    }
+    send_options so;
+    const zmq::const_buffer topic(opt_.topic.data(), opt_.topic.size());
+    if (topic_applies(opt_, endpoints_.front().kind)) so.envelope = {&topic, 1};
+    const bool sent = opt_.multipart ? zsend_multipart(socket_, tensors, so) : zsend_single(socket_, tensors, so);
+    if (sent) {
+        std::uint64_t bytes = 0;
+        for (std::size_t i = 0; i < tensors.size(); ++i) bytes += tensors[i].data.size();
+        stats_.add(bytes);
+    }
+    return sent;
+}
+
+std::optional<std::vector<tensor>> connection::recv() {
+    recv_options ro;
+    ro.decode.limits = opt_.limits;
+    ro.decode.expect_infos = opt_.expect_infos;
+    if (topic_applies(opt_, endpoints_.front().kind)) ro.envelope = envelope_spec::topic();
+    std::optional<message> m = zrecv(socket_, ro);
+    if (!m) return std::nullopt;
+    std::uint64_t bytes = 0;
+    for (const tensor& t : m->tensors) bytes += t.nbytes();
+    stats_.add(bytes);
+    return std::move(m->tensors);
+}
+
+void connection::close() {
+    if (socket_) socket_.close();
+}
+
+bool reuse_large_allocations() noexcept {
+    static std::atomic<int> done{0};
+    if (done.load()) return done.load() > 0;
+    // No mmap-backed blocks: large blocks come from the heap and freed ones
+    // stay there (no trimming below 1 GiB of free top), so the next frame of
+    // the same size reuses pages that are already mapped.
+    const bool ok = mallopt(M_MMAP_MAX, 0) == 1 && mallopt(M_TRIM_THRESHOLD, 1 << 30) == 1;
+    done.store(ok ? 1 : -1);
+    return ok;
+}
+
+}  // namespace tenbin

@@ -1,0 +1,356 @@
+// Connections and loaders: tensorcom URLs on real sockets, fan-in, the
+// bounded prefetching queue, shutdown and error delivery.
+#include "support.hpp"
+
+#include <doctest/doctest.h>
+#include <tenbin/connect.hpp>
+
+#include <unistd.h>
+
+#include <atomic>
+#include <set>
+#include <thread>
+
+using namespace tenbin;
+using namespace std::chrono_literals;
+using test_support::error_class;
+using strings = std::vector<std::string>;
+
+namespace {
+
+tensor batch_of(int n, std::int32_t seed) {
+    std::vector<std::int32_t> v(static_cast<std::size_t>(n));
+    for (int i = 0; i < n; ++i) v[static_cast<std::size_t>(i)] = seed * 1000 + i;
+    return tensor::from_vector(std::move(v), {n}, "batch");
+}
+
+std::int32_t seed_of(const std::vector<tensor>& b) { return b.at(0).values<std::int32_t>()[0] / 1000; }
+
+std::string ipc_path(const char* tag) {
+    return "/tmp/tenbin-test-" + std::to_string(::getpid()) + "-" + tag;
+}
+
+connection_options quick() {
+    connection_options o;
+    o.recv_timeout = 5000ms;
+    o.send_timeout = 5000ms;
+    o.linger = 1000ms;
+    return o;
+}
+
+// Sends until the receiver gets one (PUB/SUB joins late), then `extra` more.
+std::vector<tensor> send_until_received(connection& tx, connection& rx) {
+    rx.socket().set(zmq::sockopt::rcvtimeo, 100);
+    for (int attempt = 0; attempt < 100; ++attempt) {
+        REQUIRE(tx.send(batch_of(10, 7)));
+        if (auto got = rx.recv()) return *got;
+    }
+    FAIL("nothing arrived");
+    return {};
+}
+
+}  // namespace
+
+TEST_CASE("every tensorcom scheme over every transport carries a batch") {
+    struct pair_spec { const char* tx; const char* rx; bool tx_binds; };
+    const pair_spec pairs[] = {
+        {"zpush", "zpull", false}, {"zrpush", "zrpull", true},
+        {"zpub", "zsub", true},    {"zrpub", "zrsub", false},
+    };
+    auto ctx = std::make_shared<zmq::context_t>(1);
+    int n = 0;
+    for (const pair_spec& p : pairs)
+        for (const char* transport : {"tcp", "ipc", "inproc"}) {
+            CAPTURE(p.tx);
+            CAPTURE(transport);
+            const std::string tag = std::to_string(n++);
+            std::string bind_addr, connect_addr;
+            if (std::string(transport) == "tcp") bind_addr = "127.0.0.1:*";
+            else if (std::string(transport) == "ipc") bind_addr = connect_addr = ipc_path(tag.c_str());
+            else bind_addr = connect_addr = "conn-" + tag;
+            auto url = [&](const char* scheme, const std::string& addr) {
+                std::string u = std::string(scheme) + "+" + transport + "://";
+                return u + addr;
+            };
+            // The binding side goes first so the connecting one knows the port.
+            std::optional<connection> tx, rx;
+            if (p.tx_binds) {
+                tx.emplace(ctx, strings{url(p.tx, bind_addr)}, quick());
+                if (connect_addr.empty()) connect_addr = tx->endpoints()[0].address.substr(6);
+                rx.emplace(ctx, strings{url(p.rx, connect_addr)}, quick());
+            } else {
+                rx.emplace(ctx, strings{url(p.rx, bind_addr)}, quick());
+                if (connect_addr.empty()) connect_addr = rx->endpoints()[0].address.substr(6);
+                tx.emplace(ctx, strings{url(p.tx, connect_addr)}, quick());
+            }
+            CHECK(tx->endpoints()[0].bind == p.tx_binds);
+            CHECK(rx->endpoints()[0].bind == !p.tx_binds);
+            const auto got = send_until_received(*tx, *rx);
+            REQUIRE(got.size() == 1);
+            CHECK(got[0].view() == batch_of(10, 7).view());
+            CHECK(rx->stats().messages() >= 1);
+        }
+}
+
+TEST_CASE("single-part connections, plain endpoints and infos") {
+    auto ctx = std::make_shared<zmq::context_t>(1);
+    connection_options rxo = quick();
+    rxo.kind = socket_kind::pull;
+    rxo.expect_infos = strings{"input"};
+    connection rx(ctx, strings{"tcp://127.0.0.1:*"}, rxo);
+    connection_options txo = quick();
+    txo.kind = socket_kind::push;
+    txo.multipart = false;
+    txo.infos = {"input"};
+    connection tx(ctx, strings{rx.endpoints()[0].address}, txo);
+    REQUIRE(tx.send(batch_of(5, 3)));
+    const auto got = rx.recv();
+    REQUIRE(got);
+    CHECK((*got)[0].info() == "input");
+    CHECK(seed_of(*got) == 3);
+    // A message without the expected infos is refused, and the next one is fine.
+    connection_options plain = quick();
+    plain.kind = socket_kind::push;
+    connection tx2(ctx, strings{rx.endpoints()[0].address}, plain);
+    REQUIRE(tx2.send(batch_of(5, 4)));
+    CHECK(error_class([&] { rx.recv(); }) == "info_mismatch");
+    REQUIRE(tx.send(batch_of(5, 5)));
+    CHECK(seed_of(*rx.recv()) == 5);
+}
+
+TEST_CASE("64-bit dtypes need allow64, as in tensorcom") {
+    connection_options o = quick();
+    o.kind = socket_kind::push;
+    connection tx(strings{"inproc://no64"}, o);
+    const tensor f8 = tensor::zeros(dtype::f8, {2});
+    CHECK(error_class([&] { tx.send(f8); }) == "bad_argument");
+    CHECK(error_class([&] { check_no64({tensor::zeros(dtype::u8, {1})}); }) == "bad_argument");
+    CHECK_NOTHROW(check_no64({tensor::zeros(dtype::f4, {1}), tensor::zeros(dtype::u4, {1})}));
+}
+
+TEST_CASE("a topic goes out as a frame in front and is filtered on") {
+    auto ctx = std::make_shared<zmq::context_t>(1);
+    connection_options po = quick();
+    po.topic = "train";
+    connection pub(ctx, strings{"zpub+inproc://topics"}, po);
+    connection_options so = quick();
+    so.topic = "train";
+    connection sub(ctx, strings{"zsub+inproc://topics"}, so);
+    connection_options other = quick();
+    other.topic = "eval";
+    connection sub_eval(ctx, strings{"zsub+inproc://topics"}, other);
+    const auto got = send_until_received(pub, sub);
+    CHECK(seed_of(got) == 7);
+    sub_eval.socket().set(zmq::sockopt::rcvtimeo, 200);
+    CHECK_FALSE(sub_eval.recv());
+}
+
+TEST_CASE("braces make one socket that fans in from three publishers") {
+    auto ctx = std::make_shared<zmq::context_t>(1);
+    std::vector<connection> pubs;
+    std::string ports;
+    for (int i = 0; i < 3; ++i) {
+        pubs.emplace_back(ctx, strings{"zpub://127.0.0.1:*"}, quick());
+        const std::string addr = pubs.back().endpoints()[0].address;
+        ports += (i ? "," : "") + addr.substr(addr.rfind(':') + 1);
+    }
+    connection sub(ctx, strings{"zsub://127.0.0.1:{" + ports + "}"}, quick());
+    REQUIRE(sub.endpoints().size() == 3);
+    sub.socket().set(zmq::sockopt::rcvtimeo, 50);
+    std::set<std::int32_t> seen;
+    for (int round = 0; round < 200 && seen.size() < 3; ++round) {
+        for (int i = 0; i < 3; ++i) REQUIRE(pubs[static_cast<std::size_t>(i)].send(batch_of(4, i + 1)));
+        while (auto got = sub.recv()) seen.insert(seed_of(*got));
+    }
+    CHECK(seen == std::set<std::int32_t>{1, 2, 3});
+}
+
+TEST_CASE("statistics count messages and bytes over all time and a recent window") {
+    statistics s(4);
+    CHECK(s.rate() == 0);
+    CHECK(s.recent_rate() == 0);
+    for (int i = 0; i < 10; ++i) {
+        s.add(100);
+        std::this_thread::sleep_for(2ms);
+    }
+    CHECK(s.messages() == 10);
+    CHECK(s.bytes() == 1000);
+    CHECK(s.rate() > 0);
+    // Every message has the same size, so bytes/s is exactly 100 x msg/s.
+    CHECK(s.throughput() == doctest::Approx(100 * s.rate()));
+    CHECK(s.recent_throughput() == doctest::Approx(100 * s.recent_rate()));
+    // The recent window spans 3 intervals of at least 2 ms: at most 1500 msg/s.
+    CHECK(s.recent_rate() <= 1500);
+    CHECK(s.summary().find("10 msgs") != std::string::npos);
+    s.reset();
+    CHECK(s.messages() == 0);
+}
+
+TEST_CASE("a connection serves a generator and iterates until a timeout") {
+    auto ctx = std::make_shared<zmq::context_t>(1);
+    connection_options o = quick();
+    o.recv_timeout = 300ms;
+    connection rx(ctx, strings{"zpull+inproc://serve"}, o);
+    connection tx(ctx, strings{"zpush+inproc://serve"}, quick());
+    std::vector<std::vector<tensor>> source;
+    for (int i = 0; i < 5; ++i) source.push_back({batch_of(3, i)});
+    CHECK(tx.serve(source) == 5);
+    std::vector<std::int32_t> seeds;
+    for (auto& batch : rx) seeds.push_back(seed_of(batch));
+    CHECK(seeds == std::vector<std::int32_t>{0, 1, 2, 3, 4});
+    CHECK(tx.stats().messages() == 5);
+    CHECK(tx.stats().bytes() == 5 * 12);
+}
+
+TEST_CASE("a loader prefetches in order and keeps its queue within bounds") {
+    loader_options lo;
+    lo.queue_messages = 3;
+    lo.queue_bytes = 1 << 20;
+    lo.connection.recv_timeout = 10000ms;
+    loader l(strings{"zpull://127.0.0.1:*"}, lo);
+    const std::string addr = l.endpoints().at(0).address;
+    connection tx(strings{addr}, [] {
+        connection_options o = quick();
+        o.kind = socket_kind::push;
+        o.send_hwm = 2;
+        return o;
+    }());
+    std::thread producer([&] {
+        for (int i = 0; i < 40; ++i) tx.send(batch_of(1000, i));
+    });
+    std::vector<std::int32_t> seeds;
+    for (int i = 0; i < 40; ++i) {
+        if (i % 10 == 0) std::this_thread::sleep_for(50ms);  // a slow consumer
+        CHECK(l.queued_messages() <= 3);
+        seeds.push_back(seed_of(*l.next()));
+    }
+    producer.join();
+    for (int i = 0; i < 40; ++i) CHECK(seeds[static_cast<std::size_t>(i)] == i);
+    CHECK(l.peak_queued_messages() <= 3);
+    CHECK(l.peak_queued_messages() >= 2);  // it did prefetch
+    CHECK(l.stats().messages() == 40);
+}
+
+TEST_CASE("the byte bound holds with messages larger than it, one at a time") {
+    loader_options lo;
+    lo.queue_messages = 100;
+    lo.queue_bytes = 10000;  // each batch is 40000 bytes
+    lo.connection.recv_timeout = 10000ms;
+    auto ctx = std::make_shared<zmq::context_t>(1);
+    loader l(ctx, strings{"zpull+inproc://bytes"}, lo);
+    (void)l.endpoints();
+    connection tx(ctx, strings{"zpush+inproc://bytes"}, quick());
+    for (int i = 0; i < 6; ++i) REQUIRE(tx.send(batch_of(10000, i)));
+    std::this_thread::sleep_for(200ms);
+    CHECK(l.queued_messages() == 1);
+    for (int i = 0; i < 6; ++i) CHECK(seed_of(*l.next()) == i);
+    CHECK(l.peak_queued_bytes() == 40000);
+}
+
+TEST_CASE("a loader shuts down cleanly from either side, even while blocked") {
+    SUBCASE("close() wakes a consumer blocked in next()") {
+        loader l(strings{"zpull+inproc://idle"}, {});
+        std::atomic<bool> returned{false};
+        std::thread consumer([&] {
+            CHECK_FALSE(l.next());
+            returned = true;
+        });
+        std::this_thread::sleep_for(100ms);
+        CHECK_FALSE(returned);
+        l.close();
+        consumer.join();
+        CHECK(returned);
+    }
+    SUBCASE("destroying a loader whose queue is full and producer still sending") {
+        auto ctx = std::make_shared<zmq::context_t>(1);
+        connection tx(ctx, strings{"zpush+inproc://full"}, quick());
+        {
+            loader_options lo;
+            lo.queue_messages = 1;
+            loader l(ctx, strings{"zpull+inproc://full"}, lo);
+            (void)l.endpoints();
+            for (int i = 0; i < 5; ++i) REQUIRE(tx.send(batch_of(100, i)));
+            std::this_thread::sleep_for(100ms);
+            CHECK(l.queued_messages() == 1);
+        }  // must not hang
+        CHECK(true);
+    }
+    SUBCASE("next with a timeout raises a timeout error") {
+        loader l(strings{"zpull+inproc://quiet"}, {});
+        CHECK(error_class([&] { l.next(100ms); }) == "timeout");
+    }
+    SUBCASE("iteration ends when the loader is closed") {
+        auto ctx = std::make_shared<zmq::context_t>(1);
+        loader l(ctx, strings{"zpull+inproc://iter"}, {});
+        (void)l.endpoints();
+        connection tx(ctx, strings{"zpush+inproc://iter"}, quick());
+        for (int i = 0; i < 3; ++i) REQUIRE(tx.send(batch_of(2, i)));
+        int n = 0;
+        for (auto& batch : l) {
+            CHECK(seed_of(batch) == n);
+            if (++n == 3) l.close();
+        }
+        CHECK(n == 3);
+    }
+}
+
+TEST_CASE("errors on the loader thread reach the consumer") {
+    auto ctx = std::make_shared<zmq::context_t>(1);
+    SUBCASE("a malformed message is raised, and the loader goes on") {
+        loader l(ctx, strings{"zpull+inproc://bad"}, {});
+        (void)l.endpoints();
+        zmq::socket_t raw(*ctx, zmq::socket_type::push);
+        raw.connect("inproc://bad");
+        raw.send(zmq::str_buffer("not a tenbin header"), zmq::send_flags::sndmore);
+        raw.send(zmq::str_buffer("x"), zmq::send_flags::sndmore);
+        raw.send(zmq::str_buffer("y"), zmq::send_flags::none);
+        connection tx(ctx, strings{"zpush+inproc://bad"}, quick());
+        REQUIRE(tx.send(batch_of(3, 9)));
+        const std::string c = error_class([&] { l.next(5000ms); });
+        CHECK((c == "bad_header" || c == "odd_chunk_count"));
+        CHECK(seed_of(*l.next(5000ms)) == 9);
+        CHECK(l.malformed() == 1);
+    }
+    SUBCASE("skip_malformed counts and skips") {
+        loader_options lo;
+        lo.skip_malformed = true;
+        loader l(ctx, strings{"zpull+inproc://skip"}, lo);
+        (void)l.endpoints();
+        zmq::socket_t raw(*ctx, zmq::socket_type::push);
+        raw.connect("inproc://skip");
+        raw.send(zmq::str_buffer("garbage"), zmq::send_flags::none);
+        connection tx(ctx, strings{"zpush+inproc://skip"}, quick());
+        REQUIRE(tx.send(batch_of(3, 8)));
+        CHECK(seed_of(*l.next(5000ms)) == 8);
+        CHECK(l.malformed() == 1);
+    }
+    SUBCASE("a transform runs on the loader thread; its errors are raised too") {
+        loader_options lo;
+        const auto consumer_thread = std::this_thread::get_id();
+        lo.transform = [consumer_thread](std::vector<tensor> b) {
+            if (std::this_thread::get_id() == consumer_thread) throw std::logic_error("wrong thread");
+            if (seed_of(b) == 1) throw error(errc::bad_argument, "transform refused batch 1");
+            b.push_back(tensor::zeros(dtype::u1, {1}, "added"));
+            return b;
+        };
+        loader l(ctx, strings{"zpull+inproc://transform"}, lo);
+        (void)l.endpoints();
+        connection tx(ctx, strings{"zpush+inproc://transform"}, quick());
+        for (int i = 0; i < 3; ++i) REQUIRE(tx.send(batch_of(3, i)));
+        CHECK(l.next(5000ms)->size() == 2);
+        CHECK(error_class([&] { l.next(5000ms); }) == "bad_argument");
+        CHECK(seed_of(*l.next(5000ms)) == 2);
+    }
+    SUBCASE("a fatal error (address in use) ends the loader after raising") {
+        connection holder(ctx, strings{"zpull://127.0.0.1:*"}, quick());
+        const std::string addr = holder.endpoints()[0].address;
+        loader_options lo;
+        lo.connection.kind = socket_kind::pull;
+        loader l(strings{addr}, lo);
+        CHECK_THROWS_AS(l.next(5000ms), zmq::error_t);
+        CHECK_FALSE(l.next(5000ms));
+    }
+    SUBCASE("a bad URL fails in the caller's thread") {
+        CHECK(error_class([] { loader l(strings{"zfoo://x:1"}, {}); }) == "bad_url");
+    }
+}
