@@ -1,1 +1,168 @@
-// (being written)
+// .ten files: save, load (one read into one buffer) and mappings.
+#include <tenbin/io.hpp>
+
+#include "core/chunk_plan.hpp"
+#include "io/sys_error.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace tenbin {
+
+namespace {
+
+using detail::throw_error;
+using detail::throw_io_error;
+
+std::string str(std::uint64_t n) { return std::to_string(n); }
+
+std::string quoted(const std::filesystem::path& p) { return "'" + p.string() + "'"; }
+
+// Closes on every path out; close errors matter only after writing, where
+// save() closes explicitly.
+class unique_fd {
+public:
+    explicit unique_fd(int fd) noexcept : fd_(fd) {}
+    unique_fd(const unique_fd&) = delete;
+    unique_fd& operator=(const unique_fd&) = delete;
+    ~unique_fd() {
+        if (fd_ >= 0) ::close(fd_);
+    }
+    int get() const noexcept { return fd_; }
+    int release() noexcept { return std::exchange(fd_, -1); }
+
+private:
+    int fd_;
+};
+
+unique_fd open_file(const std::filesystem::path& p, int flags, mode_t mode = 0) {
+    int fd;
+    do fd = ::open(p.c_str(), flags | O_CLOEXEC, mode);
+    while (fd < 0 && errno == EINTR);
+    if (fd < 0) throw_io_error("open " + quoted(p), errno);
+    return unique_fd(fd);
+}
+
+struct stat stat_of(int fd, const std::filesystem::path& p) {
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) throw_io_error("fstat " + quoted(p), errno);
+    return st;
+}
+
+// Python's save/load assert that the name ends in ".ten"; so do we, on the
+// whole name (a file called just ".ten" passes, as it does there).
+void check_extension(const std::filesystem::path& p, bool nocheck) {
+    if (nocheck) return;
+    const std::string name = p.string();
+    if (!std::string_view(name).ends_with(".ten"))
+        throw_error(errc::bad_extension,
+                    quoted(p) + " does not end in .ten (set file_options::nocheck to allow it)");
+}
+
+// Runs `f`; a tenbin error it throws gets the file name in front.
+template <class F>
+auto about_file(const std::filesystem::path& p, F&& f) {
+    try {
+        return f();
+    } catch (const error& e) {
+        throw error(e.code(), quoted(p) + ": " + e.what());
+    }
+}
+
+std::uint64_t saturating_add(std::uint64_t a, std::uint64_t b) noexcept {
+    return b > UINT64_MAX - a ? UINT64_MAX : a + b;
+}
+
+std::uint64_t saturating_mul(std::uint64_t a, std::uint64_t b) noexcept {
+    return a != 0 && b > UINT64_MAX / a ? UINT64_MAX : a * b;
+}
+
+// The largest file that can hold tensors within `lim`: their data, plus per
+// tensor a header chunk of the highest rank, a data preamble and padding.
+// Checked before allocating a buffer for the whole file.
+std::uint64_t largest_file(const limits& lim) noexcept {
+    const std::size_t rank = std::min(lim.max_rank, max_supported_rank);
+    const std::uint64_t per_tensor = chunk_size(header_size(rank)) + chunk_preamble + chunk_padding - 1;
+    return saturating_add(lim.max_bytes, saturating_mul(lim.max_tensors, per_tensor));
+}
+
+decode_options decode_options_of(const file_options& opt) { return {opt.limits, opt.expect_infos}; }
+
+}  // namespace
+
+void save(const std::filesystem::path& path, tensor_span tensors, const file_options& opt) {
+    check_extension(path, opt.nocheck);
+    // Encode the headers first, so that an unencodable list leaves any
+    // existing file untouched.
+    const detail::chunk_plan plan(tensors);
+    unique_fd f = open_file(path, O_WRONLY | O_CREAT | O_TRUNC, 0666);
+    about_file(path, [&] { fd_sink(f.get()).write(plan.pieces()); });
+    // Errors of delayed writes (NFS, full disks) can surface only here.
+    if (::close(f.release()) != 0) throw_io_error("close " + quoted(path), errno);
+}
+
+std::vector<tensor> load(const std::filesystem::path& path, const file_options& opt) {
+    check_extension(path, opt.nocheck);
+    unique_fd f = open_file(path, O_RDONLY);
+    const struct stat st = stat_of(f.get(), path);
+    if (!S_ISREG(st.st_mode)) {
+        // A pipe or device has no size to read at once: read it as a stream.
+        return about_file(path, [&] {
+            fd_source in(f.get());
+            return read(in, read_options{std::nullopt, opt.limits, opt.expect_infos});
+        });
+    }
+    const auto size = static_cast<std::uint64_t>(st.st_size);
+    if (size > largest_file(opt.limits))
+        throw_error(errc::limit_exceeded,
+                    quoted(path) + ": file of " + str(size) + " bytes cannot fit limits::max_bytes = " +
+                        str(opt.limits.max_bytes) + " and limits::max_tensors = " +
+                        str(opt.limits.max_tensors));
+    buffer all = buffer::allocate(static_cast<std::size_t>(size));
+    std::byte* at = all.writable_bytes().data();
+    std::size_t got = 0;
+    while (got < all.size()) {
+        const std::size_t want = std::min<std::size_t>(all.size() - got, 0x7ffff000);
+        const ssize_t n = ::read(f.get(), at + got, want);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            throw_io_error("read " + quoted(path) + " at offset " + str(got), errno);
+        }
+        if (n == 0)
+            throw_error(errc::io_error, quoted(path) + ": file shrank while being read (" + str(got) +
+                                            " of " + str(size) + " bytes)");
+        got += static_cast<std::size_t>(n);
+    }
+    return about_file(path, [&] { return decode_buffer(all, decode_options_of(opt)); });
+}
+
+buffer map_file(const std::filesystem::path& path) {
+    // O_NONBLOCK: opening a FIFO must fail below, not wait for a writer.
+    unique_fd f = open_file(path, O_RDONLY | O_NONBLOCK);
+    const struct stat st = stat_of(f.get(), path);
+    if (!S_ISREG(st.st_mode))
+        throw_error(errc::io_error, "mmap " + quoted(path) + ": not a regular file");
+    const auto size = static_cast<std::size_t>(st.st_size);
+    if (size == 0) return {};  // mmap refuses zero bytes
+    void* p = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, f.get(), 0);
+    if (p == MAP_FAILED) throw_io_error("mmap " + quoted(path), errno);
+    // The mapping outlives the descriptor; the last buffer unmaps it.
+    buffer::keeper_type keeper(p, [size](const void* q) { ::munmap(const_cast<void*>(q), size); });
+    return buffer::share(std::move(keeper), {static_cast<std::byte*>(p), size}, false);
+}
+
+std::vector<tensor> load_mmap(const std::filesystem::path& path, const file_options& opt) {
+    check_extension(path, opt.nocheck);
+    const buffer mapped = map_file(path);
+    return about_file(path, [&] { return decode_buffer(mapped, decode_options_of(opt)); });
+}
+
+}  // namespace tenbin
