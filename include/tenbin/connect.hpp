@@ -93,6 +93,9 @@ struct connection_options {
     std::optional<std::chrono::milliseconds> recv_timeout{};
     /// Send timeout: send() gives up and returns false. Unset = wait.
     std::optional<std::chrono::milliseconds> send_timeout{};
+    /// PUB sockets wait at the high-water mark (ZMQ_XPUB_NODROP) instead of
+    /// dropping messages for a slow subscriber: backpressure, as PUSH has.
+    bool pub_nodrop = false;
     /// ZMQ_IMMEDIATE on connecting sockets: queue only to peers whose
     /// connection is complete, so messages are not stranded in the pipe of a
     /// peer that is down (they go to live peers, or send blocks).

@@ -72,6 +72,7 @@ connection::connection(std::shared_ptr<zmq::context_t> context, std::span<const 
         socket_.set(zmq::sockopt::maxmsgsize,
                     static_cast<std::int64_t>(opt_.limits.max_bytes) + frame_overhead_allowance);
     if (kind == socket_kind::sub) socket_.set(zmq::sockopt::subscribe, opt_.topic);
+    if (kind == socket_kind::pub && opt_.pub_nodrop) socket_.set(zmq::sockopt::xpub_nodrop, 1);
     for (endpoint& ep : endpoints_) {
         if (ep.bind) {
             socket_.bind(ep.address);
