@@ -10,7 +10,7 @@
 #include "support.hpp"
 
 #include <doctest/doctest.h>
-#include <tenbin/zmq.hpp>
+#include <tenbin/connect.hpp>
 
 #include <fcntl.h>
 #include <poll.h>
@@ -20,6 +20,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <map>
+#include <set>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -438,5 +440,60 @@ TEST_CASE("the Python vectors sent frame by frame by Python decode as the manife
         CHECK(valid == 6);
         CHECK(rejected == 7);
         check_clean_exit(peer.finish());
+    }
+}
+
+// ---- loaders and connections (tensorcom's Connection on the other side) -----------
+
+TEST_CASE("a C++ loader fans in from two Python publishers sending as tensorcom does") {
+    // The loader binds (zrsub); the Python publishers connect to it, wait for
+    // their subscription to arrive, then publish five messages each.
+    loader_options lo;
+    lo.connection.recv_timeout = std::chrono::milliseconds(socket_timeout_ms);
+    loader l("zrsub://127.0.0.1:*", lo);
+    const std::string endpoint = l.endpoints().at(0).address;
+    peer_process a({"send", "--kind", "pub", "--endpoint", endpoint, "--count", "5", "--seed", "100",
+                    "--set", "compat", "--delay", "0.5"});
+    peer_process b({"send", "--kind", "pub", "--endpoint", endpoint, "--count", "5", "--seed", "200",
+                    "--set", "compat", "--form", "single", "--delay", "0.5"});
+    std::map<std::uint64_t, std::vector<tensor>> expected;
+    for (std::uint64_t seed = 100; seed < 105; ++seed) expected[seed] = generate(tensor_set::compat, seed);
+    for (std::uint64_t seed = 200; seed < 205; ++seed) expected[seed] = generate(tensor_set::compat, seed);
+    std::set<std::uint64_t> seen;
+    for (int n = 0; n < 10; ++n) {
+        const auto batch = l.next();
+        REQUIRE(batch);
+        // Which message is it? The first tensor's bytes tell.
+        std::uint64_t which = 0;
+        for (const auto& [seed, want] : expected)
+            if ((*batch)[0].view() == want[0].view()) which = seed;
+        REQUIRE_MESSAGE(which != 0, "a message that neither publisher sent");
+        check_same(*batch, expected[which]);
+        seen.insert(which);
+    }
+    CHECK(seen.size() == 10);
+    check_clean_exit(a.finish());
+    check_clean_exit(b.finish());
+    CHECK(l.stats().messages() == 10);
+}
+
+TEST_CASE("connection::serve feeds a Python receiver decoding as tensorcom does") {
+    for (bool multipart : {true, false}) {
+        CAPTURE(multipart);
+        connection_options co;
+        co.multipart = multipart;
+        co.allow64 = true;  // the compat set has f8 and i8 tensors
+        co.send_timeout = std::chrono::milliseconds(socket_timeout_ms);
+        connection push("zrpush://127.0.0.1:*", co);
+        peer_process peer({"recv", "--endpoint", push.endpoints().at(0).address, "--count", "4", "--seed", "40",
+                           "--set", "compat"});
+        std::vector<std::vector<tensor>> batches;
+        for (std::uint64_t seed = 40; seed < 44; ++seed) batches.push_back(generate(tensor_set::compat, seed));
+        CHECK(push.serve(batches) == 4);
+        const peer_result r = peer.finish();
+        check_clean_exit(r);
+        const auto lines = r.lines();
+        REQUIRE(lines.size() == 4);
+        for (std::size_t n = 0; n < 4; ++n) check_report(lines[n], batches[n], multipart ? "multipart" : "single");
     }
 }

@@ -35,6 +35,7 @@ import json
 import math
 import os
 import sys
+import time
 
 import numpy as np
 import zmq
@@ -205,6 +206,8 @@ def same(a_arrays, a_infos, b_arrays, b_infos):
 
 def open_socket(ctx, kind, endpoint, timeout):
     s = ctx.socket(kind)
+    if kind == zmq.SUB:
+        s.setsockopt(zmq.SUBSCRIBE, b"")  # as tensorcom: every message
     s.setsockopt(zmq.RCVTIMEO, int(timeout * 1000))
     s.setsockopt(zmq.SNDTIMEO, int(timeout * 1000))
     s.setsockopt(zmq.LINGER, int(timeout * 1000))
@@ -242,6 +245,10 @@ def main():
     ap.add_argument("--set", choices=sorted(SETS), default="full")
     ap.add_argument("--form", choices=["multipart", "single"], default="multipart")
     ap.add_argument("--timeout", type=float, default=20.0)
+    ap.add_argument("--kind", choices=["push", "pub", "pull", "sub"],
+                    help="socket for send (push, pub) or recv (pull, sub); default push/pull")
+    ap.add_argument("--delay", type=float, default=0.0,
+                    help="seconds to wait before sending (lets subscribers join)")
     ap.add_argument("paths", nargs="*")
     args = ap.parse_intermixed_args()
 
@@ -249,7 +256,8 @@ def main():
     sock = None
     try:
         if args.mode == "send":
-            sock = open_socket(ctx, zmq.PUSH, args.endpoint, args.timeout)
+            sock = open_socket(ctx, zmq.PUB if args.kind == "pub" else zmq.PUSH, args.endpoint, args.timeout)
+            time.sleep(args.delay)
             for n in range(args.count):
                 send(sock, args.form, *generate(args.set, args.seed + n))
         elif args.mode == "frames":
@@ -266,7 +274,7 @@ def main():
                     with open(path, "rb") as fh:
                         sock.send(fh.read())
         elif args.mode == "recv":
-            sock = open_socket(ctx, zmq.PULL, args.endpoint, args.timeout)
+            sock = open_socket(ctx, zmq.SUB if args.kind == "sub" else zmq.PULL, args.endpoint, args.timeout)
             for n in range(args.count):
                 line = {"index": n}
                 try:
