@@ -1,2 +1,602 @@
+#!/usr/bin/env python3
+"""End-to-end tests of the `tenbin` command-line tool.
+
+Usage: test_cli.py PATH-TO-TENBIN   (TENBIN_VECTORS names the vector folder)
+
+Runs the built tool as a user would: `info` over every vector of the manifest,
+`send` -> `recv` between two processes over tcp and ipc, PUB -> SUB, the
+request/reply socket pairs, timeouts, and malformed messages sent with pyzmq.
+Prints `N passed, N failed` and exits non-zero on any failure.
+"""
+
+import hashlib
+import json
+import os
+import re
+import socket
+import struct
+import subprocess
 import sys
-print("cli: not written yet")
+import tempfile
+import time
+import unittest
+
+TOOL = None  # set from argv in main()
+VECTORS = os.environ.get("TENBIN_VECTORS", os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "vectors"))
+
+try:
+    import zmq  # only for sending malformed messages and checking wire bytes
+except ImportError:  # pragma: no cover - /usr/bin/python3 has it
+    zmq = None
+
+TENSOR_KEYS = ["info", "dtype", "shape", "nbytes", "sha256"]
+ERROR_LINE = re.compile(r"^(?P<where>.+): error: (?P<cls>[a-z_]+): (?P<msg>.+)$")
+
+
+def load_manifest():
+    with open(os.path.join(VECTORS, "MANIFEST.json")) as f:
+        return json.load(f)
+
+
+MANIFEST = load_manifest()
+VALID = [e for e in MANIFEST["files"] if e["kind"] in ("ten", "buffer")]
+MALFORMED = [e for e in MANIFEST["malformed"] if e["kind"] in ("ten", "buffer")]
+BY_PATH = {e["path"]: e for e in MANIFEST["files"] + MANIFEST["malformed"]}
+
+
+def vec(name):
+    return os.path.join(VECTORS, name)
+
+
+def expected_tensors(entry):
+    return [{k: t[k] for k in TENSOR_KEYS} for t in entry["tensors"]]
+
+
+def acceptable(entry):
+    return {entry["error"], *entry.get("acceptable_errors", [])}
+
+
+def ordered(text):
+    """JSON with objects as lists of pairs, to check key order too."""
+    return json.loads(text, object_pairs_hook=lambda pairs: pairs)
+
+
+def run(*args, input=None, timeout=60):
+    return subprocess.run([TOOL, *args], input=input, capture_output=True, timeout=timeout)
+
+
+def start(*args):
+    return subprocess.Popen([TOOL, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def finish(proc, timeout=60):
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        raise AssertionError(f"process did not end within {timeout} s: {err.decode()!r}")
+    return proc.returncode, out.decode(), err.decode()
+
+
+def free_tcp_endpoint():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return f"tcp://127.0.0.1:{s.getsockname()[1]}"
+
+
+_tmp = tempfile.TemporaryDirectory(prefix="tenbin-cli-")
+_ipc_counter = [0]
+
+
+def free_ipc_endpoint():
+    _ipc_counter[0] += 1
+    return f"ipc://{_tmp.name}/s{_ipc_counter[0]}.sock"
+
+
+def chunk_payloads(data):
+    """The payloads of a chunked buffer, parsed here independently of the tool."""
+    out, pos = [], 0
+    while pos < len(data):
+        assert data[pos:pos + 8] == b"~TenBin~"
+        (n,) = struct.unpack_from("<q", data, pos + 8)
+        out.append(data[pos + 16:pos + 16 + n])
+        pos += 16 + (n + 63) // 64 * 64
+    return out
+
+
+def frames_of(folder):
+    d = vec(folder)
+    return [open(os.path.join(d, f), "rb").read() for f in sorted(os.listdir(d))]
+
+
+class Info(unittest.TestCase):
+    def test_json_matches_manifest_for_every_valid_vector(self):
+        self.assertGreater(len(VALID), 10)
+        for entry in VALID:
+            with self.subTest(file=entry["path"]):
+                r = run("info", "--json", vec(entry["path"]))
+                self.assertEqual(r.returncode, 0, r.stderr)
+                self.assertEqual(r.stderr, b"")
+                lines = r.stdout.decode().splitlines()
+                self.assertEqual(len(lines), 1)
+                got = json.loads(lines[0])
+                self.assertEqual(got, {"file": vec(entry["path"]), "tensors": expected_tensors(entry)})
+                # Key order as documented, outside and inside.
+                pairs = ordered(lines[0])
+                self.assertEqual([k for k, _ in pairs], ["file", "tensors"])
+                for t in pairs[1][1]:
+                    self.assertEqual([k for k, _ in t], TENSOR_KEYS)
+
+    def test_table_matches_manifest_for_every_valid_vector(self):
+        for entry in VALID:
+            with self.subTest(file=entry["path"]):
+                r = run("info", vec(entry["path"]))
+                self.assertEqual(r.returncode, 0, r.stderr)
+                lines = r.stdout.decode().splitlines()
+                n = len(entry["tensors"])
+                self.assertTrue(lines[0].startswith(f"{vec(entry['path'])}: {n} tensor"), lines[0])
+                rows = lines[2:] if n else lines[1:]
+                self.assertEqual(len(rows), n, lines)
+                if n:
+                    self.assertEqual(lines[1].split(), ["#", "info", "dtype", "shape", "nbytes", "sha256"])
+                for i, (row, t) in enumerate(zip(rows, entry["tensors"])):
+                    words = row.split()
+                    self.assertEqual(words[0], str(i))
+                    self.assertEqual(words[1], t["info"] or "-")
+                    self.assertEqual(words[2], t["dtype"])
+                    self.assertEqual(json.loads(" ".join(words[3:-2])), t["shape"])
+                    self.assertEqual(int(words[-2]), t["nbytes"])
+                    self.assertEqual(words[-1], t["sha256"])
+
+    def test_many_files_give_one_line_each_in_order(self):
+        r = run("info", "--json", *[vec(e["path"]) for e in VALID])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        got = [json.loads(line) for line in r.stdout.decode().splitlines()]
+        self.assertEqual(got, [{"file": vec(e["path"]), "tensors": expected_tensors(e)} for e in VALID])
+
+    def test_every_malformed_vector_is_one_error_line_and_status_1(self):
+        self.assertGreaterEqual(len(MALFORMED), 7)
+        for entry in MALFORMED:
+            for mode in ([], ["--json"]):
+                with self.subTest(file=entry["path"], mode=mode):
+                    path = vec(entry["path"])
+                    r = run("info", *mode, path)
+                    self.assertEqual(r.returncode, 1)
+                    self.assertEqual(r.stdout, b"")
+                    lines = r.stderr.decode().splitlines()
+                    self.assertEqual(len(lines), 1, lines)
+                    m = ERROR_LINE.match(lines[0])
+                    self.assertIsNotNone(m, lines[0])
+                    self.assertEqual(m["where"], path)
+                    self.assertIn(m["cls"], acceptable(entry), lines[0])
+
+    def test_a_bad_file_among_good_ones_fails_at_the_end(self):
+        good1, good2 = VALID[0], VALID[4]
+        bad = MALFORMED[0]
+        missing = os.path.join(_tmp.name, "does-not-exist.ten")
+        args = [vec(good1["path"]), vec(bad["path"]), missing, vec(good2["path"])]
+        r = run("info", "--json", *args)
+        self.assertEqual(r.returncode, 1)
+        got = [json.loads(line) for line in r.stdout.decode().splitlines()]
+        self.assertEqual([g["file"] for g in got], [vec(good1["path"]), vec(good2["path"])])
+        self.assertEqual(got[1]["tensors"], expected_tensors(good2))
+        errors = [ERROR_LINE.match(line) for line in r.stderr.decode().splitlines()]
+        self.assertEqual(len(errors), 2)
+        self.assertTrue(all(errors), r.stderr)
+        self.assertEqual(errors[0]["where"], vec(bad["path"]))
+        self.assertIn(errors[0]["cls"], acceptable(bad))
+        self.assertEqual((errors[1]["where"], errors[1]["cls"]), (missing, "io_error"))
+
+    def test_a_missing_file_is_an_io_error(self):
+        missing = os.path.join(_tmp.name, "missing.ten")
+        for mode in ([], ["--json"]):
+            r = run("info", *mode, missing)
+            self.assertEqual(r.returncode, 1)
+            self.assertEqual(r.stdout, b"")
+            self.assertEqual(r.stderr.decode(), f"{missing}: error: io_error: " +
+                             ERROR_LINE.match(r.stderr.decode().strip())["msg"] + "\n")
+
+    def test_a_directory_is_an_io_error(self):
+        r = run("info", VECTORS)
+        self.assertEqual(r.returncode, 1)
+        self.assertEqual(ERROR_LINE.match(r.stderr.decode().strip())["cls"], "io_error")
+
+    def test_standard_input(self):
+        entry = BY_PATH["buf_batch.bin"]
+        data = open(vec(entry["path"]), "rb").read()
+        r = run("info", "--json", "-", input=data)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(json.loads(r.stdout), {"file": "-", "tensors": expected_tensors(entry)})
+        r = run("info", "-", input=data[:-10])
+        self.assertEqual(r.returncode, 1)
+        self.assertIn(ERROR_LINE.match(r.stderr.decode().strip())["cls"], {"truncated", "length_beyond_end"})
+
+
+class Arguments(unittest.TestCase):
+    def test_help_names_every_command(self):
+        r = run("--help")
+        self.assertEqual(r.returncode, 0)
+        for word in (b"info", b"send", b"recv"):
+            self.assertIn(word, r.stdout)
+        for cmd in ("info", "send", "recv"):
+            r = run(cmd, "--help")
+            self.assertEqual(r.returncode, 0)
+            self.assertIn(b"Usage: tenbin " + cmd.encode(), r.stdout)
+
+    def test_bad_arguments_fail_with_a_message(self):
+        for args in ([], ["info"], ["nonsense"], ["send", "tcp://127.0.0.1:1"],
+                     ["recv", "tcp://127.0.0.1:1", "--count", "0"],
+                     ["recv", "tcp://127.0.0.1:1", "--socket", "push"],
+                     ["send", "tcp://127.0.0.1:1", "-f", "x", "--bind", "--connect"]):
+            with self.subTest(args=args):
+                r = run(*args)
+                self.assertNotIn(r.returncode, (0, 1, 2, 3))
+                self.assertNotEqual(r.stderr, b"")
+
+    def test_bad_url_and_bad_file(self):
+        r = run("recv", "nonsense://x", "--timeout", "1")
+        self.assertEqual(r.returncode, 1)
+        self.assertEqual(ERROR_LINE.match(r.stderr.decode().strip())["cls"], "bad_url")
+        missing = os.path.join(_tmp.name, "nothing.ten")
+        r = run("send", free_tcp_endpoint(), "-f", missing, "--timeout", "1")
+        self.assertEqual(r.returncode, 1)
+        m = ERROR_LINE.match(r.stderr.decode().strip())
+        self.assertEqual((m["where"], m["cls"]), (missing, "io_error"))
+
+
+class Transfer(unittest.TestCase):
+    FILES = ["all_dtypes.ten", "zero_size.ten", "scalars.ten", "buf_batch.bin", "u4_patched.ten"]
+
+    def transfer(self, endpoint, name, count, send_args=(), recv_args=()):
+        receiver = start("recv", endpoint, "--json", "--count", str(count), "--timeout", "20", *recv_args)
+        sender = run("send", endpoint, "--file", vec(name), "--count", str(count), "--timeout", "20",
+                     *send_args)
+        rc, out, err = finish(receiver)
+        self.assertEqual(sender.returncode, 0, sender.stderr)
+        self.assertEqual(rc, 0, err)
+        lines = out.splitlines()
+        self.assertEqual(len(lines), count)
+        for line in lines:
+            self.assertEqual(json.loads(line), {"tensors": expected_tensors(BY_PATH[name])})
+            self.assertEqual([k for k, _ in ordered(line)], ["tensors"])
+
+    def test_push_pull_both_forms_over_tcp_and_ipc(self):
+        for make in (free_tcp_endpoint, free_ipc_endpoint):
+            for form in ([], ["--single"]):
+                for name in self.FILES:
+                    with self.subTest(transport=make.__name__, form=form, file=name):
+                        self.transfer(make(), name, 3, send_args=form)
+
+    def test_pub_sub(self):
+        for form in ([], ["--single"]):
+            with self.subTest(form=form):
+                self.transfer(free_tcp_endpoint(), "i2_u2_pair.ten", 2,
+                              send_args=["--socket", "pub", *form],
+                              recv_args=["--socket", "sub"])
+
+    def test_request_reply_and_other_pairs(self):
+        pairs = [("req", "rep"), ("req", "router"), ("dealer", "router"), ("pair", "pair")]
+        for s, r in pairs:
+            with self.subTest(send=s, recv=r):
+                self.transfer(free_tcp_endpoint(), "i4_i8.ten", 2,
+                              send_args=["--socket", s], recv_args=["--socket", r])
+
+    def test_bind_and_connect_can_be_swapped(self):
+        self.transfer(free_ipc_endpoint(), "f4_matrix.ten", 1,
+                      send_args=["--bind"], recv_args=["--connect"])
+
+    def test_readable_summary(self):
+        endpoint = free_tcp_endpoint()
+        receiver = start("recv", endpoint, "--timeout", "20")
+        run("send", endpoint, "--file", vec("i2_u2_pair.ten"), "--single", "--timeout", "20")
+        rc, out, _ = finish(receiver)
+        self.assertEqual(rc, 0)
+        self.assertTrue(out.startswith("message 1: single-part, 2 tensors, 40 data bytes\n"), out)
+        for t in BY_PATH["i2_u2_pair.ten"]["tensors"]:
+            self.assertIn(t["sha256"], out)
+
+
+@unittest.skipIf(zmq is None, "pyzmq is not available")
+class Wire(unittest.TestCase):
+    def setUp(self):
+        self.ctx = zmq.Context()
+        self.addCleanup(self.ctx.term)
+
+    def socket(self, kind, linger=0):
+        """A socket closed (with `linger`) when the test ends, pass or fail."""
+        s = self.ctx.socket(kind)
+        s.linger = linger
+        self.addCleanup(s.close)
+        return s
+
+    def test_sent_frames_are_the_python_forms(self):
+        for name in ("all_dtypes.ten", "scalars.ten", "zero_size.ten", "buf_mixed.bin"):
+            data = open(vec(name), "rb").read()
+            for single in (False, True):
+                with self.subTest(file=name, single=single):
+                    pull = self.socket(zmq.PULL)
+                    pull.rcvtimeo = 20000
+                    port = pull.bind_to_random_port("tcp://127.0.0.1")
+                    args = ["send", f"tcp://127.0.0.1:{port}", "-f", vec(name), "--timeout", "20"]
+                    sender = start(*args, *(["--single"] if single else []))
+                    frames = pull.recv_multipart()
+                    rc, _, err = finish(sender)
+                    self.assertEqual(rc, 0, err)
+                    self.assertEqual(frames, [data] if single else chunk_payloads(data))
+
+    def test_malformed_messages_are_reported_and_skipped(self):
+        endpoint = free_tcp_endpoint()
+        receiver = start("recv", endpoint, "--json", "--count", "5", "--timeout", "20")
+        push = self.socket(zmq.PUSH, linger=1000)
+        push.connect(endpoint)
+        bad_magic = open(vec("bad_magic.ten"), "rb").read()
+        good_single = open(vec("buf_batch.bin"), "rb").read()
+        push.send_multipart(frames_of("mp_short_data"))
+        push.send_multipart(frames_of("mp_batch"))
+        push.send(bad_magic)
+        push.send_multipart(frames_of("mp_odd_frames"))
+        push.send(good_single)
+        rc, out, err = finish(receiver)
+        self.assertEqual(rc, 3, err)
+        lines = out.splitlines()
+        self.assertEqual(len(lines), 5, out)
+        expect = [("error", "mp_short_data"), ("tensors", "mp_batch"), ("error", "bad_magic.ten"),
+                  ("error", "mp_odd_frames"), ("tensors", "buf_batch.bin")]
+        for line, (kind, name) in zip(lines, expect):
+            got = json.loads(line)
+            if kind == "error":
+                self.assertEqual([k for k, _ in ordered(line)], ["error", "message"])
+                self.assertIn(got["error"], acceptable(BY_PATH[name]))
+                self.assertTrue(got["message"])
+            else:
+                self.assertEqual(got, {"tensors": expected_tensors(BY_PATH[name])})
+
+    def test_a_timeout_wins_over_a_malformed_message(self):
+        endpoint = free_tcp_endpoint()
+        receiver = start("recv", endpoint, "--json", "--count", "2", "--timeout", "2")
+        push = self.socket(zmq.PUSH)
+        push.connect(endpoint)
+        push.send_multipart(frames_of("mp_short_data"))
+        rc, out, err = finish(receiver)
+        self.assertEqual(rc, 2, err)
+        self.assertEqual(json.loads(out)["error"], "data_size_mismatch")
+
+    def test_received_sha256_is_of_the_data(self):
+        # The tool's hash against one computed here from the frames themselves.
+        frames = frames_of("mp_dims")
+        endpoint = free_ipc_endpoint()
+        receiver = start("recv", endpoint, "--json", "--timeout", "20")
+        push = self.socket(zmq.PUSH, linger=1000)
+        push.connect(endpoint)
+        push.send_multipart(frames)
+        rc, out, err = finish(receiver)
+        self.assertEqual(rc, 0, err)
+        got = [t["sha256"] for t in json.loads(out)["tensors"]]
+        self.assertEqual(got, [hashlib.sha256(f).hexdigest() for f in frames[1::2]])
+
+
+class Timeouts(unittest.TestCase):
+    def test_recv_with_nothing_to_receive_exits_2(self):
+        t0 = time.monotonic()
+        r = run("recv", free_tcp_endpoint(), "--json", "--timeout", "0.5", timeout=30)
+        self.assertEqual(r.returncode, 2)
+        self.assertLess(time.monotonic() - t0, 10)
+        self.assertEqual(r.stdout, b"")
+        self.assertEqual(ERROR_LINE.match(r.stderr.decode().strip())["cls"], "timeout")
+
+    def test_recv_prints_what_arrived_before_the_timeout(self):
+        endpoint = free_tcp_endpoint()
+        receiver = start("recv", endpoint, "--json", "--count", "2", "--timeout", "2")
+        sender = run("send", endpoint, "--file", vec("f8_cube.ten"), "--timeout", "20")
+        rc, out, err = finish(receiver)
+        self.assertEqual(sender.returncode, 0)
+        self.assertEqual(rc, 2, err)
+        self.assertEqual([json.loads(line) for line in out.splitlines()],
+                         [{"tensors": expected_tensors(BY_PATH["f8_cube.ten"])}])
+        self.assertIn("received 1 of 2", err)
+
+    def test_send_with_no_receiver_exits_2(self):
+        t0 = time.monotonic()
+        r = run("send", free_tcp_endpoint(), "-f", vec("f4_matrix.ten"), "--timeout", "0.5", timeout=30)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertLess(time.monotonic() - t0, 10)
+        self.assertEqual(ERROR_LINE.match(r.stderr.decode().strip())["cls"], "timeout")
+
+    @unittest.skipIf(zmq is None, "pyzmq is not available")
+    def test_req_without_reply_exits_2(self):
+        # A ROUTER that takes the request but never answers.
+        ctx = zmq.Context()
+        router = ctx.socket(zmq.ROUTER)
+        router.linger = 0
+        try:
+            port = router.bind_to_random_port("tcp://127.0.0.1")
+            r = run("send", f"tcp://127.0.0.1:{port}", "-f", vec("f4_matrix.ten"), "--socket", "req",
+                    "--timeout", "1", timeout=30)
+            self.assertEqual(r.returncode, 2, r.stderr)
+            self.assertIn(b"no reply", r.stderr)
+            self.assertEqual(router.poll(1000), zmq.POLLIN)
+        finally:
+            router.close()
+            ctx.term()
+
+
+def free_port():
+    return free_tcp_endpoint().rsplit(":", 1)[1]
+
+
+class Pipelines(unittest.TestCase):
+    """tensorcom URLs, and the serve / monitor / stat commands."""
+
+    def test_send_and_recv_take_tensorcom_urls(self):
+        port = free_port()
+        entry = BY_PATH["i4_i8.ten"]
+        receiver = start("recv", f"zpull://127.0.0.1:{port}", "--count", "2", "--json", "--timeout", "20")
+        code, _, err = finish(start("send", f"zpush://127.0.0.1:{port}", "--file", vec("i4_i8.ten"), "--count", "2"))
+        self.assertEqual(code, 0, err)
+        code, out, err = finish(receiver)
+        self.assertEqual(code, 0, err)
+        lines = out.splitlines()
+        self.assertEqual(len(lines), 2)
+        for line in lines:
+            self.assertEqual(json.loads(line)["tensors"], expected_tensors(entry))
+
+    def test_a_url_scheme_that_does_not_fit_the_command_is_refused(self):
+        code, _, err = finish(start("send", "zpull://127.0.0.1:1", "--file", vec("i4_i8.ten")))
+        self.assertEqual(code, 1)
+        self.assertIn("bad_url", err)
+        code, _, err = finish(start("recv", "zfoo://127.0.0.1:1"))
+        self.assertEqual(code, 1)
+        self.assertIn("unknown scheme", err)
+
+    def test_serve_sends_its_files_in_turn(self):
+        port = free_port()
+        receiver = start("recv", f"zrpull://127.0.0.1:{port}", "--bind", "--count", "4", "--json", "--timeout", "20")
+        code, _, err = finish(start("serve", f"zrpush://127.0.0.1:{port}", "--connect", "-f", vec("f4_matrix.ten"),
+                                    "-f", vec("u1_image.ten"), "--count", "4", "--report", "0"))
+        self.assertEqual(code, 0, err)
+        code, out, err = finish(receiver)
+        self.assertEqual(code, 0, err)
+        got = [json.loads(line)["tensors"] for line in out.splitlines()]
+        want = [expected_tensors(BY_PATH[n]) for n in ("f4_matrix.ten", "u1_image.ten")] * 2
+        self.assertEqual(got, want)
+
+    def test_serve_synthetic_batches_with_infos_single_part_and_progress(self):
+        port = free_port()
+        receiver = start("recv", f"tcp://127.0.0.1:{port}", "--count", "3", "--json", "--timeout", "20")
+        code, _, err = finish(start("serve", f"tcp://127.0.0.1:{port}", "--synthetic", "f2:4,3,8,8;i4:4",
+                                    "--infos", "images,labels", "--single", "--count", "3", "--rate", "10",
+                                    "--report", "0.05"))
+        self.assertEqual(code, 0, err)
+        # Not a terminal: progress comes as plain lines.
+        self.assertRegex(err, r"tenbin serve: \d+ msgs, [0-9.]+ msg/s")
+        self.assertNotIn("\r", err)
+        code, out, err = finish(receiver)
+        self.assertEqual(code, 0, err)
+        for line in out.splitlines():
+            ts = json.loads(line)["tensors"]
+            self.assertEqual([(t["info"], t["dtype"], t["shape"]) for t in ts],
+                             [("images", "f2", [4, 3, 8, 8]), ("labels", "i4", [4])])
+        # Two synthetic batches alternate: messages 0 and 2 equal, 1 differs.
+        hashes = [json.loads(line)["tensors"][0]["sha256"] for line in out.splitlines()]
+        self.assertEqual(hashes[0], hashes[2])
+        self.assertNotEqual(hashes[0], hashes[1])
+
+    def test_a_bad_synthetic_spec_is_refused(self):
+        code, _, err = finish(start("serve", "zpush://127.0.0.1:1", "--synthetic", "c8:4"))
+        self.assertEqual(code, 1)
+        self.assertIn("bad_argument", err)
+        code, _, err = finish(start("serve", "zpush://127.0.0.1:1", "--synthetic", "f4:4,x"))
+        self.assertEqual(code, 1)
+        self.assertIn("bad dimension", err)
+
+    def test_monitor_reports_rate_and_layout(self):
+        port = free_port()
+        monitor = start("monitor", f"zpull://127.0.0.1:{port}", "--count", "12", "--json", "--interval", "0.2",
+                        "--timeout", "20")
+        code, _, err = finish(start("serve", f"zpush://127.0.0.1:{port}", "--synthetic", "x=u1:1000;y=f4:10",
+                                    "--count", "12", "--rate", "20", "--report", "0"))
+        self.assertEqual(code, 0, err)
+        code, out, err = finish(monitor)
+        self.assertEqual(code, 0, err)
+        reports = [json.loads(line) for line in out.splitlines()]
+        self.assertGreaterEqual(len(reports), 2)
+        self.assertEqual(reports[-1]["messages"], 12)
+        self.assertEqual(reports[-1]["malformed"], 0)
+        self.assertEqual(reports[-1]["tensors"], [{"info": "x", "dtype": "u1", "shape": [1000]},
+                                                  {"info": "y", "dtype": "f4", "shape": [10]}])
+        # 20 msg/s of 1040 bytes: any report with messages shows a plausible rate.
+        rates = [r["rate"] for r in reports if r["rate"] > 0]
+        self.assertTrue(rates and max(rates) < 200, reports)
+
+    def test_monitor_times_out_with_status_2(self):
+        code, _, err = finish(start("monitor", f"zpull://127.0.0.1:{free_port()}", "--interval", "0.1",
+                                    "--timeout", "0.5"))
+        self.assertEqual(code, 2, err)
+        self.assertIn("timeout", err)
+
+    def test_stat_gives_exact_statistics_of_known_data(self):
+        # f4_matrix.ten holds -1.875, -1.625, ..., 1.625 (15 values, step 0.25).
+        values = [-1.875 + 0.25 * i for i in range(15)]
+        mean = sum(values) / 15
+        std = (sum((v - mean) ** 2 for v in values) / 15) ** 0.5
+        port = free_port()
+        stat = start("stat", f"zpull://127.0.0.1:{port}", "--count", "3", "--json", "--timeout", "20")
+        code, _, err = finish(start("serve", f"zpush://127.0.0.1:{port}", "-f", vec("f4_matrix.ten"),
+                                    "--count", "3", "--report", "0"))
+        self.assertEqual(code, 0, err)
+        code, out, err = finish(stat)
+        self.assertEqual(code, 0, err)
+        result = json.loads(out)
+        self.assertEqual(result["messages"], 3)
+        (t,) = result["tensors"]
+        self.assertEqual((t["dtype"], t["shape"], t["count"]), ("f4", [3, 5], 45))
+        self.assertAlmostEqual(t["min"], -1.875)
+        self.assertAlmostEqual(t["max"], 1.625)
+        self.assertAlmostEqual(t["mean"], mean)
+        self.assertAlmostEqual(t["std"], std)
+
+    def test_stat_of_synthetic_data_stays_in_range_and_table_is_readable(self):
+        port = free_port()
+        stat = start("stat", f"zsub://127.0.0.1:{port}", "--count", "4", "--timeout", "20")
+        code, _, err = finish(start("serve", f"zpub://127.0.0.1:{port}", "--synthetic", "a=f4:500;b=u1:300",
+                                    "--count", "40", "--rate", "40", "--delay", "0.3", "--report", "0"))
+        self.assertEqual(code, 0, err)
+        code, out, err = finish(stat)
+        self.assertEqual(code, 0, err)
+        rows = {line.split()[1]: line.split() for line in out.splitlines()[2:]}
+        lo, hi = float(rows["a"][4]), float(rows["a"][5])
+        self.assertTrue(0 <= lo < 0.05 and 0.95 < hi < 1, out)
+        lo, hi = float(rows["b"][4]), float(rows["b"][5])
+        self.assertTrue(0 <= lo <= 10 and 245 <= hi <= 255, out)
+
+
+class Result(unittest.TextTestResult):
+    """Counts subtests as tests, so the summary says how many checks ran."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.passed = 0
+        self.failed = 0
+        self._current_failed = {}
+
+    def addSubTest(self, test, subtest, err):
+        super().addSubTest(test, subtest, err)
+        if err is None:
+            self.passed += 1
+        else:
+            self.failed += 1
+            self._current_failed[test.id()] = True
+
+    def addSuccess(self, test):
+        super().addSuccess(test)
+        if not self._current_failed.get(test.id()):
+            self.passed += 1
+
+    def addFailure(self, test, err):
+        super().addFailure(test, err)
+        self.failed += 1
+
+    def addError(self, test, err):
+        super().addError(test, err)
+        self.failed += 1
+
+
+def main():
+    global TOOL
+    if len(sys.argv) < 2:
+        print("usage: test_cli.py PATH-TO-TENBIN", file=sys.stderr)
+        return 2
+    TOOL = os.path.abspath(sys.argv.pop(1))
+    if not os.access(TOOL, os.X_OK):
+        print(f"test_cli.py: {TOOL} is not an executable", file=sys.stderr)
+        return 2
+    suite = unittest.defaultTestLoader.loadTestsFromModule(sys.modules[__name__])
+    runner = unittest.TextTestRunner(verbosity=2, resultclass=Result, stream=sys.stdout)
+    result = runner.run(suite)
+    print(f"{result.passed} passed, {result.failed} failed")
+    return 0 if result.wasSuccessful() and result.failed == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,187 @@
+// tenbin tool: shared helpers (see common.hpp).
+#include "common.hpp"
+
+#include <tenbin/io.hpp>
+
+#include <openssl/evp.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cmath>
+#include <exception>
+#include <filesystem>
+#include <iostream>
+#include <system_error>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+namespace tenbin::cli {
+
+// ---- describing tensors ---------------------------------------------------
+
+std::string sha256_hex(bytes_view bytes) {
+    unsigned char digest[EVP_MAX_MD_SIZE];
+    unsigned int length = 0;
+    // EVP_Digest handles an empty input (a null pointer with size 0) fine.
+    if (EVP_Digest(bytes.data(), bytes.size(), digest, &length, EVP_sha256(), nullptr) != 1)
+        throw std::runtime_error("OpenSSL EVP_Digest(SHA-256) failed");
+    static constexpr char hex[] = "0123456789abcdef";
+    std::string out;
+    out.reserve(2 * length);
+    for (unsigned int i = 0; i < length; ++i) {
+        out += hex[digest[i] >> 4];
+        out += hex[digest[i] & 0xf];
+    }
+    return out;
+}
+
+nlohmann::ordered_json describe(const tensor& t) {
+    nlohmann::ordered_json j;
+    j["info"] = t.info();
+    j["dtype"] = std::string(code(t.dtype()));
+    j["shape"] = t.shape();
+    j["nbytes"] = static_cast<std::uint64_t>(t.nbytes());
+    j["sha256"] = sha256_hex(t.data().bytes());
+    return j;
+}
+
+nlohmann::ordered_json describe(const std::vector<tensor>& tensors) {
+    auto list = nlohmann::ordered_json::array();
+    for (const auto& t : tensors) list.push_back(describe(t));
+    return list;
+}
+
+std::string json_line(const nlohmann::ordered_json& j) {
+    return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+}
+
+std::string shape_text(const shape_t& shape) {
+    std::string out = "[";
+    for (std::size_t i = 0; i < shape.size(); ++i) {
+        if (i) out += ", ";
+        out += std::to_string(shape[i]);
+    }
+    return out + "]";
+}
+
+void print_table(std::ostream& out, const std::vector<tensor>& tensors, std::string_view indent) {
+    struct row {
+        std::string cells[6];
+    };
+    std::vector<row> rows;
+    rows.push_back({{"#", "info", "dtype", "shape", "nbytes", "sha256"}});
+    for (std::size_t i = 0; i < tensors.size(); ++i) {
+        const auto& t = tensors[i];
+        rows.push_back({{std::to_string(i), t.info().empty() ? "-" : t.info(),
+                         std::string(code(t.dtype())), shape_text(t.shape()),
+                         std::to_string(t.nbytes()), sha256_hex(t.data().bytes())}});
+    }
+    std::size_t width[6] = {};
+    for (const auto& r : rows)
+        for (int c = 0; c < 6; ++c) width[c] = std::max(width[c], r.cells[c].size());
+    for (const auto& r : rows) {
+        std::string line(indent);
+        for (int c = 0; c < 6; ++c) {
+            const auto& cell = r.cells[c];
+            const auto pad = std::string(width[c] - cell.size(), ' ');
+            // Numbers read best right-aligned; the last column needs no padding.
+            if (c == 0 || c == 4)
+                line += pad + cell;
+            else if (c == 5)
+                line += cell;
+            else
+                line += cell + pad;
+            if (c != 5) line += "  ";
+        }
+        out << line << '\n';
+    }
+}
+
+// ---- errors -----------------------------------------------------------------
+
+std::string one_line(std::string_view text) {
+    std::string out(text);
+    for (char& c : out)
+        if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = ' ';
+    return out;
+}
+
+std::string current_error_class() {
+    try {
+        throw;
+    } catch (const tenbin::error& e) {
+        return std::string(name(e.code()));
+    } catch (const zmq::error_t&) {
+        return std::string(name(errc::io_error));
+    } catch (const std::system_error&) {  // includes filesystem_error
+        return std::string(name(errc::io_error));
+    } catch (const std::bad_alloc&) {
+        return std::string(name(errc::limit_exceeded));
+    } catch (...) {
+        return "error";
+    }
+}
+
+std::string current_error_message() {
+    try {
+        throw;
+    } catch (const std::exception& e) {
+        return one_line(e.what());
+    } catch (...) {
+        return "unknown exception";
+    }
+}
+
+void print_current_error(std::string_view where) {
+    std::cerr << where << ": error: " << current_error_class() << ": " << current_error_message()
+              << std::endl;
+}
+
+// ---- loading ----------------------------------------------------------------
+
+namespace {
+
+[[noreturn]] void throw_io(const std::string& path, const std::string& why) {
+    throw tenbin::error(errc::io_error, path + ": " + why);
+}
+
+// Streams a descriptor to the end: pipes, FIFOs, character devices.
+std::vector<tensor> read_fd(int fd) {
+    fd_source in(fd);
+    return read(in);
+}
+
+}  // namespace
+
+std::vector<tensor> load_any(const std::string& path) {
+    if (path == "-") return read_fd(STDIN_FILENO);
+
+    std::error_code ec;
+    const auto st = std::filesystem::status(path, ec);
+    if (std::filesystem::is_directory(st)) throw_io(path, "is a directory");
+    if (!ec && std::filesystem::exists(st) && !std::filesystem::is_regular_file(st)) {
+        // Not mappable: read it as a stream.
+        const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+        if (fd < 0) throw_io(path, std::generic_category().message(errno));
+        struct closer {
+            int fd;
+            ~closer() { ::close(fd); }
+        } guard{fd};
+        return read_fd(fd);
+    }
+    file_options opt;
+    opt.nocheck = true;  // .ten, .bin or anything else: the layout is the same
+    return load_mmap(path, opt);
+}
+
+// ---- ZeroMQ sockets -----------------------------------------------------------
+
+int timeout_ms(double seconds) {
+    if (!(seconds > 0)) return -1;
+    const double ms = std::ceil(seconds * 1000.0);
+    return ms >= static_cast<double>(INT_MAX) ? -1 : static_cast<int>(ms);
+}
+
+}  // namespace tenbin::cli

@@ -1,0 +1,93 @@
+// tenbin tool: what the subcommands share (registration, tensor summaries,
+// error lines, socket setup). Private to the tool.
+//
+// Adding a subcommand: write `foo.cpp` defining `subcommand add_foo(CLI::App&)`,
+// declare it below and add one line to the table in main.cpp.
+#pragma once
+
+#include <tenbin/core.hpp>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+#include <zmq.hpp>
+
+#include <chrono>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tenbin::cli {
+
+/// Exit statuses shared by the subcommands (CLI11 uses its own, >= 100, for
+/// bad arguments).
+enum exit_status : int {
+    exit_ok = 0,
+    exit_failed = 1,     ///< an input was unreadable or an operation failed
+    exit_timeout = 2,    ///< nothing (or not enough) arrived in time
+    exit_malformed = 3,  ///< a received message was not valid tenbin
+};
+
+/// A registered subcommand: its CLI11 node and the work to do when the user
+/// chose it (the options live in whatever the closure captured). `run`
+/// returns the exit status; exceptions escaping it are reported by main.
+struct subcommand {
+    CLI::App* app = nullptr;
+    std::function<int()> run;
+};
+
+subcommand add_info(CLI::App& parent);
+subcommand add_send(CLI::App& parent);
+subcommand add_recv(CLI::App& parent);
+subcommand add_serve(CLI::App& parent);
+subcommand add_monitor(CLI::App& parent);
+subcommand add_stat(CLI::App& parent);
+
+// ---- describing tensors ---------------------------------------------------
+
+/// Lowercase hex SHA-256 of `bytes` (OpenSSL EVP).
+std::string sha256_hex(bytes_view bytes);
+
+/// {"info", "dtype", "shape", "nbytes", "sha256"} in that order.
+nlohmann::ordered_json describe(const tensor& t);
+/// [describe(t) for each tensor].
+nlohmann::ordered_json describe(const std::vector<tensor>& tensors);
+
+/// One compact JSON line (invalid UTF-8 replaced, never throws on it).
+std::string json_line(const nlohmann::ordered_json& j);
+
+/// "[3, 5]"; "[]" for a scalar.
+std::string shape_text(const shape_t& shape);
+
+/// A readable table of the tensors (index, info, dtype, shape, nbytes,
+/// sha256), each line starting with `indent`.
+void print_table(std::ostream& out, const std::vector<tensor>& tensors,
+                 std::string_view indent = "  ");
+
+// ---- errors -----------------------------------------------------------------
+
+/// The class name of the exception being handled: tenbin::name(code) for a
+/// tenbin::error, "io_error" for system, filesystem and ZeroMQ errors,
+/// "error" otherwise. Call only inside a catch block.
+std::string current_error_class();
+/// The message of the exception being handled, on one line.
+std::string current_error_message();
+/// Writes `WHERE: error: CLASS: message` (one line) to stderr for the
+/// exception being handled. Call only inside a catch block.
+void print_current_error(std::string_view where);
+
+/// `text` with every line break and other control character replaced by a
+/// space, so that an error message stays on one line.
+std::string one_line(std::string_view text);
+
+// ---- loading ----------------------------------------------------------------
+
+/// The tensors of a .ten file or single-part buffer under any name (mapped,
+/// no copy); "-" reads standard input as a stream. Throws tenbin::error.
+std::vector<tensor> load_any(const std::string& path);
+
+/// Seconds as ZeroMQ milliseconds; 0 (or less) means "wait forever" (-1).
+int timeout_ms(double seconds);
+
+}  // namespace tenbin::cli

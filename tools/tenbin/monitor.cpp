@@ -1,0 +1,121 @@
+// tenbin monitor: watch a stream of tensor messages (tensorcom's tensormon).
+#include "common.hpp"
+#include "sockets.hpp"
+
+#include <tenbin/connect.hpp>
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
+#include <sstream>
+
+namespace tenbin::cli {
+namespace {
+
+struct monitor_cli_options {
+    std::vector<std::string> urls;
+    std::size_t count = 0;
+    bool json = false;
+    double interval = 1;
+    double timeout = 0;
+    socket_choice socket;
+};
+
+// "f2[256,3,224,224] images, i4[256] labels"
+std::string layout(const std::vector<tensor>& tensors) {
+    std::ostringstream out;
+    for (std::size_t i = 0; i < tensors.size(); ++i) {
+        const tensor& t = tensors[i];
+        out << (i ? ", " : "") << code(t.dtype()) << shape_text(t.shape());
+        if (!t.info().empty()) out << ' ' << t.info();
+    }
+    return out.str();
+}
+
+int run_monitor(const monitor_cli_options& opt) {
+    using clock = std::chrono::steady_clock;
+    connection_options co = connection_options_for(opt.socket, opt.urls.front(), tenbin::socket_kind::sub);
+    co.allow64 = true;
+    // Wake at least once per interval to report, even when nothing comes.
+    co.recv_timeout = std::chrono::milliseconds(std::max(10, timeout_ms(opt.interval)));
+    connection conn(opt.urls, co);
+    for (const endpoint& ep : conn.endpoints())
+        if (ep.bind) std::cerr << "tenbin monitor: " << name(ep.kind) << " bound to " << ep.address << "\n";
+
+    const bool live = !opt.json && ::isatty(STDOUT_FILENO) == 1;
+    std::size_t total = 0, window_messages = 0, malformed = 0;
+    std::uint64_t window_bytes = 0;
+    std::vector<tensor> last;
+    auto window_start = clock::now(), last_arrival = clock::now();
+
+    auto report = [&](bool final) {
+        const double secs = std::chrono::duration<double>(clock::now() - window_start).count();
+        const double rate = secs > 0 ? window_messages / secs : 0, mbps = secs > 0 ? window_bytes / secs / 1e6 : 0;
+        if (opt.json) {
+            nlohmann::ordered_json j;
+            j["messages"] = total;
+            j["rate"] = rate;
+            j["mbps"] = mbps;
+            j["malformed"] = malformed;
+            nlohmann::ordered_json ts = nlohmann::ordered_json::array();
+            for (const tensor& t : last)
+                ts.push_back({{"info", t.info()}, {"dtype", std::string(code(t.dtype()))}, {"shape", t.shape()}});
+            j["tensors"] = ts;
+            std::cout << json_line(j) << std::endl;
+        } else {
+            char head[96];
+            std::snprintf(head, sizeof head, "%8zu msgs %9.1f msg/s %9.1f MB/s", total, rate, mbps);
+            std::cout << (live ? "\r" : "") << head << "  " << layout(last)
+                      << (malformed ? "  (" + std::to_string(malformed) + " malformed)" : "")
+                      << (live ? (final ? "\x1b[K\n" : "\x1b[K") : "\n") << std::flush;
+        }
+        window_start = clock::now();
+        window_messages = 0;
+        window_bytes = 0;
+    };
+
+    while (opt.count == 0 || total < opt.count) {
+        try {
+            if (auto batch = conn.recv()) {
+                ++total;
+                ++window_messages;
+                for (const tensor& t : *batch) window_bytes += t.nbytes();
+                last = std::move(*batch);
+                last_arrival = clock::now();
+            }
+        } catch (const error& e) {
+            ++malformed;
+            std::cerr << (live ? "\n" : "") << "tenbin monitor: error: " << name(e.code()) << ": "
+                      << one_line(e.what()) << "\n";
+        }
+        if (clock::now() - window_start >= std::chrono::duration<double>(opt.interval)) report(false);
+        if (opt.timeout > 0 && clock::now() - last_arrival > std::chrono::duration<double>(opt.timeout)) {
+            report(true);
+            std::cerr << "tenbin monitor: error: timeout: nothing for " << opt.timeout << " s\n";
+            return exit_timeout;
+        }
+    }
+    report(true);
+    return malformed ? exit_malformed : exit_ok;
+}
+
+}  // namespace
+
+subcommand add_monitor(CLI::App& parent) {
+    auto opt = std::make_shared<monitor_cli_options>();
+    CLI::App* app = parent.add_subcommand(
+        "monitor", "Watch a stream: messages/s, MB/s and tensor layout per interval (tensormon)");
+    app->add_option("urls", opt->urls, "tensorcom URLs or ZeroMQ endpoints (one socket on all; braces expand)")
+        ->required();
+    app->add_option("--count,-n", opt->count, "stop after this many messages (0: until interrupted)")
+        ->capture_default_str();
+    app->add_flag("--json", opt->json, "one JSON line per interval");
+    app->add_option("--interval", opt->interval, "seconds between reports")->capture_default_str();
+    app->add_option("--timeout", opt->timeout, "exit with status 2 after this many seconds without a message (0: never)")
+        ->capture_default_str();
+    add_socket_choice(*app, opt->socket, {"sub", "pull", "pair"});
+    return {app, [opt] { return run_monitor(*opt); }};
+}
+
+}  // namespace tenbin::cli

@@ -1,0 +1,144 @@
+// tenbin recv: receive ZeroMQ messages of tensors and describe them.
+#include "common.hpp"
+#include "sockets.hpp"
+
+#include <tenbin/zmq.hpp>
+
+#include <iostream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace tenbin::cli {
+namespace {
+
+struct recv_cli_options {
+    std::string url;
+    std::size_t count = 1;
+    double timeout = 30;
+    bool json = false;
+    socket_choice socket;
+};
+
+// A REP socket must answer every request before it may receive again; a
+// ROUTER answers peers that expect it (REQ peers, whose envelope ends with an
+// empty delimiter). The answer is one empty frame.
+void reply(zmq::socket_t& socket, zmq::socket_type type,
+           const std::vector<zmq::message_t>* envelope) {
+    if (type == zmq::socket_type::rep) {
+        socket.send(zmq::message_t{}, zmq::send_flags::none);
+    } else if (type == zmq::socket_type::router && envelope && envelope->size() >= 2 &&
+               envelope->back().size() == 0) {
+        for (const auto& frame : *envelope)
+            socket.send(zmq::buffer(frame.data(), frame.size()), zmq::send_flags::sndmore);
+        socket.send(zmq::message_t{}, zmq::send_flags::none);
+    }
+}
+
+void print_message(const message& m, std::size_t number, bool json) {
+    if (json) {
+        nlohmann::ordered_json j;
+        j["tensors"] = describe(m.tensors);
+        std::cout << json_line(j) << '\n';
+    } else {
+        std::uint64_t total = 0;
+        for (const auto& t : m.tensors) total += t.nbytes();
+        std::cout << "message " << number << ": " << (m.single ? "single-part" : "multipart") << ", "
+                  << m.tensors.size() << (m.tensors.size() == 1 ? " tensor, " : " tensors, ")
+                  << total << " data bytes\n";
+        if (!m.tensors.empty()) print_table(std::cout, m.tensors);
+    }
+    std::cout.flush();
+}
+
+void print_malformed(const tenbin::error& e, std::size_t number, bool json) {
+    if (json) {
+        nlohmann::ordered_json j;
+        j["error"] = std::string(name(e.code()));
+        j["message"] = one_line(e.what());
+        std::cout << json_line(j) << std::endl;
+    } else {
+        std::cerr << "tenbin recv: message " << number << ": error: " << name(e.code()) << ": "
+                  << one_line(e.what()) << std::endl;
+    }
+}
+
+int run_recv(const recv_cli_options& opt) {
+    const auto endpoints = resolve_endpoints(opt.socket, opt.url, {"pull", "sub", "router", "rep", "pair"},
+                                             tenbin::socket_kind::pull, true);
+    const zmq::socket_type type = zmq_socket_type(endpoints.front().kind);
+
+    zmq::context_t context;
+    zmq::socket_t socket(context, type);
+    socket.set(zmq::sockopt::rcvtimeo, timeout_ms(opt.timeout));
+    socket.set(zmq::sockopt::linger, 1000);  // replies only; never hang at exit
+    if (type == zmq::socket_type::sub) socket.set(zmq::sockopt::subscribe, "");
+    attach(socket, endpoints, "tenbin recv");
+
+    recv_options ro;
+    if (type == zmq::socket_type::router) ro.envelope = envelope_spec::router();
+
+    std::size_t malformed = 0;
+    for (std::size_t i = 1; i <= opt.count; ++i) {
+        std::optional<message> m;
+        try {
+            m = zrecv(socket, ro);
+        } catch (const tenbin::error& e) {
+            // zrecv drained the message: report it and go on with the next.
+            ++malformed;
+            print_malformed(e, i, opt.json);
+            reply(socket, type, nullptr);
+            continue;
+        }
+        if (!m) {
+            std::ostringstream limit;
+            limit << opt.timeout << " s";
+            std::cerr << "tenbin recv: error: " << name(errc::timeout) << ": received " << i - 1
+                      << " of " << opt.count << " messages; nothing arrived within " << limit.str()
+                      << std::endl;
+            return exit_timeout;
+        }
+        print_message(*m, i, opt.json);
+        reply(socket, type, &m->envelope);
+    }
+    return malformed ? exit_malformed : exit_ok;
+}
+
+}  // namespace
+
+subcommand add_recv(CLI::App& parent) {
+    auto opt = std::make_shared<recv_cli_options>();
+    auto* app = parent.add_subcommand("recv", "Receive ZeroMQ messages of tensors and describe them");
+    app->footer(
+        "Receives --count messages, multipart or single-part (either is accepted, as\n"
+        "Python tensorcom sends them), and describes each: a table, or with --json\n"
+        "one line per message. A malformed message is reported (stderr, or a JSON\n"
+        "error line on stdout) and counts as received; receiving goes on.\n"
+        "A SUB socket subscribes to everything; REP (and ROUTER, to REQ peers)\n"
+        "answers each message with one empty frame.\n"
+        "Exit status: 0 all messages arrived and decoded, 1 error (bad URL, ...),\n"
+        "2 timed out waiting for a message (even if some were malformed),\n"
+        "3 all arrived but some were malformed.\n"
+        "Examples:\n"
+        "  tenbin recv 'tcp://*:5555' -n 100 --json                 (PULL binds)\n"
+        "  tenbin recv tcp://localhost:5556 --socket sub --timeout 0   (SUB connects)");
+    app->add_option("URL", opt->url, "ZeroMQ endpoint, e.g. tcp://*:5555 or ipc:///tmp/t.sock")
+        ->required();
+    app->add_option("-n,--count", opt->count, "How many messages to receive")
+        ->check(CLI::PositiveNumber)
+        ->capture_default_str();
+    app->add_option("--timeout", opt->timeout,
+                    "Seconds to wait for each message before giving up with exit status 2;\n"
+                    "0 waits forever")
+        ->check(CLI::NonNegativeNumber)
+        ->capture_default_str();
+    app->add_flag("--json", opt->json,
+                  "One JSON line per message: {\"tensors\": [{\"info\", \"dtype\", \"shape\", "
+                  "\"nbytes\", \"sha256\"}, ...]}, or {\"error\": CLASS, \"message\": TEXT} "
+                  "for a malformed one");
+    add_socket_choice(*app, opt->socket, {"pull", "sub", "router", "rep", "pair"});
+    return {app, [opt] { return run_recv(*opt); }};
+}
+
+}  // namespace tenbin::cli

@@ -1,0 +1,149 @@
+// tenbin send: the tensors of a file as ZeroMQ messages.
+#include "common.hpp"
+#include "sockets.hpp"
+
+#include <tenbin/zmq.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <climits>
+#include <iostream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace tenbin::cli {
+namespace {
+
+struct send_cli_options {
+    std::string url;
+    std::string file;
+    std::size_t count = 1;
+    bool single = false;
+    socket_choice socket;
+    std::optional<double> delay;
+    double timeout = 30;
+    double linger = 5;
+    bool verbose = false;
+};
+
+// "1.5 s", or "ever" for no limit, for messages.
+std::string seconds_text(double seconds) {
+    if (timeout_ms(seconds) < 0) return "ever";
+    std::ostringstream s;
+    s << seconds << " s";
+    return s.str();
+}
+
+// Reads and discards one whole reply (a REQ socket must before sending again).
+bool await_reply(zmq::socket_t& socket) {
+    zmq::message_t part;
+    do {
+        if (!socket.recv(part)) return false;
+    } while (part.more());
+    return true;
+}
+
+int run_send(const send_cli_options& opt) {
+    std::vector<tensor> tensors;
+    try {
+        tensors = load_any(opt.file);
+    } catch (...) {
+        print_current_error(opt.file);
+        return exit_failed;
+    }
+
+    const auto endpoints = resolve_endpoints(opt.socket, opt.url, {"push", "pub", "dealer", "req", "pair"},
+                                             tenbin::socket_kind::push, false);
+    const tenbin::socket_kind kind = endpoints.front().kind;
+    const bool is_req = kind == tenbin::socket_kind::req;
+    const double delay = opt.delay.value_or(kind == tenbin::socket_kind::pub ? 1.0 : 0.0);
+
+    zmq::context_t context;
+    zmq::socket_t socket(context, zmq_socket_type(kind));
+    // Finite linger: queued messages get this long to leave at exit.
+    socket.set(zmq::sockopt::linger,
+               static_cast<int>(std::min(opt.linger * 1000.0, static_cast<double>(INT_MAX))));
+    socket.set(zmq::sockopt::sndtimeo, timeout_ms(opt.timeout));
+    // Queue only to finished connections: with no receiver, sending times out
+    // (status 2) instead of queueing a message that is dropped at exit. Not
+    // for REQ: with ZMQ_IMMEDIATE a reply that arrives just before the peer
+    // disconnects can be dropped, and a REQ with no peer times out on the
+    // reply anyway.
+    if (!is_req) socket.set(zmq::sockopt::immediate, true);
+    if (is_req) socket.set(zmq::sockopt::rcvtimeo, timeout_ms(opt.timeout));
+    attach(socket, endpoints, "tenbin send");
+
+    if (delay > 0) std::this_thread::sleep_for(std::chrono::duration<double>(delay));
+
+    const char* where = "tenbin send";
+    for (std::size_t i = 0; i < opt.count; ++i) {
+        const bool sent = opt.single ? zsend_single(socket, tensors) : zsend_multipart(socket, tensors);
+        if (!sent) {
+            std::cerr << where << ": error: " << name(errc::timeout) << ": message " << i + 1
+                      << " of " << opt.count << " could not be sent within "
+                      << seconds_text(opt.timeout) << " (is a receiver there?)" << std::endl;
+            return exit_timeout;
+        }
+        if (is_req && !await_reply(socket)) {
+            std::cerr << where << ": error: " << name(errc::timeout) << ": no reply to message "
+                      << i + 1 << " of " << opt.count << " within " << seconds_text(opt.timeout)
+                      << std::endl;
+            return exit_timeout;
+        }
+        if (opt.verbose)
+            std::cerr << where << ": sent message " << i + 1 << " of " << opt.count << " ("
+                      << (opt.single ? "single-part" : "multipart") << ", " << tensors.size()
+                      << " tensors)" << std::endl;
+    }
+    return exit_ok;
+}
+
+}  // namespace
+
+subcommand add_send(CLI::App& parent) {
+    auto opt = std::make_shared<send_cli_options>();
+    auto* app = parent.add_subcommand("send", "Send the tensors of a file as ZeroMQ messages");
+    app->footer(
+        "Sends the tensors of a .ten file (or single-part buffer) as one ZeroMQ\n"
+        "message, --count times: multipart [header, data, header, data, ...] or,\n"
+        "with --single, one frame holding the whole chunked buffer. Both are what\n"
+        "Python tensorcom sends and receives. A REQ socket waits for a reply to each\n"
+        "message. At exit, queued messages get --linger seconds to leave.\n"
+        "Exit status: 0 sent, 1 error (unreadable file, bad URL, ...),\n"
+        "2 timed out (no receiver took a message within --timeout, or no reply).\n"
+        "Examples:\n"
+        "  tenbin send tcp://localhost:5555 -f batch.ten -n 100     (PUSH connects)\n"
+        "  tenbin send 'tcp://*:5556' --socket pub -f batch.ten     (PUB binds)\n"
+        "  tenbin send ipc:///tmp/tensors.sock --single -f batch.ten");
+    app->add_option("URL", opt->url, "ZeroMQ endpoint, e.g. tcp://localhost:5555 or ipc:///tmp/t.sock")
+        ->required();
+    app->add_option("-f,--file", opt->file, "File whose tensors make the message ('-' = stdin)")
+        ->required();
+    app->add_option("-n,--count", opt->count, "How many times to send the message")
+        ->check(CLI::PositiveNumber)
+        ->capture_default_str();
+    app->add_flag("--single", opt->single,
+                  "Send one frame holding the chunked buffer instead of a multipart message");
+    add_socket_choice(*app, opt->socket, {"push", "pub", "dealer", "req", "pair"});
+    app->add_option("--delay", opt->delay,
+                    "Seconds to wait after bind/connect before the first message, so that\n"
+                    "subscribers can join (default: 1 for pub, 0 otherwise)")
+        ->check(CLI::NonNegativeNumber);
+    app->add_option("--timeout", opt->timeout,
+                    "Seconds to wait for a message to be accepted (and for each reply with\n"
+                    "--socket req); 0 waits forever")
+        ->check(CLI::NonNegativeNumber)
+        ->capture_default_str();
+    app->add_option("--linger", opt->linger,
+                    "Seconds queued messages may take to leave at exit before they are\n"
+                    "dropped (0 = drop at once)")
+        ->check(CLI::NonNegativeNumber)
+        ->capture_default_str();
+    app->add_flag("-v,--verbose", opt->verbose, "Report each message sent on stderr");
+    return {app, [opt] { return run_send(*opt); }};
+}
+
+}  // namespace tenbin::cli

@@ -1,0 +1,166 @@
+// tenbin serve: send batches, from .ten files or made up, at a given rate.
+#include "common.hpp"
+#include "progress.hpp"
+#include "sockets.hpp"
+
+#include <tenbin/connect.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <iostream>
+#include <sstream>
+#include <thread>
+
+namespace tenbin::cli {
+namespace {
+
+struct serve_cli_options {
+    std::string url;
+    std::vector<std::string> files;
+    std::string synthetic;
+    std::size_t count = 0;
+    double rate = 0;
+    bool single = false;
+    std::string infos;
+    socket_choice socket;
+    std::optional<double> delay;
+    double timeout = 30;
+    double report = 5;
+};
+
+std::vector<std::string> split(const std::string& text, char sep) {
+    std::vector<std::string> out;
+    std::stringstream in(text);
+    for (std::string part; std::getline(in, part, sep);) out.push_back(part);
+    return out;
+}
+
+// Fills a tensor with values that look like data: uniform in [0, 1) for
+// floats, the whole range for integers; different for every seed.
+void fill(tensor& t, std::uint64_t seed) {
+    std::uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
+    auto next = [&x] {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        return x;
+    };
+    const auto bytes = t.data().writable_bytes();
+    const std::size_t n = t.count();
+    auto put = [&]<class T>(T value, std::size_t i) { std::memcpy(bytes.data() + i * sizeof(T), &value, sizeof(T)); };
+    for (std::size_t i = 0; i < n; ++i) {
+        const std::uint64_t r = next();
+        const double unit = static_cast<double>(r >> 11) * 0x1.0p-53;
+        switch (t.dtype()) {
+        case dtype::f2: put(float16::from_float(static_cast<float>(unit)), i); break;
+        case dtype::f4: put(static_cast<float>(unit), i); break;
+        case dtype::f8: put(unit, i); break;
+        default: std::memcpy(bytes.data() + i * itemsize(t.dtype()), &r, itemsize(t.dtype())); break;
+        }
+    }
+}
+
+// "f2:256,3,224,224;i4:256", each part optionally named: "input=f2:...".
+std::vector<tensor> synthetic_batch(const std::string& spec, std::uint64_t seed) {
+    std::vector<tensor> out;
+    for (const std::string& part : split(spec, ';')) {
+        std::string rest = part, info;
+        if (const auto eq = rest.find('='); eq != std::string::npos) {
+            info = rest.substr(0, eq);
+            rest = rest.substr(eq + 1);
+        }
+        const auto colon = rest.find(':');
+        const auto t = parse_dtype(rest.substr(0, colon));
+        if (!t) throw error(errc::bad_argument, "--synthetic: '" + part + "': unknown dtype; use f2 f4 f8 i1 ... u8");
+        shape_t shape;
+        if (colon != std::string::npos)
+            for (const std::string& d : split(rest.substr(colon + 1), ',')) {
+                std::size_t used = 0;
+                long long v = -1;
+                try {
+                    v = std::stoll(d, &used);
+                } catch (const std::exception&) {
+                }
+                if (v < 0 || used != d.size())
+                    throw error(errc::bad_argument, "--synthetic: '" + part + "': bad dimension '" + d + "'");
+                shape.push_back(v);
+            }
+        tensor x = tensor::zeros(*t, std::move(shape), info);
+        fill(x, seed * 131 + out.size());
+        out.push_back(std::move(x));
+    }
+    if (out.empty()) throw error(errc::bad_argument, "--synthetic: no tensors in '" + spec + "'");
+    return out;
+}
+
+int run_serve(const serve_cli_options& opt) {
+    std::vector<std::vector<tensor>> batches;
+    for (const std::string& f : opt.files) {
+        try {
+            batches.push_back(load_any(f));
+        } catch (...) {
+            print_current_error(f);
+            return exit_failed;
+        }
+    }
+    // Two different synthetic batches, alternated, so consecutive messages differ.
+    if (!opt.synthetic.empty())
+        for (std::uint64_t seed = 0; seed < 2; ++seed) batches.push_back(synthetic_batch(opt.synthetic, seed));
+    if (batches.empty()) throw error(errc::bad_argument, "nothing to send: give --file or --synthetic");
+
+    connection_options co = connection_options_for(opt.socket, opt.url, tenbin::socket_kind::push);
+    co.multipart = !opt.single;
+    co.allow64 = true;  // the files or specs say what to send
+    if (!opt.infos.empty()) co.infos = split(opt.infos, ',');
+    co.send_timeout = std::chrono::milliseconds(std::max(0, timeout_ms(opt.timeout)));
+    if (timeout_ms(opt.timeout) < 0) co.send_timeout.reset();
+    connection conn(opt.url, co);
+    report_bound_endpoints(conn, "tenbin serve");
+
+    const bool pub = conn.endpoints().front().kind == tenbin::socket_kind::pub;
+    const double delay = opt.delay.value_or(pub ? 1.0 : 0.0);
+    if (delay > 0) std::this_thread::sleep_for(std::chrono::duration<double>(delay));
+
+    progress report("tenbin serve", opt.report);
+    const auto start = std::chrono::steady_clock::now();
+    for (std::size_t i = 0; opt.count == 0 || i < opt.count; ++i) {
+        if (opt.rate > 0)  // paced against the start: no drift over long runs
+            std::this_thread::sleep_until(start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                                      std::chrono::duration<double>(static_cast<double>(i) / opt.rate)));
+        if (!conn.send(batches[i % batches.size()])) {
+            report.finish(conn.stats());
+            std::cerr << "tenbin serve: error: timeout: message " << i + 1 << " could not be sent within "
+                      << opt.timeout << " s (no receiver?)\n";
+            return exit_timeout;
+        }
+        report.update(conn.stats());
+    }
+    report.finish(conn.stats());
+    return exit_ok;
+}
+
+}  // namespace
+
+subcommand add_serve(CLI::App& parent) {
+    auto opt = std::make_shared<serve_cli_options>();
+    CLI::App* app = parent.add_subcommand(
+        "serve", "Send batches from .ten files or synthetic ones, at a rate (tensorcom serve)");
+    app->add_option("url", opt->url, "tensorcom URL (zpush://host:port, zpub+ipc:///path, ...) or ZeroMQ endpoint")
+        ->required();
+    app->add_option("--file,-f", opt->files, "a .ten file to send (repeat for several; sent in turn)");
+    app->add_option("--synthetic", opt->synthetic,
+                    "made-up batches, e.g. \"f2:256,3,224,224;i4:256\" (NAME=DTYPE:DIMS to name a tensor)");
+    app->add_option("--count,-n", opt->count, "messages to send (0: until interrupted)")->capture_default_str();
+    app->add_option("--rate", opt->rate, "messages per second (0: as fast as possible)")->capture_default_str();
+    app->add_flag("--single", opt->single, "send single-part messages (default: multipart)");
+    app->add_option("--infos", opt->infos, "comma-separated infos to send instead of the tensors' own");
+    app->add_option("--delay", opt->delay, "seconds to wait before the first message (default: 1 for pub, else 0)");
+    app->add_option("--timeout", opt->timeout, "seconds a send may wait for a receiver (0: forever)")
+        ->capture_default_str();
+    app->add_option("--report", opt->report, "seconds between progress reports on stderr (0: none)")
+        ->capture_default_str();
+    add_socket_choice(*app, opt->socket, {"push", "pub", "dealer", "pair"});
+    return {app, [opt] { return run_serve(*opt); }};
+}
+
+}  // namespace tenbin::cli
