@@ -27,14 +27,19 @@ namespace tenbin {
 /// as tensorcom's Statistics. Not synchronised: one thread updates it.
 class statistics {
 public:
+    /// The clock rates are measured with.
     using clock = std::chrono::steady_clock;
 
+    /// Statistics whose recent window covers the last `horizon` messages.
     explicit statistics(std::size_t horizon = 1000) : horizon_(horizon) { reset(); }
+    /// Starts over: counts to zero, the clock from now.
     void reset();
     /// Counts one message of `bytes` tensor bytes, now.
     void add(std::uint64_t bytes);
 
+    /// Messages counted since the start (or reset).
     std::uint64_t messages() const noexcept { return messages_; }
+    /// Tensor bytes counted since the start (or reset).
     std::uint64_t bytes() const noexcept { return bytes_; }
     /// Messages per second since the start (or reset).
     double rate() const;
@@ -75,15 +80,18 @@ struct connection_options {
     bool allow64 = false;
     /// Socket kind for plain endpoints, and explicit bind/connect (see url.hpp).
     std::optional<socket_kind> kind{};
+    /// Bind (true) or connect (false) every endpoint, overriding the schemes.
     std::optional<bool> bind{};
     /// SUB sockets subscribe to this prefix ("" = everything, as tensorcom).
     std::string topic{};
+    /// Bounds on each received message (see `limits`).
     tenbin::limits limits{};
 
     /// High-water marks in messages. ZeroMQ counts messages, not bytes: its
     /// default of 1000 would queue 77 GB of 77 MB batches. 16 keeps a few
     /// batches in flight per peer.
     int send_hwm = 16;
+    /// Receive high-water mark in messages (see `send_hwm`).
     int recv_hwm = 16;
     /// How long closing waits to deliver queued messages. ZeroMQ's default
     /// is forever (a hang at exit when the peer is gone); tensorcom's 0
@@ -113,10 +121,17 @@ public:
     /// The connection owns a ZeroMQ context unless one is given (inproc
     /// endpoints need one context shared by both sides).
     explicit connection(std::string_view url, connection_options opt = {});
+    /// The same on several URLs (each brace-expanded) sharing one socket.
     explicit connection(std::span<const std::string> urls, connection_options opt = {});
+    /// The same on the caller's context, which the connection shares (keeps
+    /// alive) until it is destroyed.
     connection(std::shared_ptr<zmq::context_t> context, std::span<const std::string> urls,
                connection_options opt = {});
+    /// Takes over the socket; the moved-from connection has none left (only
+    /// destruction and assignment are valid on it).
     connection(connection&&) noexcept;
+    /// Closes this connection's socket (as close() does) and takes over the
+    /// other's.
     connection& operator=(connection&&) noexcept;
     ~connection();
 
@@ -139,31 +154,45 @@ public:
     /// Range-for over received messages; ends at a receive timeout.
     class iterator {
     public:
+        /// A received tensor list.
         using value_type = std::vector<tensor>;
+        /// Required by std::input_iterator.
         using difference_type = std::ptrdiff_t;
         iterator() = default;
+        /// Receives the first message from `c`, which must outlive the iterator.
         explicit iterator(connection* c) : c_(c) { ++*this; }
+        /// The current message; valid until the next increment.
         value_type& operator*() { return *current_; }
+        /// Receives the next message (ends at a receive timeout).
         iterator& operator++() {
             current_ = c_->recv();
             return *this;
         }
+        /// Same as prefix increment.
         void operator++(int) { ++*this; }
+        /// True once a receive returned nothing.
         bool operator==(std::default_sentinel_t) const { return !current_; }
 
     private:
         connection* c_ = nullptr;
         std::optional<value_type> current_;
     };
+    /// Receives the first message; range-for ends at a receive timeout.
     iterator begin() { return iterator(this); }
+    /// The end of a range-for.
     std::default_sentinel_t end() { return {}; }
 
+    /// Messages and bytes sent or received so far.
     const statistics& stats() const noexcept { return stats_; }
+    /// The same, to reset.
     statistics& stats() noexcept { return stats_; }
     /// The endpoints as bound or connected; a tcp bind to port 0 or '*'
     /// shows the port ZeroMQ chose.
     const std::vector<endpoint>& endpoints() const noexcept { return endpoints_; }
+    /// The underlying socket, for options the connection does not set; valid
+    /// until close() or destruction.
     zmq::socket_ref socket() noexcept { return socket_; }
+    /// The options the connection was opened with.
     const connection_options& options() const noexcept { return opt_; }
     /// Closes the socket now (waiting at most `linger` for queued messages).
     void close();
@@ -176,25 +205,37 @@ private:
     statistics stats_;
 };
 
+/// The ZeroMQ socket type of a socket kind.
+zmq::socket_type zmq_socket_type(socket_kind kind) noexcept;
+
 /// Throws bad_argument when a tensor is 64-bit (f8, i8, u8), as tensorcom.
 void check_no64(tensor_span tensors);
 
 /// Makes glibc keep large freed blocks for reuse instead of returning them to
-/// the system. libzmq allocates every received frame anew, and glibc serves
-/// blocks over 32 MiB with a fresh mmap whose every page then faults: a
-/// 77 MB batch then costs more in page faults than on the wire. After this
-/// call such blocks come from the heap and are recycled. Process-wide (it
-/// changes malloc's settings for everyone), idempotent, thread-safe; the
-/// loader calls it unless told not to. Returns false where unsupported.
+/// the system. libzmq allocates every received frame anew (on its I/O
+/// thread), and glibc serves blocks over 32 MiB with a fresh mmap whose every
+/// page then faults: a 77 MB batch then costs more in page faults than on the
+/// wire. After this call such blocks come from the main heap and are
+/// recycled: no mmap-backed blocks (M_MMAP_MAX 0), no trimming below 1 GiB of
+/// free heap (M_TRIM_THRESHOLD), and one malloc arena shared by all threads
+/// (M_ARENA_MAX 1; a thread arena mmaps blocks over 64 MiB regardless).
+/// Call it early, before threads start: a thread that already has its own
+/// arena keeps it. Process-wide (it changes malloc's settings for everyone,
+/// and one arena means threads that allocate heavily at once contend for its
+/// lock), idempotent, thread-safe; the loader calls it unless told not to.
+/// Returns false where unsupported.
 bool reuse_large_allocations() noexcept;
 
 /// How a loader receives and queues.
 struct loader_options {
+    /// How the loader's connection is opened (its recv_timeout also bounds
+    /// next()).
     connection_options connection{};
     /// Bounds on the decoded messages waiting for the consumer. The queue
     /// accepts a message that exceeds `queue_bytes` only when it is empty,
     /// so one oversized message cannot stall the loader.
     std::size_t queue_messages = 8;
+    /// Bound on the tensor bytes waiting in the queue.
     std::uint64_t queue_bytes = std::uint64_t{1} << 30;
     /// Run on the loader thread on each received batch before queueing.
     std::function<std::vector<tensor>(std::vector<tensor>)> transform{};
@@ -213,8 +254,12 @@ struct loader_options {
 /// (the socket failing) is raised and ends the loader.
 class loader {
 public:
+    /// Starts the loader thread on the URLs (each brace-expanded). Throws
+    /// bad_url, or zmq::error_t when an endpoint is refused.
     loader(std::span<const std::string> urls, loader_options opt = {});
+    /// The same on one URL.
     explicit loader(std::string_view url, loader_options opt = {});
+    /// The same on the caller's context, which the loader keeps alive.
     loader(std::shared_ptr<zmq::context_t> context, std::span<const std::string> urls,
            loader_options opt = {});
     /// Stops the thread and discards what is queued; never hangs.
@@ -232,34 +277,48 @@ public:
     /// batches can still be taken.
     void close();
 
+    /// Range-for over batches; ends once next() returns nothing.
     class iterator {
     public:
+        /// A batch.
         using value_type = std::vector<tensor>;
+        /// Required by std::input_iterator.
         using difference_type = std::ptrdiff_t;
         iterator() = default;
+        /// Takes the first batch from `l`, which must outlive the iterator.
         explicit iterator(loader* l) : l_(l) { ++*this; }
+        /// The current batch; valid until the next increment.
         value_type& operator*() { return *current_; }
+        /// Takes the next batch (throws what next() throws).
         iterator& operator++() {
             current_ = l_->next();
             return *this;
         }
+        /// Same as prefix increment.
         void operator++(int) { ++*this; }
+        /// True once next() returned nothing.
         bool operator==(std::default_sentinel_t) const { return !current_; }
 
     private:
         loader* l_ = nullptr;
         std::optional<value_type> current_;
     };
+    /// Takes the first batch.
     iterator begin() { return iterator(this); }
+    /// The end of a range-for.
     std::default_sentinel_t end() { return {}; }
 
     /// A snapshot of the receive statistics (thread-safe).
     statistics stats() const;
+    /// Batches waiting in the queue now (thread-safe).
     std::size_t queued_messages() const;
+    /// Tensor bytes waiting in the queue now (thread-safe).
     std::uint64_t queued_bytes() const;
     /// The most messages and bytes that were ever queued at once.
     std::size_t peak_queued_messages() const;
+    /// The most bytes ever queued at once (thread-safe).
     std::uint64_t peak_queued_bytes() const;
+    /// Malformed messages skipped so far (with skip_malformed; thread-safe).
     std::uint64_t malformed() const;
     /// The endpoints, once bound/connected (waits for the thread to start).
     std::vector<endpoint> endpoints() const;

@@ -9,21 +9,6 @@ namespace tenbin {
 
 namespace {
 
-zmq::socket_type to_zmq(socket_kind kind) {
-    switch (kind) {
-    case socket_kind::push: return zmq::socket_type::push;
-    case socket_kind::pull: return zmq::socket_type::pull;
-    case socket_kind::pub: return zmq::socket_type::pub;
-    case socket_kind::sub: return zmq::socket_type::sub;
-    case socket_kind::req: return zmq::socket_type::req;
-    case socket_kind::rep: return zmq::socket_type::rep;
-    case socket_kind::dealer: return zmq::socket_type::dealer;
-    case socket_kind::router: return zmq::socket_type::router;
-    case socket_kind::pair: return zmq::socket_type::pair;
-    }
-    return zmq::socket_type::pair;
-}
-
 int to_ms(std::chrono::milliseconds ms) {
     return static_cast<int>(std::min<std::int64_t>(ms.count(), INT32_MAX));
 }
@@ -37,6 +22,21 @@ bool topic_applies(const connection_options& opt, socket_kind kind) {
 }
 
 }  // namespace
+
+zmq::socket_type zmq_socket_type(socket_kind kind) noexcept {
+    switch (kind) {
+    case socket_kind::push: return zmq::socket_type::push;
+    case socket_kind::pull: return zmq::socket_type::pull;
+    case socket_kind::pub: return zmq::socket_type::pub;
+    case socket_kind::sub: return zmq::socket_type::sub;
+    case socket_kind::req: return zmq::socket_type::req;
+    case socket_kind::rep: return zmq::socket_type::rep;
+    case socket_kind::dealer: return zmq::socket_type::dealer;
+    case socket_kind::router: return zmq::socket_type::router;
+    case socket_kind::pair: return zmq::socket_type::pair;
+    }
+    return zmq::socket_type::pair;
+}
 
 void check_no64(tensor_span tensors) {
     for (std::size_t i = 0; i < tensors.size(); ++i) {
@@ -60,7 +60,7 @@ connection::connection(std::shared_ptr<zmq::context_t> context, std::span<const 
       endpoints_(parse_urls(urls, {.kind = opt_.kind, .bind = opt_.bind})),
       stats_(opt_.stats_horizon) {
     const socket_kind kind = endpoints_.front().kind;
-    socket_ = zmq::socket_t(*context_, to_zmq(kind));
+    socket_ = zmq::socket_t(*context_, zmq_socket_type(kind));
     socket_.set(zmq::sockopt::sndhwm, opt_.send_hwm);
     socket_.set(zmq::sockopt::rcvhwm, opt_.recv_hwm);
     socket_.set(zmq::sockopt::linger, to_ms(opt_.linger));
@@ -130,7 +130,16 @@ bool reuse_large_allocations() noexcept {
     // No mmap-backed blocks: large blocks come from the heap and freed ones
     // stay there (no trimming below 1 GiB of free top), so the next frame of
     // the same size reuses pages that are already mapped.
-    const bool ok = mallopt(M_MMAP_MAX, 0) == 1 && mallopt(M_TRIM_THRESHOLD, 1 << 30) == 1;
+    //
+    // One arena: that alone is not enough, because libzmq allocates received
+    // frames on its I/O thread, and glibc gives such threads arenas whose
+    // heaps hold at most 64 MiB; a larger block there is mmap-ed whatever
+    // M_MMAP_MAX says (measured, tenbin-bench "batch": a 77 MB batch over tcp
+    // stayed at the page-fault wall, 1.9 GB/s, until threads shared the main
+    // arena). glibc honours the arena limit for threads that get an arena
+    // after this call; threads that already have one keep it.
+    const bool ok = mallopt(M_ARENA_MAX, 1) == 1 && mallopt(M_MMAP_MAX, 0) == 1 &&
+                    mallopt(M_TRIM_THRESHOLD, 1 << 30) == 1;
     done.store(ok ? 1 : -1);
     return ok;
 }

@@ -37,13 +37,15 @@ std::string_view str64_text(const std::byte* p) noexcept {
     return {reinterpret_cast<const char*>(p), n};
 }
 
-// Runs `f`; an error it throws gets `where` in front of its message.
-template <class F>
-auto with_context(const std::string& where, F&& f) {
+// Runs `f`; an error it throws gets `where()` in front of its message.
+// `where` is called only then: decode_list runs this once per received
+// tensor, and building the text there cost several allocations each.
+template <class W, class F>
+auto with_context(W&& where, F&& f) {
     try {
         return f();
     } catch (const error& e) {
-        throw error(e.code(), where + ": " + e.what());
+        throw error(e.code(), where() + ": " + e.what());
     }
 }
 
@@ -144,7 +146,7 @@ std::vector<buffer> encode_list(tensor_span tensors) {
     for (std::size_t i = 0; i < tensors.size(); ++i) {
         const tensor_view t = tensors[i];
         buffer h = buffer::allocate(header_size(t.ndim()));
-        with_context("tensor " + str(i), [&] { encode_header_into(t, h.writable_bytes()); });
+        with_context([&] { return "tensor " + str(i); }, [&] { encode_header_into(t, h.writable_bytes()); });
         out.push_back(std::move(h));
         const buffer* owner = tensors.owner(i);
         out.push_back(owner ? *owner : buffer::borrow(t.data));
@@ -164,12 +166,12 @@ std::vector<tensor> decode_list(std::span<const buffer> frames, const decode_opt
     out.reserve(frames.size() / 2);
     std::uint64_t total = 0;
     for (std::size_t i = 0; i < frames.size() / 2; ++i) {
-        const std::string where = "tensor " + str(i) + " (frame " + str(2 * i) + ")";
+        auto where = [&] { return "tensor " + str(i) + " (frame " + str(2 * i) + ")"; };
         tensor_header h = with_context(where, [&] { return decode_header(frames[2 * i].bytes(), lim); });
         const buffer& data = frames[2 * i + 1];
         if (data.size() != h.nbytes)
             throw_error(errc::data_size_mismatch,
-                        where + ": header says " + std::string(code(h.dtype)) + " with " +
+                        where() + ": header says " + std::string(code(h.dtype)) + " with " +
                             str(h.nbytes) + " bytes, the data holds " + str(data.size()));
         total += h.nbytes;
         if (total > lim.max_bytes)
@@ -205,25 +207,26 @@ std::vector<buffer> decode_chunks(const buffer& chunked, const limits& lim) {
     std::size_t at = 0;
     while (at < size) {
         const std::size_t left = size - at;
-        const std::string where = "chunk " + str(out.size()) + " at offset " + str(at);
+        // Built only for an error: this loop runs for every chunk.
+        auto where = [&] { return "chunk " + str(out.size()) + " at offset " + str(at); };
         if (out.size() >= 2 * lim.max_tensors)
-            throw_error(errc::limit_exceeded, where + ": more than " + str(lim.max_tensors) +
+            throw_error(errc::limit_exceeded, where() + ": more than " + str(lim.max_tensors) +
                                                   " tensors (limits::max_tensors)");
         if (left < 8)
-            throw_error(errc::truncated, where + ": input ends " + str(left) + " bytes into the magic");
+            throw_error(errc::truncated, where() + ": input ends " + str(left) + " bytes into the magic");
         if (std::memcmp(base + at, chunk_magic, 8) != 0)
-            throw_error(errc::bad_magic, where + ": does not start with ~TenBin~");
+            throw_error(errc::bad_magic, where() + ": does not start with ~TenBin~");
         if (left < chunk_preamble)
-            throw_error(errc::truncated, where + ": input ends inside the length field");
+            throw_error(errc::truncated, where() + ": input ends inside the length field");
         const std::int64_t len = get_i64(base + at + 8);
         if (len < 0)
-            throw_error(errc::negative_length, where + ": length is " + std::to_string(len));
+            throw_error(errc::negative_length, where() + ": length is " + std::to_string(len));
         const auto n = static_cast<std::uint64_t>(len);
         if (n > left - chunk_preamble)
-            throw_error(errc::length_beyond_end, where + ": length " + str(n) + " but only " +
+            throw_error(errc::length_beyond_end, where() + ": length " + str(n) + " but only " +
                                                      str(left - chunk_preamble) + " bytes follow");
         if (chunk_size(n) > left)
-            throw_error(errc::truncated, where + ": input ends inside the padding (" +
+            throw_error(errc::truncated, where() + ": input ends inside the padding (" +
                                              str(chunk_size(n)) + " bytes needed, " + str(left) + " left)");
         out.push_back(chunked.slice(at + chunk_preamble, n));
         at += chunk_size(n);

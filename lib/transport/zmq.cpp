@@ -114,6 +114,9 @@ std::optional<std::vector<zmq::message_t>> receive_frames(zmq::socket_ref socket
     if (!socket.recv(first, opt.flags)) return std::nullopt;
     std::vector<zmq::message_t> frames;
     bool more = first.more();
+    // Room for a few tensors up front (perf: regrowing cost allocations on
+    // every message; larger lists still grow as needed).
+    frames.reserve(more ? 16 : 1);
     std::size_t count = 1;
     bool over = count > opt.max_frames;
     if (!over) frames.push_back(std::move(first));
@@ -148,7 +151,16 @@ std::optional<message> receive(zmq::socket_ref socket, const recv_options& opt, 
 
     std::vector<buffer> body;
     body.reserve(frames->size() - skip);
+    // Header frames of the multipart form are only read while decoding, so
+    // they are borrowed from `frames` (alive and unmoved until the end of
+    // this function) instead of pinned one by one (perf: a shared keeper per
+    // header cost an allocation per tensor).
+    const bool multipart = frames->size() - skip > 1;
     for (std::size_t i = skip; i < frames->size(); ++i) {
+        if (multipart && (i - skip) % 2 == 0) {
+            body.push_back(buffer::borrow(bytes_of((*frames)[i])));
+            continue;
+        }
         // Pin the message at a heap address before taking data(): a small
         // frame's bytes are inside the message object.
         auto keeper = std::make_shared<zmq::message_t>(std::move((*frames)[i]));
@@ -156,7 +168,6 @@ std::optional<message> receive(zmq::socket_ref socket, const recv_options& opt, 
         // Read-only: over inproc the bytes may be the sender's memory.
         body.push_back(buffer::share(std::move(keeper), bytes, false));
     }
-    frames.reset();
 
     const std::size_t n = body.size();
     out.single = n == 1;
