@@ -23,6 +23,12 @@ using mutable_bytes = std::span<std::byte>;
 /// SIMD loads, and the format's own padding unit.
 inline constexpr std::size_t buffer_alignment = 64;
 
+/// Bytes plus whatever keeps them alive (see the top of this header).
+///
+/// Copying, slicing and destroying buffers is thread-safe (the keeper is a
+/// `shared_ptr`): copies of one buffer may live on different threads, and
+/// the last one to go releases the memory on its thread. Writing to the
+/// bytes while another thread reads them is the caller's to synchronise.
 class buffer {
 public:
     /// The keeper: any shared object whose lifetime pins the bytes.
@@ -53,18 +59,26 @@ public:
         return share(std::move(owner), {p, owner->size() * sizeof(T)});
     }
 
+    /// First byte (null for an empty default buffer). Valid while this buffer
+    /// or any copy of it exists (for `borrow`: while the caller's memory does).
     const std::byte* data() const noexcept { return data_; }
+    /// Number of bytes.
     std::size_t size() const noexcept { return size_; }
+    /// True when there are no bytes.
     bool empty() const noexcept { return size_ == 0; }
+    /// The bytes as a span, valid as long as `data()` is.
     bytes_view bytes() const noexcept { return {data_, size_}; }
 
     /// Writable access; throws `error(errc::unsupported)` for read-only
     /// memory (borrowed bytes, file mappings).
     mutable_bytes writable_bytes() const;
+    /// False for read-only memory (borrowed bytes, file mappings, received
+    /// frames); `writable_bytes` then throws.
     bool writable() const noexcept { return writable_; }
 
     /// True when the buffer owns (or shares) its memory; false for `borrow`.
     bool owned() const noexcept { return keeper_ != nullptr; }
+    /// The shared owner of the bytes (null for borrowed ones).
     const keeper_type& keeper() const noexcept { return keeper_; }
     /// How many buffers share this one's keeper (0 for borrowed).
     long use_count() const noexcept { return keeper_.use_count(); }

@@ -11,6 +11,10 @@
 //
 // A chunk's payload starts 16 bytes after the chunk, so payloads are 16-byte
 // aligned relative to the start of a buffer, not 64.
+//
+// Every function here works only on its arguments: calls from any number of
+// threads at once are safe, also on the same (unchanging) input. A function
+// that throws has allocated nothing that outlives the call.
 #pragma once
 
 #include <tenbin/buffer.hpp>
@@ -37,6 +41,7 @@ struct limits {
 
 /// What a decoder checks besides the format.
 struct decode_options {
+    /// Bounds checked before anything is allocated.
     tenbin::limits limits{};
     /// When set, the decoded infos must equal these (errc::info_mismatch).
     std::optional<std::vector<std::string>> expect_infos{};
@@ -44,8 +49,11 @@ struct decode_options {
 
 /// A decoded header: everything about a tensor but its bytes.
 struct tensor_header {
+    /// Element type.
     tenbin::dtype dtype = tenbin::dtype::u1;
+    /// The tensor's name, trailing NULs stripped.
     std::string info;
+    /// Dimensions (empty for rank 0).
     shape_t shape;
     std::uint64_t nbytes = 0;  ///< count(shape) * itemsize(dtype)
 };

@@ -51,9 +51,14 @@ constexpr bool is_signed(dtype t) noexcept {
 /// IEEE 754 binary16, stored as its bits. C++20 has no half type; this one
 /// only converts, so that f2 data can be read and written as float.
 struct float16 {
+    /// The binary16 bit pattern (sign, 5 exponent bits, 10 mantissa bits).
     std::uint16_t bits = 0;
+    /// Rounds `f` to the nearest binary16 (ties to even); overflow gives
+    /// infinity and NaN stays NaN.
     static float16 from_float(float f) noexcept;
+    /// The exact float value of these bits.
     float to_float() const noexcept;
+    /// Bitwise equality (so +0 != -0 and NaN == the same NaN).
     friend bool operator==(float16, float16) = default;
 };
 

@@ -36,7 +36,9 @@ std::string_view name(errc code) noexcept;
 /// needed to locate the problem (offset, tensor index, expected vs found).
 class error : public std::runtime_error {
 public:
+    /// An error of class `code`; `message` becomes `what()`.
     error(errc code, const std::string& message);
+    /// The class of the failure.
     errc code() const noexcept { return code_; }
 
 private:

@@ -22,11 +22,17 @@ namespace tenbin {
 
 /// Where written bytes go. `write` takes several pieces at once so that a
 /// sink able to gather (writev) sends tensor data without concatenating it.
+///
+/// Thread-safety (all sinks and sources here): one thread at a time per
+/// object; distinct objects are independent. After a throw, what reached
+/// the destination is unspecified: discard the output.
 class sink {
 public:
     virtual ~sink() = default;
     /// Writes all pieces, in order, or throws (io_error).
     virtual void write(std::span<const bytes_view> pieces) = 0;
+    /// Pushes buffered bytes to their destination (a no-op unless the sink
+    /// buffers). Throws io_error.
     virtual void flush() {}
 };
 
@@ -45,8 +51,10 @@ public:
 /// Writes to a std::ostream (which must outlive the sink).
 class ostream_sink final : public sink {
 public:
+    /// Writes to `os`, which must outlive the sink.
     explicit ostream_sink(std::ostream& os) : os_(os) {}
     void write(std::span<const bytes_view> pieces) override;
+    /// Flushes the stream; throws io_error when it fails.
     void flush() override;
 
 private:
@@ -56,6 +64,8 @@ private:
 /// Reads from a std::istream (which must outlive the source).
 class istream_source final : public source {
 public:
+    /// Reads from `is`, which must outlive the source. A stream in a bad state
+    /// throws io_error.
     explicit istream_source(std::istream& is) : is_(is) {}
     std::size_t read_some(mutable_bytes out) override;
 
@@ -67,6 +77,8 @@ private:
 /// retrying short writes and EINTR. Does not close the descriptor.
 class fd_sink final : public sink {
 public:
+    /// Writes to `fd`, which stays the caller's (open while the sink is used).
+    /// Writes throw io_error with the system's reason.
     explicit fd_sink(int fd) : fd_(fd) {}
     void write(std::span<const bytes_view> pieces) override;
 
@@ -78,6 +90,8 @@ private:
 /// For a regular file it reports `remaining()`.
 class fd_source final : public source {
 public:
+    /// Reads from `fd`, which stays the caller's (open while the source is
+    /// used). Throws io_error when `fstat` fails.
     explicit fd_source(int fd);
     std::size_t read_some(mutable_bytes out) override;
     std::optional<std::uint64_t> remaining() const override;
@@ -91,7 +105,9 @@ private:
 class memory_sink final : public sink {
 public:
     void write(std::span<const bytes_view> pieces) override;
+    /// Everything written so far; valid until the next write or `take`.
     const std::vector<std::byte>& bytes() const noexcept { return bytes_; }
+    /// Moves the bytes out, leaving the sink empty.
     std::vector<std::byte> take() noexcept { return std::move(bytes_); }
 
 private:
@@ -101,6 +117,7 @@ private:
 /// Reads from bytes the caller keeps alive.
 class memory_source final : public source {
 public:
+    /// Reads `bytes`, which the caller keeps alive while the source is used.
     explicit memory_source(bytes_view bytes) : bytes_(bytes) {}
     std::size_t read_some(mutable_bytes out) override;
     std::optional<std::uint64_t> remaining() const override { return bytes_.size() - pos_; }
@@ -113,9 +130,12 @@ private:
 /// A layer: passes everything to the wrapped sink and counts the bytes.
 class counting_sink final : public sink {
 public:
+    /// Wraps `inner`, which must outlive this sink.
     explicit counting_sink(sink& inner) : inner_(inner) {}
     void write(std::span<const bytes_view> pieces) override;
+    /// Flushes `inner`.
     void flush() override { inner_.flush(); }
+    /// Bytes written through this sink so far.
     std::uint64_t count() const noexcept { return count_; }
 
 private:
@@ -126,9 +146,11 @@ private:
 /// A layer: passes reads through from the wrapped source and counts bytes.
 class counting_source final : public source {
 public:
+    /// Wraps `inner`, which must outlive this source.
     explicit counting_source(source& inner) : inner_(inner) {}
     std::size_t read_some(mutable_bytes out) override;
     std::optional<std::uint64_t> remaining() const override { return inner_.remaining(); }
+    /// Bytes read through this source so far.
     std::uint64_t count() const noexcept { return count_; }
 
 private:
@@ -140,12 +162,18 @@ private:
 
 /// Writes `tensors` to `out` in the chunked form. Tensor data goes to the
 /// sink as pieces of its own (no copy on gathering sinks).
+/// All headers are encoded before the first byte is written, so a list the
+/// format cannot carry throws bad_argument with nothing written; a failing
+/// sink throws its error (io_error) with part of the list written.
 void write(sink& out, tensor_span tensors);
 
+/// What `read` accepts and how much of the stream it consumes.
 struct read_options {
     /// Stop after this many tensors (Python's `n`); the rest stays unread.
     std::optional<std::size_t> max_tensors{};
+    /// Bounds on the tensors read by this call (see `limits`).
     tenbin::limits limits{};
+    /// When set, the infos read must equal these (errc::info_mismatch).
     std::optional<std::vector<std::string>> expect_infos{};
 };
 
@@ -154,26 +182,57 @@ struct read_options {
 /// tensor gets fresh aligned storage, allocated as bytes arrive, so a length
 /// field claiming more than the input holds costs no more memory than the
 /// input. Returns an empty list at end of input.
+/// Throws the codec's errors (bad_magic, truncated, ...), limit_exceeded,
+/// info_mismatch, or what the source throws; the source is then somewhere
+/// inside the stream: discard it. The tensors own their storage (nothing
+/// refers to the source afterwards).
 std::vector<tensor> read(source& in, const read_options& opt = {});
 
 // ---- files ---------------------------------------------------------------
 
-struct file_options {
-    /// Accept a file name not ending in ".ten" (Python's `nocheck`).
-    bool nocheck = false;
-    tenbin::limits limits{};
-    std::optional<std::vector<std::string>> expect_infos{};
+/// How `save`/`load`/`load_mmap` (de)compress a file's bytes.
+enum class compression {
+    automatic,  ///< by name: zstd when it ends in ".zst" (".ten.zst"), else none
+    none,       ///< plain .ten bytes, whatever the name
+    zstd,       ///< one zstd stream of the .ten bytes (see zstd.hpp)
 };
 
-/// Writes `tensors` to a .ten file (replacing it) with gathered writes.
-/// Throws bad_extension (unless nocheck) or io_error.
+/// How `save`, `load` and `load_mmap` treat a file.
+struct file_options {
+    /// Accept a file name not ending in ".ten" or ".ten.zst" (Python's
+    /// `nocheck`).
+    bool nocheck = false;
+    /// Bounds on the tensors a load accepts (see `limits`).
+    tenbin::limits limits{};
+    /// When set, the loaded infos must equal these (errc::info_mismatch).
+    std::optional<std::vector<std::string>> expect_infos{};
+    /// zstd needs a build with it (`TENBIN_HAS_ZSTD` in tenbin/config.hpp);
+    /// without, compressed files throw error(unsupported).
+    tenbin::compression compression = tenbin::compression::automatic;
+    /// Level `save` compresses at (zstd's levels; 3 is its default).
+    int zstd_level = 3;
+};
+
+/// Writes `tensors` to a .ten file (replacing it) with gathered writes, or
+/// to a .ten.zst file through a `zstd_sink` (see `file_options::compression`).
+/// Throws bad_extension (unless nocheck), bad_argument for tensors the
+/// format cannot carry (the file is then left untouched), unsupported for
+/// zstd in a build without it, or io_error (the file may then be partly
+/// written). Thread-safe for distinct files.
 void save(const std::filesystem::path& path, tensor_span tensors, const file_options& opt = {});
 /// Reads a .ten file with one read into one aligned buffer; the tensors
-/// are slices of it, so it lives while any of them does.
+/// are slices of it, so it lives while any of them does. A compressed file
+/// is decompressed as a stream (`read` over a `zstd_source`), each tensor
+/// into its own aligned storage; corrupt compressed bytes throw io_error and
+/// a file ending inside a zstd frame throws truncated. Also throws what
+/// `decode_buffer` throws, bad_extension, unsupported, limit_exceeded.
+/// Thread-safe for any files.
 std::vector<tensor> load(const std::filesystem::path& path, const file_options& opt = {});
 /// Maps the file read-only; the tensors view the mapping, which is unmapped
 /// when the last of them is gone. The file must not be truncated or
-/// rewritten meanwhile (as with any mapping).
+/// rewritten meanwhile (as with any mapping). A compressed file cannot be
+/// viewed in place: it is decompressed into memory exactly as `load` does
+/// (no mapping is kept). Throws as `load` does.
 std::vector<tensor> load_mmap(const std::filesystem::path& path, const file_options& opt = {});
 /// The whole file as a read-only mapped buffer (empty files give an empty
 /// buffer). Throws io_error.

@@ -40,11 +40,13 @@ void check_typed_access(dtype have, dtype want, const std::byte* data, std::size
 /// what encoders take: it costs nothing to make from a `tensor` or from the
 /// caller's own arrays. Valid only while what it points to is.
 struct tensor_view {
+    /// Element type.
     tenbin::dtype dtype = tenbin::dtype::u1;
     std::span<const std::int64_t> shape;  ///< empty for a rank-0 tensor
     std::string_view info;                ///< at most 8 ASCII characters
     bytes_view data;                      ///< C order, little endian
 
+    /// Rank (0 for a scalar).
     std::size_t ndim() const noexcept { return shape.size(); }
     /// Number of elements (1 for rank 0). Throws on negative dims/overflow.
     std::uint64_t count() const { return detail::element_count(shape); }
@@ -66,6 +68,11 @@ bool operator==(const tensor_view& a, const tensor_view& b) noexcept;
 /// bytes (use `clone` for a deep copy). A tensor decoded from a received
 /// message, a mapped file or a caller's buffer refers to those bytes and keeps
 /// them alive as long as it exists.
+///
+/// Thread-safety: as for standard value types, const use from many threads
+/// is safe, and copies may live and die on different threads (the bytes go
+/// with the last one); writing through `mutable_values` while another
+/// thread reads the same bytes is the caller's to synchronise.
 class tensor {
 public:
     /// An empty u1 tensor of shape {0}.
@@ -87,6 +94,7 @@ public:
                       std::move(info));
     }
     template <element T>
+    /// A rank-1 tensor over all of `values`, taken without a copy, no info.
     static tensor from_vector(std::vector<T>&& values) {
         shape_t shape{static_cast<std::int64_t>(values.size())};
         return from_vector(std::move(values), std::move(shape));
@@ -99,12 +107,20 @@ public:
                       std::move(info));
     }
 
+    /// Element type.
     tenbin::dtype dtype() const noexcept { return dtype_; }
+    /// Dimensions (empty for rank 0); valid while this tensor is.
     const shape_t& shape() const noexcept { return shape_; }
+    /// Rank (0 for a scalar).
     std::size_t ndim() const noexcept { return shape_.size(); }
+    /// Number of elements (1 for rank 0, 0 with a zero-size dimension).
     std::uint64_t count() const noexcept { return data_.size() / itemsize(dtype_); }
+    /// Bytes of data: count() * itemsize(dtype()).
     std::size_t nbytes() const noexcept { return data_.size(); }
+    /// The tensor's name (at most 8 ASCII characters, may be empty).
     const std::string& info() const noexcept { return info_; }
+    /// The bytes and their keeper; copy the buffer to keep the bytes alive
+    /// beyond this tensor.
     const buffer& data() const noexcept { return data_; }
 
     /// The same bytes under another info. Throws bad_argument for a bad info.
@@ -115,10 +131,14 @@ public:
     /// that is. Received frames are not always aligned (see zmq.hpp).
     tensor aligned() const;
 
+    /// A view of this tensor, valid while the tensor exists and is unchanged.
     tensor_view view() const noexcept { return {dtype_, shape_, info_, data_.bytes()}; }
+    /// Same as `view()`.
     operator tensor_view() const noexcept { return view(); }
 
     template <element T>
+    /// The data as T, valid while this tensor's buffer is. Throws as
+    /// `tensor_view::values` does.
     std::span<const T> values() const { return view().values<T>(); }
     /// Writable typed access; throws `error(errc::unsupported)` for
     /// read-only bytes (borrowed, memory-mapped).
@@ -142,12 +162,17 @@ private:
 /// list. It refers to the caller's list: use it as a parameter only.
 class tensor_span {
 public:
+    /// Borrows a span of tensors.
     tensor_span(std::span<const tensor> t) noexcept : tensors_(t.data()), size_(t.size()) {}
+    /// Borrows a span of views.
     tensor_span(std::span<const tensor_view> v) noexcept : views_(v.data()), size_(v.size()) {}
+    /// Borrows a contiguous container (`std::vector`, `std::array`) of
+    /// tensors or views.
     template <std::ranges::contiguous_range R>
         requires(std::same_as<std::ranges::range_value_t<R>, tensor> ||
                  std::same_as<std::ranges::range_value_t<R>, tensor_view>)
     tensor_span(const R& r) noexcept : tensor_span(std::span(std::ranges::data(r), std::ranges::size(r))) {}
+    /// Borrows one tensor as a list of one.
     tensor_span(const tensor& one) noexcept : tensors_(&one), size_(1) {}
     // A braced list lives until the end of the call it is written in, which
     // is as long as a parameter needs it.
@@ -155,13 +180,17 @@ public:
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Winit-list-lifetime"
 #endif
+    /// Borrows a braced list `{a, b}` for the duration of the call.
     tensor_span(std::initializer_list<tensor> l) noexcept : tensors_(l.begin()), size_(l.size()) {}
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif
 
+    /// Number of tensors.
     std::size_t size() const noexcept { return size_; }
+    /// True for an empty list.
     bool empty() const noexcept { return size_ == 0; }
+    /// Tensor i (unchecked, i < size()), as a view valid while the list is.
     tensor_view operator[](std::size_t i) const noexcept {
         return tensors_ ? tensors_[i].view() : views_[i];
     }

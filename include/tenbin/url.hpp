@@ -32,9 +32,12 @@ bool binds_by_default(socket_kind kind) noexcept;
 
 /// One place a socket binds to or connects to.
 struct endpoint {
+    /// The ZeroMQ socket type to open.
     socket_kind kind = socket_kind::pull;
+    /// True to bind to `address`, false to connect to it.
     bool bind = false;
     std::string address;  ///< what zmq_bind/zmq_connect take, e.g. "tcp://host:7880"
+    /// Field-wise equality.
     friend bool operator==(const endpoint&, const endpoint&) = default;
 };
 
@@ -48,7 +51,9 @@ std::vector<std::string> brace_expand(std::string_view pattern);
 /// endpoints, and must agree with a tensorcom scheme) and an explicit
 /// bind/connect choice (overriding the scheme's).
 struct url_options {
+    /// The socket kind, when the URL's scheme does not give one.
     std::optional<socket_kind> kind{};
+    /// Bind (true) or connect (false), overriding the scheme's default.
     std::optional<bool> bind{};
 };
 

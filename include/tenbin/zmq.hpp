@@ -33,6 +33,7 @@ namespace tenbin {
 
 /// Envelope frames in front of the tenbin frames.
 struct envelope_spec {
+    /// How the envelope's end is found.
     enum class kind {
         none,    ///< no envelope: the first frame is a tenbin frame
         frames,  ///< exactly `count` frames (e.g. a PUB topic: 1)
@@ -44,13 +45,20 @@ struct envelope_spec {
                     ///< the sender must always send the delimiter, since a
                     ///< zero-size tensor's data frame is empty too
     };
+    /// Which rule applies.
     kind how = kind::none;
+    /// Frames in the envelope, for `kind::frames`.
     std::size_t count = 0;
 
+    /// No envelope (Python tensorcom's wire).
     static envelope_spec none() { return {}; }
+    /// Exactly `n` envelope frames.
     static envelope_spec frames(std::size_t n) { return {kind::frames, n}; }
+    /// One topic frame (PUB/SUB with topics).
     static envelope_spec topic() { return {kind::frames, 1}; }
+    /// A ROUTER's identity frame and optional delimiter.
     static envelope_spec router() { return {kind::router, 0}; }
+    /// Every frame up to the first empty one.
     static envelope_spec delimited() { return {kind::delimited, 0}; }
 };
 
@@ -66,6 +74,8 @@ inline constexpr std::size_t default_copy_threshold = 2048;
 /// (errc::unsupported) before anything is sent.
 inline constexpr std::size_t max_frame_size = (std::size_t{1} << 31) - 1;
 
+/// How `zsend_single` and `zsend_multipart` send. The options borrow the
+/// envelope frames for the duration of the call only.
 struct send_options {
     /// zmq::send_flags::dontwait makes a full queue return false instead of
     /// blocking. sndmore is ignored: the library sets it where needed and
@@ -81,10 +91,13 @@ struct send_options {
     std::size_t copy_threshold = default_copy_threshold;
 };
 
+/// How `zrecv`, `zrecv_single` and `zrecv_multipart` receive and decode.
 struct recv_options {
     /// zmq::recv_flags::dontwait: return nothing instead of blocking.
     zmq::recv_flags flags = zmq::recv_flags::none;
+    /// Envelope frames expected in front of the tenbin frames.
     envelope_spec envelope{};
+    /// Limits and expected infos for the decoded tensors.
     decode_options decode{};
     /// Frames in one message (envelope included) beyond which the message
     /// is refused with limit_exceeded; the rest of it is still drained.
@@ -93,6 +106,7 @@ struct recv_options {
 
 /// What one receive produced.
 struct message {
+    /// The decoded tensors; they keep the received frames alive.
     std::vector<tensor> tensors;
     /// The envelope frames, as received (empty without an envelope).
     std::vector<zmq::message_t> envelope;

@@ -1,5 +1,9 @@
 // .ten files: save, load (one read into one buffer) and mappings.
+#include <tenbin/config.hpp>
 #include <tenbin/io.hpp>
+#if TENBIN_HAS_ZSTD
+#include <tenbin/zstd.hpp>
+#endif
 
 #include "core/chunk_plan.hpp"
 #include "io/sys_error.hpp"
@@ -58,14 +62,30 @@ struct stat stat_of(int fd, const std::filesystem::path& p) {
 }
 
 // Python's save/load assert that the name ends in ".ten"; so do we, on the
-// whole name (a file called just ".ten" passes, as it does there).
+// whole name (a file called just ".ten" passes, as it does there), and
+// accept its compressed form ".ten.zst" too.
 void check_extension(const std::filesystem::path& p, bool nocheck) {
     if (nocheck) return;
     const std::string name = p.string();
-    if (!std::string_view(name).ends_with(".ten"))
+    if (!std::string_view(name).ends_with(".ten") && !std::string_view(name).ends_with(".ten.zst"))
         throw_error(errc::bad_extension,
-                    quoted(p) + " does not end in .ten (set file_options::nocheck to allow it)");
+                    quoted(p) + " does not end in .ten or .ten.zst (set file_options::nocheck to allow it)");
 }
+
+bool compressed(const std::filesystem::path& p, const file_options& opt) {
+    switch (opt.compression) {
+    case compression::none: return false;
+    case compression::zstd: return true;
+    case compression::automatic: break;
+    }
+    return std::string_view(p.native()).ends_with(".zst");
+}
+
+#if !TENBIN_HAS_ZSTD
+[[noreturn]] void no_zstd(const std::filesystem::path& p) {
+    throw_error(errc::unsupported, quoted(p) + ": zstd compression needs a tenbin built with libzstd");
+}
+#endif
 
 // Runs `f`; a tenbin error it throws gets the file name in front.
 template <class F>
@@ -103,14 +123,42 @@ void save(const std::filesystem::path& path, tensor_span tensors, const file_opt
     // Encode the headers first, so that an unencodable list leaves any
     // existing file untouched.
     const detail::chunk_plan plan(tensors);
+#if !TENBIN_HAS_ZSTD
+    if (compressed(path, opt)) no_zstd(path);
+#endif
     unique_fd f = open_file(path, O_WRONLY | O_CREAT | O_TRUNC, 0666);
-    about_file(path, [&] { fd_sink(f.get()).write(plan.pieces()); });
+    about_file(path, [&] {
+        fd_sink plain(f.get());
+#if TENBIN_HAS_ZSTD
+        if (compressed(path, opt)) {
+            zstd_sink z(plain, opt.zstd_level);
+            z.write(plan.pieces());
+            z.finish();
+            return;
+        }
+#endif
+        plain.write(plan.pieces());
+    });
     // Errors of delayed writes (NFS, full disks) can surface only here.
     if (::close(f.release()) != 0) throw_io_error("close " + quoted(path), errno);
 }
 
 std::vector<tensor> load(const std::filesystem::path& path, const file_options& opt) {
     check_extension(path, opt.nocheck);
+    if (compressed(path, opt)) {
+#if TENBIN_HAS_ZSTD
+        unique_fd f = open_file(path, O_RDONLY);
+        // Streamed: the decompressed size is not known up front, and read()
+        // allocates only as bytes arrive, within the limits.
+        return about_file(path, [&] {
+            fd_source plain(f.get());
+            zstd_source in(plain);
+            return read(in, read_options{std::nullopt, opt.limits, opt.expect_infos});
+        });
+#else
+        no_zstd(path);
+#endif
+    }
     unique_fd f = open_file(path, O_RDONLY);
     const struct stat st = stat_of(f.get(), path);
     if (!S_ISREG(st.st_mode)) {
@@ -161,6 +209,8 @@ buffer map_file(const std::filesystem::path& path) {
 
 std::vector<tensor> load_mmap(const std::filesystem::path& path, const file_options& opt) {
     check_extension(path, opt.nocheck);
+    // Compressed bytes cannot be viewed in place (see io.hpp).
+    if (compressed(path, opt)) return load(path, opt);
     const buffer mapped = map_file(path);
     return about_file(path, [&] { return decode_buffer(mapped, decode_options_of(opt)); });
 }

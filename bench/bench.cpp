@@ -1,0 +1,799 @@
+// tenbin-bench: every tenbin operation beside its baseline (raw libzmq,
+// memcpy, plain write/read, the tensorcom-style Python peer), measured in
+// one run with repetitions interleaved; prints a table, writes JSON.
+//
+//   tenbin-bench [--quick] [--json FILE] [--filter TEXT] [--malloc reuse|default]
+//
+// Throughput is payload bytes (tensor data, not headers or padding) per
+// second, or messages per second for small messages. Each figure is the
+// median of the repetitions; ratio = tenbin / baseline, higher is better.
+//
+// Streams run a PUSH sender and a PULL receiver. The sender sends `warmup`
+// messages (the receiver checks the first one's content), then waits until
+// the receiver has taken them all; the clock runs from then until the
+// receiver has the last of `count` more. Two-process cases re-execute this
+// program with the hidden `--peer` role flags (or the Python peer) and
+// signal "go" over the child's stdin.
+#include "harness.hpp"
+
+#include <tenbin/tenbin.hpp>
+
+#include <zmq.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <thread>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#ifndef TENBIN_BENCH_PYTHON_PEER
+#define TENBIN_BENCH_PYTHON_PEER "bench/python_peer.py"
+#endif
+
+namespace {
+
+using namespace bench;
+
+constexpr std::uint64_t KiB = 1024, MiB = 1024 * KiB, GiB = 1024 * MiB;
+
+enum class impl { tenbin, raw };
+enum class form { multi, single, small };
+
+const char* name_of(form f) { return f == form::multi ? "multi" : f == form::single ? "single" : "small"; }
+form form_of(const std::string& s) {
+    if (s == "multi") return form::multi;
+    if (s == "single") return form::single;
+    if (s == "small") return form::small;
+    fail("unknown form " + s);
+}
+
+// ---- workloads ----------------------------------------------------------------
+
+// Byte j of tensor k is (31 j + 7 k) mod 251: aperiodic in powers of two, and
+// the Python peer makes the same bytes from one 251-byte period.
+void fill_pattern(std::byte* p, std::size_t n, int k) {
+    std::byte period[251];
+    for (int j = 0; j < 251; ++j) period[j] = static_cast<std::byte>((31 * j + 7 * k) % 251);
+    for (std::size_t off = 0; off < n; off += 251) std::memcpy(p + off, period, std::min<std::size_t>(251, n - off));
+}
+
+tenbin::tensor pattern_tensor(tenbin::dtype t, tenbin::shape_t shape, int k, std::string info = {}) {
+    std::uint64_t n = tenbin::itemsize(t);
+    for (auto d : shape) n *= static_cast<std::uint64_t>(d);
+    tenbin::buffer b = tenbin::buffer::allocate(n);
+    fill_pattern(b.writable_bytes().data(), n, k);
+    return tenbin::tensor(t, std::move(shape), std::move(b), std::move(info));
+}
+
+// What one message carries, in every form the senders need.
+struct workload {
+    std::string set;
+    std::uint64_t bytes = 0;  // the `--bytes` argument (quad only)
+    std::vector<tenbin::tensor> tensors;
+    std::vector<std::vector<std::byte>> headers;  // encode_header of each
+    tenbin::buffer encoded;                       // encode_buffer (single form)
+    std::uint64_t payload = 0;                    // tensor bytes per message
+};
+
+// quad: 4 float32 tensors sharing `bytes`; small: 64 float32; batch: a
+// tensorcom-sized batch (256x3x224x224 float16 plus 256 int32 labels).
+workload make_workload(const std::string& set, std::uint64_t bytes, bool with_encoded = true) {
+    workload w;
+    w.set = set;
+    w.bytes = bytes;
+    if (set == "quad") {
+        if (bytes % 16) fail("quad needs a multiple of 16 bytes");
+        for (int k = 0; k < 4; ++k)
+            w.tensors.push_back(pattern_tensor(tenbin::dtype::f4, {static_cast<std::int64_t>(bytes / 16)}, k));
+    } else if (set == "small") {
+        w.tensors.push_back(pattern_tensor(tenbin::dtype::f4, {64}, 0));
+    } else if (set == "batch") {
+        w.tensors.push_back(pattern_tensor(tenbin::dtype::f2, {256, 3, 224, 224}, 0, "input"));
+        w.tensors.push_back(pattern_tensor(tenbin::dtype::i4, {256}, 1, "target"));
+    } else {
+        fail("unknown set " + set);
+    }
+    for (const auto& t : w.tensors) {
+        w.headers.push_back(tenbin::encode_header(t));
+        w.payload += t.nbytes();
+    }
+    if (with_encoded) w.encoded = tenbin::encode_buffer(w.tensors);
+    return w;
+}
+
+// ---- one message, both ways -----------------------------------------------------
+
+zmq::socket_ref ref(void* s) { return zmq::socket_ref(zmq::from_handle, s); }
+
+// Raw zero-copy frames point into the workload, which outlives the sockets.
+void no_free(void*, void*) {}
+
+void check_zmq(int rc, const char* what) {
+    if (rc < 0) fail(std::string(what) + ": " + zmq_strerror(zmq_errno()));
+}
+
+void send_one(void* s, impl which, form f, const workload& w) {
+    if (which == impl::tenbin) {
+        const bool ok = f == form::single ? tenbin::zsend_single(ref(s), w.tensors)
+                                          : tenbin::zsend_multipart(ref(s), w.tensors);
+        if (!ok) fail("tenbin send timed out");
+        return;
+    }
+    if (f == form::single) {
+        // One frame of the encoded size and the one copy tenbin also makes.
+        zmq_msg_t m;
+        check_zmq(zmq_msg_init_size(&m, w.encoded.size()), "zmq_msg_init_size");
+        std::memcpy(zmq_msg_data(&m), w.encoded.data(), w.encoded.size());
+        if (zmq_msg_send(&m, s, 0) < 0) {
+            zmq_msg_close(&m);
+            check_zmq(-1, "zmq_msg_send");
+        }
+        return;
+    }
+    const std::size_t n = w.tensors.size();
+    for (std::size_t k = 0; k < n; ++k) {
+        check_zmq(zmq_send(s, w.headers[k].data(), w.headers[k].size(), ZMQ_SNDMORE), "zmq_send header");
+        const int flags = k + 1 < n ? ZMQ_SNDMORE : 0;
+        const tenbin::buffer& d = w.tensors[k].data();
+        if (f == form::small) {
+            check_zmq(zmq_send(s, d.data(), d.size(), flags), "zmq_send data");
+        } else {
+            zmq_msg_t m;
+            check_zmq(zmq_msg_init_data(&m, const_cast<std::byte*>(d.data()), d.size(), &no_free, nullptr),
+                      "zmq_msg_init_data");
+            if (zmq_msg_send(&m, s, flags) < 0) {
+                zmq_msg_close(&m);
+                check_zmq(-1, "zmq_msg_send");
+            }
+        }
+    }
+}
+
+tenbin::bytes_view expected_frame(form f, const workload& w, std::size_t i) {
+    if (f == form::single) return w.encoded.bytes();
+    return i % 2 == 0 ? tenbin::bytes_view(w.headers[i / 2]) : w.tensors[i / 2].data().bytes();
+}
+
+void recv_one(void* s, impl which, form f, const workload& w, bool verify) {
+    if (which == impl::tenbin) {
+        auto m = f == form::single ? tenbin::zrecv_single(ref(s)) : tenbin::zrecv_multipart(ref(s));
+        if (!m) fail("tenbin receive timed out");
+        if (m->tensors.size() != w.tensors.size()) fail("received the wrong number of tensors");
+        for (std::size_t k = 0; k < w.tensors.size(); ++k) {
+            if (m->tensors[k].nbytes() != w.tensors[k].nbytes()) fail("received a tensor of the wrong size");
+            if (verify && !(m->tensors[k].view() == w.tensors[k].view())) fail("received tensor differs");
+        }
+        return;
+    }
+    zmq_msg_t m;
+    zmq_msg_init(&m);
+    const std::size_t want = f == form::single ? 1 : 2 * w.tensors.size();
+    std::size_t frames = 0;
+    bool bad = false;
+    do {
+        if (zmq_msg_recv(&m, s, 0) < 0) {
+            zmq_msg_close(&m);
+            check_zmq(-1, "zmq_msg_recv");
+        }
+        if (frames < want) {
+            const tenbin::bytes_view e = expected_frame(f, w, frames);
+            bad |= zmq_msg_size(&m) != e.size();
+            if (verify && !bad) bad |= std::memcmp(zmq_msg_data(&m), e.data(), e.size()) != 0;
+        }
+        ++frames;
+    } while (zmq_msg_more(&m));
+    zmq_msg_close(&m);
+    if (bad || frames != want) fail("raw receive got other frames than were sent");
+}
+
+// The receiver side of one repetition: returns the seconds for `count`
+// messages after the warmup ones.
+double receive_run(void* s, impl which, form f, const workload& w, int warmup, int count,
+                   const std::function<void()>& ready) {
+    for (int i = 0; i < warmup; ++i) recv_one(s, which, f, w, i == 0);
+    const auto t0 = clock_type::now();
+    ready();
+    for (int i = 0; i < count; ++i) recv_one(s, which, f, w, false);
+    return seconds_since(t0);
+}
+
+void send_run(void* s, impl which, form f, const workload& w, int warmup, int count,
+              const std::function<void()>& wait_go) {
+    for (int i = 0; i < warmup; ++i) send_one(s, which, f, w);
+    wait_go();
+    for (int i = 0; i < count; ++i) send_one(s, which, f, w);
+}
+
+// ---- sockets ------------------------------------------------------------------
+
+void* context() {
+    static void* ctx = zmq_ctx_new();
+    return ctx;
+}
+
+void set_int(void* s, int option, int value) {
+    check_zmq(zmq_setsockopt(s, option, &value, sizeof value), "zmq_setsockopt");
+}
+
+// Queue a bounded number of bytes whatever the message size (HWMs count
+// messages): both implementations get the same setting.
+int hwm_for(std::uint64_t payload) {
+    return static_cast<int>(std::clamp<std::uint64_t>((256 * MiB) / std::max<std::uint64_t>(payload, 1), 2, 1000));
+}
+
+std::string endpoint_for(const std::string& transport) {
+    static int n = 0;
+    ++n;
+    if (transport == "inproc") return "inproc://tenbin-bench-" + std::to_string(n);
+    if (transport == "ipc") return "ipc:///tmp/tenbin-bench-" + std::to_string(getpid()) + "-" + std::to_string(n);
+    return "tcp://127.0.0.1:*";
+}
+
+std::string last_endpoint(void* s) {
+    char buf[256];
+    std::size_t len = sizeof buf;
+    check_zmq(zmq_getsockopt(s, ZMQ_LAST_ENDPOINT, buf, &len), "ZMQ_LAST_ENDPOINT");
+    return std::string(buf);
+}
+
+void* receiver_socket(const std::string& endpoint, int hwm, std::string& bound) {
+    void* s = zmq_socket(context(), ZMQ_PULL);
+    set_int(s, ZMQ_RCVHWM, hwm);
+    set_int(s, ZMQ_RCVTIMEO, 120000);  // a hung peer fails the case instead of the run
+    check_zmq(zmq_bind(s, endpoint.c_str()), "zmq_bind");
+    bound = last_endpoint(s);
+    return s;
+}
+
+void* sender_socket(const std::string& endpoint, int hwm) {
+    void* s = zmq_socket(context(), ZMQ_PUSH);
+    set_int(s, ZMQ_SNDHWM, hwm);
+    set_int(s, ZMQ_SNDTIMEO, 120000);
+    check_zmq(zmq_connect(s, endpoint.c_str()), "zmq_connect");
+    return s;
+}
+
+// A PUSH/PULL pair inside this process, kept for all repetitions of a case.
+struct socket_pair {
+    void* push = nullptr;
+    void* pull = nullptr;
+    std::string endpoint;
+    socket_pair(const std::string& transport, int hwm) {
+        pull = receiver_socket(endpoint_for(transport), hwm, endpoint);
+        push = sender_socket(endpoint, hwm);
+    }
+    ~socket_pair() {
+        set_int(push, ZMQ_LINGER, 0);
+        zmq_close(push);
+        zmq_close(pull);
+        if (endpoint.rfind("ipc://", 0) == 0) ::unlink(endpoint.c_str() + 6);
+    }
+};
+
+// One repetition with the sender on a thread of this process.
+double run_threads(socket_pair& p, impl which, form f, const workload& w, int warmup, int count) {
+    std::atomic<int> go{0};
+    std::exception_ptr err;
+    std::thread sender([&] {
+        try {
+            send_run(p.push, which, f, w, warmup, count, [&] { go.wait(0); });
+        } catch (...) {
+            err = std::current_exception();
+        }
+    });
+    double s = 0;
+    try {
+        s = receive_run(p.pull, which, f, w, warmup, count, [&] {
+            go.store(1);
+            go.notify_one();
+        });
+    } catch (...) {
+        go.store(1);
+        go.notify_one();
+        sender.join();
+        throw;
+    }
+    sender.join();
+    if (err) std::rethrow_exception(err);
+    return s;
+}
+
+// ---- peers in other processes ---------------------------------------------------
+
+struct config {
+    bool quick = false;
+    int reps = 7;
+    double rep_time = 0.25;  // seconds per repetition, roughly
+    int min_count = 8;
+    std::string filter;
+    std::string malloc_mode = "reuse";
+    std::string python = "/usr/bin/python3";
+    std::string python_peer = TENBIN_BENCH_PYTHON_PEER;
+    std::string self;
+};
+
+enum class peer_kind { tenbin, raw, python };
+
+struct peer {
+    peer_kind kind = peer_kind::tenbin;
+    std::string malloc_mode = "default";  // C++ peers only
+};
+
+std::vector<std::string> peer_argv(const config& cfg, const peer& p, const std::string& role, form f,
+                                   const workload& w, int warmup, int count) {
+    std::vector<std::string> a;
+    if (p.kind == peer_kind::python) {
+        a = {cfg.python, cfg.python_peer, role};
+    } else {
+        a = {cfg.self, "--peer", role, "--impl", p.kind == peer_kind::tenbin ? "tenbin" : "raw", "--malloc",
+             p.malloc_mode, "--hwm", std::to_string(hwm_for(w.payload))};
+    }
+    const std::vector<std::string> common = {"--form",   name_of(f),           "--set",   w.set,
+                                             "--bytes",  std::to_string(w.bytes), "--warmup", std::to_string(warmup),
+                                             "--count", std::to_string(count)};
+    a.insert(a.end(), common.begin(), common.end());
+    return a;
+}
+
+// One repetition with a receiving and a sending process over tcp loopback.
+double run_processes(const config& cfg, const peer& receiver, const peer& sender, form f, const workload& w,
+                     int warmup, int count) {
+    auto ra = peer_argv(cfg, receiver, "recv", f, w, warmup, count);
+    ra.insert(ra.end(), {"--endpoint", "tcp://127.0.0.1:*"});
+    child r(ra);
+    const std::string bound = r.read_line();
+    if (bound.rfind("endpoint ", 0) != 0) fail("receiver said " + bound);
+    auto sa = peer_argv(cfg, sender, "send", f, w, warmup, count);
+    sa.insert(sa.end(), {"--endpoint", bound.substr(9)});
+    child s(sa);
+    if (const std::string l = r.read_line(); l != "ready") fail("receiver said " + l);
+    s.write_line("go");
+    const std::string done = r.read_line();
+    if (done.rfind("seconds ", 0) != 0) fail("receiver said " + done);
+    r.wait();
+    s.wait();
+    return std::stod(done.substr(8));
+}
+
+// The hidden `--peer send|recv` role: one side of run_processes.
+int peer_main(const std::map<std::string, std::string>& args) {
+    auto get = [&](const std::string& k) {
+        auto it = args.find(k);
+        if (it == args.end()) fail("peer needs --" + k);
+        return it->second;
+    };
+    if (get("malloc") == "reuse") tenbin::reuse_large_allocations();
+    const impl which = get("impl") == "raw" ? impl::raw : impl::tenbin;
+    const form f = form_of(get("form"));
+    const workload w = make_workload(get("set"), std::stoull(get("bytes")), f == form::single);
+    const int warmup = std::stoi(get("warmup")), count = std::stoi(get("count")), hwm = std::stoi(get("hwm"));
+    if (get("peer") == "recv") {
+        std::string bound;
+        void* s = receiver_socket(get("endpoint"), hwm, bound);
+        std::cout << "endpoint " << bound << std::endl;
+        const double sec = receive_run(s, which, f, w, warmup, count, [] { std::cout << "ready" << std::endl; });
+        std::cout << "seconds " << sec << std::endl;
+        zmq_close(s);
+    } else {
+        void* s = sender_socket(get("endpoint"), hwm);
+        send_run(s, which, f, w, warmup, count, [] {
+            std::string line;
+            if (!std::getline(std::cin, line) || line != "go") fail("sender expected go");
+        });
+        zmq_close(s);  // default linger: everything queued is delivered first
+    }
+    zmq_ctx_term(context());
+    return 0;
+}
+
+// ---- measuring -------------------------------------------------------------------
+
+// Repetitions of several contenders, rotating who runs first; returns medians.
+std::vector<double> interleave_all(int reps, const std::vector<std::function<double()>>& fns) {
+    std::vector<std::vector<double>> v(fns.size());
+    for (int r = 0; r < reps; ++r)
+        for (std::size_t i = 0; i < fns.size(); ++i) {
+            const std::size_t k = (i + static_cast<std::size_t>(r)) % fns.size();
+            v[k].push_back(fns[k]());
+        }
+    std::vector<double> out;
+    for (auto& x : v) out.push_back(median(x));
+    return out;
+}
+
+// Messages per repetition: enough for about cfg.rep_time, from one trial
+// run of `seconds_for(count)`.
+int calibrate(const config& cfg, const std::function<double(int)>& seconds_for, std::uint64_t payload) {
+    const int trial = static_cast<int>(std::clamp<std::uint64_t>((8 * MiB) / std::max<std::uint64_t>(payload, 1), 2, 2000));
+    const double s = std::max(seconds_for(trial), 1e-6);
+    const double per = s / trial;
+    return static_cast<int>(std::clamp(cfg.rep_time / per, static_cast<double>(cfg.min_count), 1e6));
+}
+
+struct suite {
+    config cfg;
+    std::vector<result> results;
+
+    bool wanted(const std::string& name, const std::string& transport) const {
+        return cfg.filter.empty() || (name + " " + transport).find(cfg.filter) != std::string::npos;
+    }
+    void add(result r) {
+        r.reps = cfg.reps;
+        print_row(r);
+        results.push_back(std::move(r));
+    }
+
+    // ---- 1-3: streams against raw libzmq ----
+    void streams(form f, const std::vector<std::uint64_t>& sizes, const std::vector<std::string>& transports) {
+        const bool small = f == form::small;
+        const std::string versus = f == form::multi    ? "raw libzmq, zero-copy frames"
+                                   : f == form::single ? "raw libzmq, 1 frame + memcpy"
+                                                       : "raw libzmq, 2 copied frames";
+        for (std::uint64_t size : sizes) {
+            const workload w = small ? make_workload("small", 0) : make_workload("quad", size);
+            const int warmup = 2;
+            for (const std::string& transport : transports) {
+                if (!wanted(name_of(f), transport)) continue;
+                auto to_rate = [&](double sec, int count) {
+                    return small ? count / sec : static_cast<double>(w.payload) * count / sec / 1e9;
+                };
+                std::pair<double, double> m;
+                if (transport == "tcp-2proc") {
+                    const peer tp{peer_kind::tenbin, cfg.malloc_mode}, rp{peer_kind::raw, cfg.malloc_mode};
+                    const int count = calibrate(
+                        cfg, [&](int c) { return run_processes(cfg, tp, tp, f, w, warmup, c); }, w.payload);
+                    m = interleave(
+                        cfg.reps, [&] { return to_rate(run_processes(cfg, tp, tp, f, w, warmup, count), count); },
+                        [&] { return to_rate(run_processes(cfg, rp, rp, f, w, warmup, count), count); });
+                } else {
+                    socket_pair p(transport, hwm_for(w.payload));
+                    const int count = calibrate(
+                        cfg, [&](int c) { return run_threads(p, impl::tenbin, f, w, warmup, c); }, w.payload);
+                    m = interleave(
+                        cfg.reps, [&] { return to_rate(run_threads(p, impl::tenbin, f, w, warmup, count), count); },
+                        [&] { return to_rate(run_threads(p, impl::raw, f, w, warmup, count), count); });
+                }
+                add({name_of(f), transport, w.payload, m.first, m.second, small ? "msg/s" : "GB/s", versus, {}});
+            }
+        }
+    }
+
+    // ---- 6: the tensorcom-style Python peer, two processes over tcp ----
+    void python(form f, const std::vector<std::uint64_t>& sizes) {
+        if (!wanted(std::string(name_of(f)) + " vs python", "tcp-2proc")) return;
+        const peer tp{peer_kind::tenbin, "reuse"}, pp{peer_kind::python, {}};
+        for (std::uint64_t size : sizes) {
+            const workload w = make_workload("quad", size, false);
+            const int count = calibrate(
+                cfg, [&](int c) { return run_processes(cfg, tp, tp, f, w, 2, c); }, w.payload);
+            auto rate = [&](double sec) { return static_cast<double>(w.payload) * count / sec / 1e9; };
+            // Python is slower: fewer repetitions keep the run short.
+            const auto m = interleave(
+                std::max(3, cfg.reps - 2), [&] { return rate(run_processes(cfg, tp, tp, f, w, 2, count)); },
+                [&] { return rate(run_processes(cfg, pp, pp, f, w, 2, count)); });
+            add({std::string(name_of(f)) + " vs python", "tcp-2proc", w.payload, m.first, m.second, "GB/s",
+                 "tensorcom-style Python (pyzmq defaults)", "tenbin receiver with reuse_large_allocations"});
+        }
+    }
+
+    // ---- the tensorcom-sized batch: the allocation wall ----
+    void batch() {
+        if (!wanted("batch multi", "tcp-2proc")) return;
+        const workload w = make_workload("batch", 0, false);
+        const peer t_reuse{peer_kind::tenbin, "reuse"}, t_default{peer_kind::tenbin, "default"},
+            r_default{peer_kind::raw, "default"}, r_reuse{peer_kind::raw, "reuse"}, py{peer_kind::python, {}};
+        const int count = cfg.quick ? 3 : 16;
+        auto run = [&](const peer& p) {
+            return [&, p] { return static_cast<double>(w.payload) * count / run_processes(cfg, p, p, form::multi, w, 2, count) / 1e9; };
+        };
+        const auto m = interleave_all(std::max(3, cfg.reps - 2),
+                                      {run(t_reuse), run(t_default), run(r_default), run(r_reuse), run(py)});
+        add({"batch multi, reuse on", "tcp-2proc", w.payload, m[0], m[2], "GB/s", "raw libzmq, glibc defaults",
+             "77 MB: 256x3x224x224 f2 + 256 i4"});
+        add({"batch multi, both glibc defaults", "tcp-2proc", w.payload, m[1], m[2], "GB/s",
+             "raw libzmq, glibc defaults", {}});
+        add({"batch multi, both reuse on", "tcp-2proc", w.payload, m[0], m[3], "GB/s",
+             "raw libzmq + reuse_large_allocations", {}});
+        add({"batch multi vs python", "tcp-2proc", w.payload, m[0], m[4], "GB/s",
+             "tensorcom-style Python (pyzmq defaults)", "tenbin with reuse on"});
+    }
+
+    // ---- 4: the codec alone ----
+    void codec() {
+        if (!wanted("codec", "memory")) return;
+        const double t = cfg.quick ? 0.02 : 0.1;
+        volatile std::size_t sink = 0;
+        const workload b = make_workload("batch", 0, false);
+        const tenbin::tensor& x = b.tensors[0];  // rank 4: a 56-byte header
+        {
+            std::int64_t words[7];
+            const auto m = interleave(
+                cfg.reps,
+                [&] { return 1e9 / ns_per_op([&] { sink = sink + tenbin::encode_header(x).size(); }, t); },
+                [&] {
+                    return 1e9 / ns_per_op(
+                                     [&] {
+                                         // What an unchecked encoder does: store the words.
+                                         std::memcpy(&words[0], "f2\0\0\0\0\0\0", 8);
+                                         std::memcpy(&words[1], "input\0\0\0", 8);
+                                         words[2] = static_cast<std::int64_t>(x.ndim());
+                                         for (std::size_t i = 0; i < x.ndim(); ++i) words[3 + i] = x.shape()[i];
+                                         sink = sink + static_cast<std::size_t>(words[3 + (sink & 3)]);
+                                     },
+                                     t);
+                });
+            add({"codec encode_header", "memory", 0, m.first, m.second, "op/s", "unchecked word stores",
+                 "ns/tensor " + std::to_string(1e9 / m.first).substr(0, 5)});
+        }
+        {
+            const std::vector<std::byte> h = b.headers[0];
+            const auto m = interleave(
+                cfg.reps,
+                [&] {
+                    return 1e9 / ns_per_op([&] { sink = sink + tenbin::decode_header(h).shape.size(); }, t);
+                },
+                [&] {
+                    return 1e9 / ns_per_op(
+                                     [&] {
+                                         std::int64_t words[7];
+                                         std::memcpy(words, h.data(), sizeof words);
+                                         sink = sink + static_cast<std::size_t>(words[2] + words[6]);
+                                     },
+                                     t);
+                });
+            add({"codec decode_header", "memory", 0, m.first, m.second, "op/s", "unchecked word loads",
+                 "ns/tensor " + std::to_string(1e9 / m.first).substr(0, 5)});
+        }
+        {
+            const tenbin::buffer big = make_workload("quad", 256 * MiB).encoded;
+            const tenbin::buffer tiny = make_workload("quad", 1 * KiB).encoded;
+            if (!(tenbin::decode_buffer(big)[3].view() == make_workload("quad", 256 * MiB, false).tensors[3].view()))
+                fail("decode_buffer of the 256 MiB buffer differs");
+            const auto m = interleave(
+                cfg.reps,
+                [&] { return 1e9 / ns_per_op([&] { sink = sink + tenbin::decode_buffer(big).size(); }, t); },
+                [&] { return 1e9 / ns_per_op([&] { sink = sink + tenbin::decode_buffer(tiny).size(); }, t); });
+            add({"codec decode_buffer 256MiB vs 1KiB", "memory", 256 * MiB, m.first, m.second, "op/s",
+                 "decode_buffer of 1 KiB", "ns/call " + std::to_string(1e9 / m.first).substr(0, 6)});
+        }
+        for (bool into : {true, false}) {
+            const workload w = make_workload("quad", 64 * MiB);
+            const std::size_t size = w.encoded.size();
+            tenbin::buffer out = tenbin::buffer::allocate(size);
+            std::memset(out.writable_bytes().data(), 0, size);
+            auto rate = [&](double ns) { return static_cast<double>(w.payload) / ns; };
+            const auto m = interleave(
+                cfg.reps,
+                [&] {
+                    return rate(ns_per_op(
+                        [&] {
+                            if (into) {
+                                tenbin::encode_buffer_into(w.tensors, out.writable_bytes());
+                            } else {
+                                sink = sink + tenbin::encode_buffer(w.tensors).size();
+                            }
+                        },
+                        t));
+                },
+                [&] {
+                    return rate(ns_per_op(
+                        [&] {
+                            std::byte* dst = into ? out.writable_bytes().data()
+                                                  : static_cast<std::byte*>(std::aligned_alloc(64, size));
+                            std::size_t at = 0;
+                            for (const auto& x : w.tensors) {
+                                std::memcpy(dst + at, x.data().data(), x.nbytes());
+                                at += x.nbytes();
+                            }
+                            sink = sink + static_cast<std::size_t>(dst[at - 1]);
+                            if (!into) std::free(dst);
+                        },
+                        t));
+                });
+            if (into) {  // the baseline wrote `out` last: encode once more to check
+                tenbin::encode_buffer_into(w.tensors, out.writable_bytes());
+                if (std::memcmp(out.data(), w.encoded.data(), size) != 0) fail("encode_buffer_into differs");
+            }
+            add({into ? "codec encode_buffer_into" : "codec encode_buffer", "memory", w.payload, m.first, m.second,
+                 "GB/s", into ? "memcpy of the payload" : "aligned_alloc + memcpy + free", {}});
+        }
+    }
+
+    // ---- 5: files ----
+    void files() {
+        if (!wanted("file", "file")) return;
+        const std::uint64_t size = cfg.quick ? 256 * MiB : GiB;
+        const workload w = make_workload("quad", size);
+        const std::string dir = "/tmp/tenbin-bench-" + std::to_string(getpid());
+        std::filesystem::create_directories(dir);
+        struct cleanup {
+            std::string d;
+            ~cleanup() { std::filesystem::remove_all(d); }
+        } clean{dir};
+        const std::string a = dir + "/a.ten", b = dir + "/b.ten";
+        auto gbps = [&](double sec) { return static_cast<double>(w.payload) / sec / 1e9; };
+        auto plain_write = [&](const std::string& path) {
+            const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0666);
+            if (fd < 0) fail("open " + path);
+            std::size_t at = 0;
+            while (at < w.encoded.size()) {
+                const ssize_t n = ::write(fd, w.encoded.data() + at, std::min<std::size_t>(w.encoded.size() - at, 1u << 30));
+                if (n <= 0) fail("write " + path);
+                at += static_cast<std::size_t>(n);
+            }
+            if (::close(fd) != 0) fail("close " + path);
+        };
+        {
+            auto m = interleave(
+                cfg.reps,
+                [&] {
+                    ::unlink(a.c_str());
+                    const auto t0 = clock_type::now();
+                    tenbin::save(a, w.tensors);
+                    return gbps(seconds_since(t0));
+                },
+                [&] {
+                    ::unlink(b.c_str());
+                    const auto t0 = clock_type::now();
+                    plain_write(b);
+                    return gbps(seconds_since(t0));
+                });
+            add({"file save", "file", w.payload, m.first, m.second, "GB/s", "plain write of the same bytes",
+                 "/tmp, page cache"});
+        }
+        {
+            const auto loaded = tenbin::load(a);
+            for (std::size_t k = 0; k < 4; ++k)
+                if (!(loaded[k].view() == w.tensors[k].view())) fail("load differs from what was saved");
+        }
+        {
+            auto m = interleave(
+                cfg.reps,
+                [&] {
+                    const auto t0 = clock_type::now();
+                    auto t = tenbin::load(a);
+                    const double s = seconds_since(t0);
+                    if (t.size() != 4) fail("load");
+                    return gbps(s);
+                },
+                [&] {
+                    const auto t0 = clock_type::now();
+                    const int fd = ::open(a.c_str(), O_RDONLY);
+                    struct stat st {};
+                    if (fd < 0 || ::fstat(fd, &st) != 0) fail("open " + a);
+                    const auto n = static_cast<std::size_t>(st.st_size);
+                    auto* p = static_cast<std::byte*>(std::aligned_alloc(64, (n + 63) / 64 * 64));
+                    std::size_t at = 0;
+                    while (at < n) {
+                        const ssize_t r = ::read(fd, p + at, std::min<std::size_t>(n - at, 0x7ffff000));
+                        if (r <= 0) fail("read " + a);
+                        at += static_cast<std::size_t>(r);
+                    }
+                    ::close(fd);
+                    const double s = seconds_since(t0);
+                    std::free(p);
+                    return gbps(s);
+                });
+            add({"file load", "file", w.payload, m.first, m.second, "GB/s", "plain read of the same bytes",
+                 "/tmp, page cache"});
+        }
+        {
+            ::unlink(b.c_str());
+            const std::string big = dir + "/big.ten", little = dir + "/little.ten";
+            // The full mode maps 1 GiB; the file is the one just measured
+            // (256 MiB in quick mode).
+            std::filesystem::rename(a, big);
+            tenbin::save(little, make_workload("quad", MiB, false).tensors);
+            volatile std::size_t sink = 0;
+            const double t = cfg.quick ? 0.02 : 0.1;
+            if (!(tenbin::load_mmap(big)[2].view() == w.tensors[2].view())) fail("load_mmap differs");
+            const auto m = interleave(
+                cfg.reps, [&] { return 1e9 / ns_per_op([&] { sink = sink + tenbin::load_mmap(big).size(); }, t); },
+                [&] { return 1e9 / ns_per_op([&] { sink = sink + tenbin::load_mmap(little).size(); }, t); });
+            add({"file load_mmap " + human_bytes(w.payload) + " vs 1 MiB", "file", w.payload, m.first, m.second,
+                 "op/s", "load_mmap of a 1 MiB file", "us/call " + std::to_string(1e6 / m.first).substr(0, 6)});
+        }
+    }
+};
+
+std::string self_exe() {
+    char buf[4096];
+    const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+    if (n <= 0) fail("cannot read /proc/self/exe");
+    return std::string(buf, static_cast<std::size_t>(n));
+}
+
+const char* usage =
+    "usage: tenbin-bench [--quick] [--json FILE] [--filter TEXT] [--malloc reuse|default]\n"
+    "                    [--reps N] [--rep-time S] [--python PATH] [--python-peer SCRIPT]\n"
+    "  --quick        the short run (under a minute on 2 cores)\n"
+    "  --json FILE    write the results as a JSON array\n"
+    "  --filter TEXT  only cases whose \"name transport\" contains TEXT\n"
+    "  --malloc MODE  in-process and C++ two-process cases: call\n"
+    "                 tenbin::reuse_large_allocations() (reuse, the default) or not\n"
+    "  --reps N       repetitions per case (quick 5, full 7)\n"
+    "  --rep-time S   seconds per repetition, roughly (quick 0.03, full 0.25)\n";
+
+int run(int argc, char** argv) {
+    std::map<std::string, std::string> args;
+    std::vector<std::string> flags;
+    for (int i = 1; i < argc; ++i) {
+        const std::string a = argv[i];
+        if (a == "--quick" || a == "--help" || a == "-h") {
+            flags.push_back(a);
+        } else if (a.rfind("--", 0) == 0 && i + 1 < argc) {
+            args[a.substr(2)] = argv[++i];
+        } else {
+            std::cerr << usage;
+            return 2;
+        }
+    }
+    if (args.count("peer")) return peer_main(args);
+    suite s;
+    config& cfg = s.cfg;
+    for (const auto& f : flags) {
+        if (f == "--quick") cfg.quick = true;
+        else {
+            std::cout << usage;
+            return 0;
+        }
+    }
+    if (args.count("filter")) cfg.filter = args["filter"];
+    if (args.count("malloc")) cfg.malloc_mode = args["malloc"];
+    if (args.count("python")) cfg.python = args["python"];
+    if (args.count("python-peer")) cfg.python_peer = args["python-peer"];
+    if (cfg.malloc_mode != "reuse" && cfg.malloc_mode != "default") {
+        std::cerr << usage;
+        return 2;
+    }
+    cfg.self = self_exe();
+    if (cfg.quick) {
+        cfg.reps = 5;
+        cfg.rep_time = 0.03;
+        cfg.min_count = 3;
+    }
+    if (args.count("reps")) cfg.reps = std::stoi(args["reps"]);
+    if (args.count("rep-time")) cfg.rep_time = std::stod(args["rep-time"]);
+    if (cfg.malloc_mode == "reuse") tenbin::reuse_large_allocations();
+
+    const auto t0 = clock_type::now();
+    std::cout << "tenbin-bench " << (cfg.quick ? "quick" : "full") << ": medians of " << cfg.reps
+              << " interleaved repetitions; malloc " << cfg.malloc_mode << "; GB = 1e9 bytes of tensor data"
+              << std::endl;
+    print_header();
+    const std::vector<std::uint64_t> sizes = {4 * KiB, 64 * KiB, MiB, 16 * MiB, 64 * MiB};
+    const std::vector<std::string> transports = {"inproc", "ipc", "tcp", "tcp-2proc"};
+    s.streams(form::multi, sizes, transports);
+    s.streams(form::single, sizes, transports);
+    s.streams(form::small, {0}, transports);
+    s.codec();
+    s.files();
+    const std::vector<std::uint64_t> py_sizes =
+        cfg.quick ? std::vector<std::uint64_t>{16 * MiB} : sizes;
+    s.python(form::multi, py_sizes);
+    s.python(form::single, py_sizes);
+    s.batch();
+    std::cout << "total " << seconds_since(t0) << " s" << std::endl;
+    if (args.count("json")) write_json(args["json"], s.results);
+    zmq_ctx_term(context());
+    return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    try {
+        return run(argc, argv);
+    } catch (const std::exception& e) {
+        std::cerr << "tenbin-bench: " << e.what() << std::endl;
+        return 1;
+    }
+}
