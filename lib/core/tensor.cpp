@@ -22,11 +22,20 @@ void check_info(std::string_view info) {
 }
 
 std::uint64_t element_count(std::span<const std::int64_t> shape) {
-    std::uint64_t n = 1;
+    // A zero dimension anywhere makes the count 0 whatever the others say,
+    // as decode_header computes it: without this, a decoded header such as
+    // [2^62, 2^62, 0] made the tensor constructor throw bad_argument from
+    // inside the decoders (found by fuzz/fuzz_decode_header, _buffer, _list).
+    bool has_zero = false;
     for (std::size_t i = 0; i < shape.size(); ++i) {
         if (shape[i] < 0)
             throw_error(errc::bad_argument, "dimension " + std::to_string(i) + " is " +
                                                 std::to_string(shape[i]) + ", negative");
+        has_zero = has_zero || shape[i] == 0;
+    }
+    if (has_zero) return 0;
+    std::uint64_t n = 1;
+    for (std::size_t i = 0; i < shape.size(); ++i) {
         const auto d = static_cast<std::uint64_t>(shape[i]);
         if (d != 0 && n > UINT64_MAX / d)
             throw_error(errc::bad_argument, "shape's element count overflows 64 bits at dimension " +
