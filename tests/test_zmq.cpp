@@ -632,6 +632,118 @@ TEST_CASE("zero-copy over tcp: released exactly once, after the frame went out")
     CHECK(holds_pattern(got->tensors.at(0)));
 }
 
+TEST_CASE("each received tensor keeps only its own frame: a kept small tensor does not pin a large one") {
+    // One message: a large zero-copy frame, a 16-byte frame (stored inside
+    // the zmq_msg_t), a copied 256-byte frame and a zero-copy 4 KiB frame.
+    std::atomic<int> large_released{0}, medium_released{0};
+    void* large_at = nullptr;
+    void* medium_at = nullptr;
+    zmq::context_t ctx;
+    auto pull = make_socket(ctx, zmq::socket_type::pull);
+    auto push = make_socket(ctx, zmq::socket_type::push);
+    link(pull, push, transport::inproc);
+    const tensor tiny = tensor::from_vector(std::vector<float>{1.5f, -2.0f, 3.25f, 4.0f}, {4}, "tiny");
+    std::vector<float> v(64);
+    for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(i) * 0.5f;
+    const tensor small = tensor::from_vector(std::vector<float>(v), {64}, "small");
+    {
+        const std::vector<tensor> sent = {counted_tensor(1 << 20, large_released, &large_at), tiny, small,
+                                          counted_tensor(1 << 12, medium_released, &medium_at)};
+        REQUIRE(zsend_multipart(push, sent));
+    }
+    tensor kept_tiny, kept_small;
+    {
+        auto got = zrecv(pull);
+        REQUIRE(got);
+        REQUIRE(got->tensors.size() == 4);
+        // Over inproc the zero-copy frames are the sender's memory.
+        CHECK(got->tensors[0].data().data() == static_cast<const std::byte*>(large_at));
+        CHECK(got->tensors[3].data().data() == static_cast<const std::byte*>(medium_at));
+        kept_tiny = got->tensors[1];
+        kept_small = got->tensors[2];
+        CHECK(large_released.load() == 0);
+        CHECK(medium_released.load() == 0);
+    }
+    // The message and its other tensors are gone: their frames are released
+    // on this thread (inproc), although two small tensors of the same
+    // message are still alive.
+    CHECK(large_released.load() == 1);
+    CHECK(medium_released.load() == 1);
+    CHECK(kept_tiny.view() == tiny.view());
+    CHECK(kept_small.view() == small.view());
+    CHECK(kept_small.values<float>()[63] == 31.5f);
+    kept_tiny = tensor();
+    CHECK(kept_small.info() == "small");
+    CHECK(kept_small.view() == small.view());
+}
+
+TEST_CASE("the zero-copy frames of one message are released one by one") {
+    std::atomic<int> a_released{0}, b_released{0};
+    void* a_at = nullptr;
+    void* b_at = nullptr;
+    zmq::context_t ctx;
+    auto pull = make_socket(ctx, zmq::socket_type::pull);
+    auto push = make_socket(ctx, zmq::socket_type::push);
+    link(pull, push, transport::inproc);
+    {
+        const std::vector<tensor> sent = {counted_tensor(1 << 14, a_released, &a_at),
+                                          counted_tensor(1 << 16, b_released, &b_at)};
+        REQUIRE(zsend_multipart(push, sent));
+    }
+    auto got = zrecv(pull);
+    REQUIRE(got);
+    REQUIRE(got->tensors.size() == 2);
+    tensor b = got->tensors[1];
+    got.reset();
+    CHECK(a_released.load() == 1);  // its frame went with the message
+    CHECK(b_released.load() == 0);
+    CHECK(b.data().data() == static_cast<const std::byte*>(b_at));
+    CHECK(holds_pattern(b));
+    b = tensor();
+    CHECK(b_released.load() == 1);
+}
+
+TEST_CASE("messages with more frames than fit inline: tensors, envelope and lifetimes") {
+    for (transport tr : all_transports) {
+        CAPTURE(transport_name(tr));
+        zmq::context_t ctx;
+        auto pull = make_socket(ctx, zmq::socket_type::pull);
+        auto push = make_socket(ctx, zmq::socket_type::push);
+        link(pull, push, tr);
+        std::atomic<int> released{0};
+        void* at = nullptr;
+        std::vector<tensor> sent;
+        for (int i = 0; i < 37; ++i) {
+            if (i == 20) {
+                sent.push_back(counted_tensor(1 << 13, released, &at));
+                continue;
+            }
+            std::vector<std::int32_t> v(static_cast<std::size_t>(i * 7 % 300));
+            for (std::size_t j = 0; j < v.size(); ++j) v[j] = static_cast<std::int32_t>(j * 3 + static_cast<std::size_t>(i));
+            const auto len = static_cast<std::int64_t>(v.size());
+            sent.push_back(tensor::from_vector(std::move(v), {len}, "t" + std::to_string(i)));
+        }
+        const std::string topic = "topic";
+        const zmq::const_buffer env[] = {zmq::const_buffer(topic.data(), topic.size())};
+        send_options so;
+        so.envelope = env;
+        REQUIRE(zsend_multipart(push, sent, so));
+        recv_options ro;
+        ro.envelope = envelope_spec::topic();
+        auto got = zrecv_multipart(pull, ro);
+        REQUIRE(got);
+        REQUIRE(got->envelope.size() == 1);
+        CHECK(got->envelope[0].to_string() == topic);
+        check_same(got->tensors, sent);
+        const tensor last = got->tensors.back();
+        got.reset();
+        sent.clear();
+        CHECK(eventually([&] { return released.load() == 1; }));
+        CHECK(last.info() == "t36");
+        CHECK(last.values<std::int32_t>()[5] == 5 * 3 + 36);
+    }
+}
+
 TEST_CASE("copied sends hold no reference; unsent and undelivered zero-copy frames are released") {
     constexpr std::size_t n = 1 << 14;
     std::atomic<int> released{0};

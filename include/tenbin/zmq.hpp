@@ -14,8 +14,10 @@
 //
 // Zero-copy: a multipart send hands ZeroMQ each tensor's own bytes when the
 // tensor owns them (see `buffer`); ZeroMQ's release of the frame drops the
-// reference, on a ZeroMQ thread. A received tensor's bytes are the received
-// frame, which it keeps alive (after the socket and context are gone, too).
+// reference, on a ZeroMQ thread; each frame drops its own reference, so a
+// tensor's memory goes back as soon as ZeroMQ is done with its frame. A
+// received tensor's bytes are the received frame, which it keeps alive
+// (after the socket and context are gone, too); see `zrecv` for what else.
 //
 // Sockets are used as libzmq allows: one thread at a time per socket.
 #pragma once
@@ -158,7 +160,14 @@ bool zsend_multipart(zmq::socket_ref socket, tensor_span tensors, const send_opt
 ///
 /// Tensors view the received frames (zero-copy) and keep them alive; their
 /// bytes are read-only (over inproc they may be the sender's own memory):
-/// use `tensor::clone` to write. A tensor whose bytes are not aligned for
+/// use `tensor::clone` to write. A received tensor keeps its own frame
+/// alive, not the others of its message: keeping a small label tensor never
+/// pins a large image frame received with it (which is closed, and over
+/// inproc handed back to the sender, once its own tensors are gone). The
+/// tensors of one message do share one small bookkeeping block (about
+/// 100 bytes per tensor, plus the bytes of frames of at most 33 bytes,
+/// which ZeroMQ stores inside the message object), freed with the last of
+/// them. A tensor whose bytes are not aligned for
 /// its dtype (libzmq places frames at arbitrary offsets) is copied into
 /// aligned storage instead, so `values<T>()` always works on received
 /// tensors.

@@ -14,8 +14,13 @@
 //   I/O thread after a tcp/ipc send, the receiver's thread over inproc.
 #include <tenbin/zmq.hpp>
 
+#include "core/decode.hpp"
+
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
 #include <memory>
+#include <new>
 #include <string>
 #include <utility>
 
@@ -27,39 +32,148 @@ std::string str(std::size_t n) { return std::to_string(n); }
 
 [[noreturn]] void fail(errc code, const std::string& message) { throw error(code, message); }
 
-void check_frame_size(std::size_t size, const std::string& what) {
+// Takes the text of the error by callable: the check runs for every frame,
+// the text is built only when it fails (perf: building it always cost a
+// to_string and an allocation per tensor sent).
+template <class What>
+void check_frame_size(std::size_t size, What&& what) {
     if (size > max_frame_size)
-        fail(errc::unsupported, what + " of " + str(size) +
+        fail(errc::unsupported, what() + " of " + str(size) +
                                     " bytes: libzmq 4.3 cannot carry frames of 2^31 bytes or more");
 }
 
-// The free callback of a zero-copy frame. `hint` is the heap copy of the
-// tensor's buffer made for this frame; dropping it releases one reference
-// to the memory. Runs on a ZeroMQ thread: touches nothing shared but the
-// keeper's atomic count, and never throws (buffer releases must not).
-void release_frame(void* /*data*/, void* hint) noexcept { delete static_cast<buffer*>(hint); }
+// A list that keeps its first N elements inside itself and the rest in a
+// vector: a message's frames and buffers without an allocation for the
+// common sizes (perf: the frame and body vectors cost two allocations per
+// message received and one per message sent).
+template <class T, std::size_t N>
+class inline_list {
+public:
+    inline_list() = default;
+    inline_list(const inline_list&) = delete;
+    inline_list& operator=(const inline_list&) = delete;
+    ~inline_list() { clear(); }
 
-zmq::message_t zero_copy_frame(const buffer& owner) {
-    auto hint = std::make_unique<buffer>(owner);
-    // libzmq only reads the data of a message it sends.
-    zmq::message_t frame(const_cast<std::byte*>(owner.data()), owner.size(), &release_frame,
-                         hint.get());
-    hint.release();  // the frame owns it now; zmq_msg_init_data failing threw above
-    return frame;
+    std::size_t size() const noexcept { return size_; }
+    bool empty() const noexcept { return size_ == 0; }
+    T& operator[](std::size_t i) noexcept { return i < N ? first()[i] : rest_[i - N]; }
+    const T& operator[](std::size_t i) const noexcept { return i < N ? first()[i] : rest_[i - N]; }
+
+    template <class... A>
+    T& emplace_back(A&&... a) {
+        T* p = size_ < N ? ::new (static_cast<void*>(first() + size_)) T(std::forward<A>(a)...)
+                         : &rest_.emplace_back(std::forward<A>(a)...);
+        ++size_;
+        return *p;
+    }
+    void clear() noexcept {
+        for (std::size_t i = 0; i < std::min(size_, N); ++i) first()[i].~T();
+        rest_.clear();
+        size_ = 0;
+    }
+    // The elements as one span when they all fit inside, else nothing.
+    std::span<T> inline_span() noexcept { return size_ <= N ? std::span<T>(first(), size_) : std::span<T>(); }
+
+private:
+    T* first() noexcept { return std::launder(reinterpret_cast<T*>(storage_)); }
+    const T* first() const noexcept { return std::launder(reinterpret_cast<const T*>(storage_)); }
+
+    alignas(T) std::byte storage_[N * sizeof(T)];
+    std::size_t size_ = 0;
+    std::vector<T> rest_;
+};
+
+// Frames of one message held on the stack: 8 tensors plus an envelope.
+using frame_list = inline_list<zmq::message_t, 20>;
+
+// ---- zero-copy sends ----------------------------------------------------------
+//
+// The keepers of one message's zero-copy frames live in one heap block (perf:
+// a heap `buffer` per frame cost an allocation per tensor). Each frame's free
+// callback gets its own slot: it drops that slot's keeper at once, so every
+// tensor's memory is still released as soon as ZeroMQ is done with its frame,
+// and the last frame to go frees the block. The callbacks run on ZeroMQ
+// threads, possibly several at once: each touches only its own slot and the
+// block's atomic count.
+
+struct send_block;
+
+struct send_slot {
+    send_block* block = nullptr;
+    buffer::keeper_type keeper;
+};
+
+struct send_block {
+    // One per slot plus the builder's, set up front (perf: an atomic
+    // increment per frame); the builder drops its own and those of the
+    // slots it did not hand to ZeroMQ.
+    std::atomic<std::size_t> refs{0};
+    std::size_t slots = 0;
+
+    send_slot* slot(std::size_t i) noexcept {
+        return std::launder(reinterpret_cast<send_slot*>(reinterpret_cast<std::byte*>(this) + slot_offset)) + i;
+    }
+
+    static constexpr std::size_t slot_offset =
+        (sizeof(std::atomic<std::size_t>) + sizeof(std::size_t) + alignof(send_slot) - 1) / alignof(send_slot) *
+        alignof(send_slot);
+
+    static send_block* create(std::size_t n) {
+        static_assert(sizeof(send_block) <= slot_offset);
+        void* p = ::operator new(slot_offset + n * sizeof(send_slot));
+        auto* b = ::new (p) send_block;
+        b->refs.store(n + 1, std::memory_order_relaxed);
+        b->slots = n;
+        for (std::size_t i = 0; i < n; ++i) ::new (static_cast<void*>(b->slot(i))) send_slot{b, {}};
+        return b;
+    }
+    // Drops `k` references; the last frees the block.
+    static void release(send_block* b, std::size_t k = 1) noexcept {
+        if (b->refs.fetch_sub(k, std::memory_order_acq_rel) != k) return;
+        for (std::size_t i = 0; i < b->slots; ++i) b->slot(i)->~send_slot();
+        b->~send_block();
+        ::operator delete(static_cast<void*>(b));
+    }
+};
+
+// The free callback of a zero-copy frame: `hint` is the frame's slot.
+// Dropping its keeper releases one reference to the tensor's memory; never
+// throws (buffer releases must not).
+void release_frame(void* /*data*/, void* hint) noexcept {
+    auto* s = static_cast<send_slot*>(hint);
+    send_block* b = s->block;
+    s->keeper.reset();
+    send_block::release(b);
+}
+
+// Builds a zero-copy frame of `owner`'s bytes whose release drops slot
+// `s` (and its reference to the block). When zmq_msg_init_data fails it
+// throws and the callback will never run: the slot is emptied and its
+// reference stays the builder's to drop.
+void zero_copy_frame(frame_list& frames, const buffer& owner, send_slot& s) {
+    s.keeper = owner.keeper();
+    try {
+        // libzmq only reads the data of a message it sends.
+        frames.emplace_back(const_cast<std::byte*>(owner.data()), owner.size(), &release_frame,
+                            static_cast<void*>(&s));
+    } catch (...) {
+        s.keeper.reset();
+        throw;
+    }
 }
 
 mutable_bytes bytes_of(zmq::message_t& m) noexcept {
     return {static_cast<std::byte*>(m.data()), m.size()};
 }
 
-void add_envelope(std::vector<zmq::message_t>& frames, std::span<const zmq::const_buffer> envelope) {
+void add_envelope(frame_list& frames, std::span<const zmq::const_buffer> envelope) {
     for (const zmq::const_buffer& e : envelope) frames.emplace_back(e.data(), e.size());
 }
 
 // Sends prepared frames as one message. Only the first send may report
 // would-block: libzmq accepts the rest of a message once its first frame
 // is queued.
-bool send_frames(zmq::socket_ref socket, std::vector<zmq::message_t>& frames, zmq::send_flags flags) {
+bool send_frames(zmq::socket_ref socket, frame_list& frames, zmq::send_flags flags) {
     flags = flags & ~zmq::send_flags::sndmore;
     const std::size_t n = frames.size();
     for (std::size_t i = 0; i < n; ++i) {
@@ -73,11 +187,121 @@ bool send_frames(zmq::socket_ref socket, std::vector<zmq::message_t>& frames, zm
     return true;
 }
 
+// ---- receives -------------------------------------------------------------------
+//
+// The data frames of one received message move into one heap block (perf: a
+// shared keeper per frame cost an allocation per tensor). Each frame still
+// gets its own keeper, a shared_ptr whose control block is carved out of the
+// same block: the frame is closed (its bytes released) when the last tensor
+// using it goes, so a small tensor kept from a message never pins a large
+// frame of the same message. The block itself (bookkeeping, and the bytes of
+// frames small enough to live inside zmq_msg_t) is freed with the last
+// control block.
+
+constexpr std::size_t round_up(std::size_t n, std::size_t a) { return (n + a - 1) / a * a; }
+
+class recv_block {
+public:
+    // Room for one control block per frame; libstdc++'s shared_ptr with a
+    // deleter and this allocator needs 32 bytes. A larger one (another
+    // standard library) is allocated on its own, which is only slower.
+    static constexpr std::size_t cb_size = 48;
+    static constexpr std::size_t cb_align = 16;
+
+    static recv_block* create(std::size_t frames) {
+        static_assert(sizeof(recv_block) <= frame_offset);
+        void* p = std::malloc(cb_offset(frames) + frames * cb_size);
+        if (!p) throw std::bad_alloc();
+        auto* b = ::new (p) recv_block;
+        b->refs_.store(frames + 1, std::memory_order_relaxed);
+        b->frames_ = frames;
+        return b;
+    }
+    // Drops `k` references; the last frees the block.
+    static void release(recv_block* b, std::size_t k = 1) noexcept {
+        if (b->refs_.fetch_sub(k, std::memory_order_acq_rel) != k) return;
+        b->~recv_block();
+        std::free(b);
+    }
+
+    // Slot i for a frame, raw storage.
+    void* frame_slot(std::size_t i) noexcept { return base() + frame_offset + i * sizeof(zmq::message_t); }
+
+    // Storage for one control block, or null when none is left.
+    void* take_cb() noexcept {
+        if (cbs_used_ == frames_) return nullptr;
+        return base() + cb_offset(frames_) + cbs_used_++ * cb_size;
+    }
+    bool holds(const void* p) const noexcept {
+        const auto* q = static_cast<const std::byte*>(p);
+        const auto* b = reinterpret_cast<const std::byte*>(this);
+        return q >= b && q < b + cb_offset(frames_) + frames_ * cb_size;
+    }
+    // Called for each control block allocated, at most once per frame.
+    void count_keeper() noexcept { ++keepers_; }
+    // The builder is done: drops its reference and those of frames that
+    // got no keeper.
+    static void builder_done(recv_block* b) noexcept { release(b, 1 + b->frames_ - b->keepers_); }
+
+private:
+    std::byte* base() noexcept { return reinterpret_cast<std::byte*>(this); }
+    static constexpr std::size_t frame_offset = round_up(sizeof(std::atomic<std::size_t>) + 3 * sizeof(std::size_t),
+                                                         alignof(zmq::message_t));
+    static constexpr std::size_t cb_offset(std::size_t frames) {
+        return round_up(frame_offset + frames * sizeof(zmq::message_t), cb_align);
+    }
+
+    // One per frame's keeper plus the builder's, set up front (perf: an
+    // atomic increment per frame).
+    std::atomic<std::size_t> refs_{0};
+    std::size_t frames_ = 0;
+    std::size_t cbs_used_ = 0;
+    std::size_t keepers_ = 0;
+};
+
+static_assert(alignof(zmq::message_t) <= recv_block::cb_align && alignof(std::max_align_t) >= recv_block::cb_align);
+
+// Allocates a frame keeper's control block inside its message's block; each
+// one holds a reference to the block.
+template <class T>
+struct recv_allocator {
+    using value_type = T;
+    recv_block* block;
+
+    explicit recv_allocator(recv_block* b) noexcept : block(b) {}
+    template <class U>
+    recv_allocator(const recv_allocator<U>& o) noexcept : block(o.block) {}
+
+    T* allocate(std::size_t n) {
+        void* p = nullptr;
+        if constexpr (sizeof(T) <= recv_block::cb_size && alignof(T) <= recv_block::cb_align)
+            if (n == 1) p = block->take_cb();
+        if (!p) p = ::operator new(n * sizeof(T));
+        block->count_keeper();
+        return static_cast<T*>(p);
+    }
+    void deallocate(T* p, std::size_t /*n*/) noexcept {
+        if (!block->holds(p)) ::operator delete(static_cast<void*>(p));
+        recv_block::release(block);
+    }
+    template <class U>
+    bool operator==(const recv_allocator<U>& o) const noexcept {
+        return block == o.block;
+    }
+};
+
+// A frame keeper's deleter: closes the frame (releases its bytes; over
+// inproc, runs the sender's free callback). The frame's storage is the
+// block's, freed with it.
+struct close_frame {
+    void operator()(zmq::message_t* m) const noexcept { std::destroy_at(m); }
+};
+
 // Which part of a message a receive accepts.
 enum class form { any, single, multipart };
 
 // How many leading frames of `frames` are envelope.
-std::size_t envelope_size(const std::vector<zmq::message_t>& frames, const envelope_spec& spec) {
+std::size_t envelope_size(const frame_list& frames, const envelope_spec& spec) {
     const std::size_t n = frames.size();
     switch (spec.how) {
     case envelope_spec::kind::none:
@@ -106,22 +330,20 @@ std::size_t envelope_size(const std::vector<zmq::message_t>& frames, const envel
     fail(errc::bad_argument, "unknown envelope_spec kind");
 }
 
-// Reads one whole message. Returns nothing when the first frame did not
-// come; otherwise every frame of the message has been consumed, whatever
-// it throws.
-std::optional<std::vector<zmq::message_t>> receive_frames(zmq::socket_ref socket, const recv_options& opt) {
-    zmq::message_t first;
-    if (!socket.recv(first, opt.flags)) return std::nullopt;
-    std::vector<zmq::message_t> frames;
+// Reads one whole message into `frames`. Returns false when the first frame
+// did not come; otherwise every frame of the message has been consumed,
+// whatever it throws.
+bool receive_frames(zmq::socket_ref socket, const recv_options& opt, frame_list& frames) {
+    zmq::message_t& first = frames.emplace_back();
+    if (!socket.recv(first, opt.flags)) return false;
     bool more = first.more();
-    // Room for a few tensors up front (perf: regrowing cost allocations on
-    // every message; larger lists still grow as needed).
-    frames.reserve(more ? 16 : 1);
     std::size_t count = 1;
     bool over = count > opt.max_frames;
-    if (!over) frames.push_back(std::move(first));
+    if (over) frames.clear();
+    zmq::message_t spare;
     while (more) {
-        zmq::message_t part;
+        // Frames past max_frames are read into `spare` and dropped.
+        zmq::message_t& part = over ? spare : frames.emplace_back();
         // Already here (messages arrive whole): never wait for it.
         if (!socket.recv(part, zmq::recv_flags::dontwait))
             fail(errc::truncated, "frame " + str(count) + " of a multipart message was not there after frame " +
@@ -132,44 +354,57 @@ std::optional<std::vector<zmq::message_t>> receive_frames(zmq::socket_ref socket
             over = true;
             frames.clear();
         }
-        if (!over) frames.push_back(std::move(part));
     }
     if (over)
         fail(errc::limit_exceeded, "message of " + str(count) + " frames exceeds recv_options::max_frames = " +
                                        str(opt.max_frames));
-    return frames;
+    return true;
 }
 
 std::optional<message> receive(zmq::socket_ref socket, const recv_options& opt, form want) {
-    auto frames = receive_frames(socket, opt);
-    if (!frames) return std::nullopt;
+    frame_list frames;
+    if (!receive_frames(socket, opt, frames)) return std::nullopt;
 
     message out;
-    const std::size_t skip = envelope_size(*frames, opt.envelope);
-    out.envelope.reserve(skip);
-    for (std::size_t i = 0; i < skip; ++i) out.envelope.push_back(std::move((*frames)[i]));
-
-    std::vector<buffer> body;
-    body.reserve(frames->size() - skip);
-    // Header frames of the multipart form are only read while decoding, so
-    // they are borrowed from `frames` (alive and unmoved until the end of
-    // this function) instead of pinned one by one (perf: a shared keeper per
-    // header cost an allocation per tensor).
-    const bool multipart = frames->size() - skip > 1;
-    for (std::size_t i = skip; i < frames->size(); ++i) {
-        if (multipart && (i - skip) % 2 == 0) {
-            body.push_back(buffer::borrow(bytes_of((*frames)[i])));
-            continue;
-        }
-        // Pin the message at a heap address before taking data(): a small
-        // frame's bytes are inside the message object.
-        auto keeper = std::make_shared<zmq::message_t>(std::move((*frames)[i]));
-        const mutable_bytes bytes = bytes_of(*keeper);
-        // Read-only: over inproc the bytes may be the sender's memory.
-        body.push_back(buffer::share(std::move(keeper), bytes, false));
+    const std::size_t skip = envelope_size(frames, opt.envelope);
+    if (skip) {
+        out.envelope.reserve(skip);
+        for (std::size_t i = 0; i < skip; ++i) out.envelope.push_back(std::move(frames[i]));
     }
 
-    const std::size_t n = body.size();
+    const std::size_t n = frames.size() - skip;
+    // Header frames of the multipart form are only read while decoding, so
+    // they are borrowed from `frames` (alive and unmoved until the end of
+    // this function); data frames (every other one, or the one frame of the
+    // single-part form) move into the message's block.
+    const bool multipart = n > 1;
+    const std::size_t data_frames = multipart ? n / 2 : 1;
+    inline_list<buffer, 16> body;
+    {
+        recv_block* block = recv_block::create(data_frames);
+        struct drop_builder_ref {
+            recv_block* b;
+            ~drop_builder_ref() { recv_block::builder_done(b); }
+        } builder{block};
+        std::size_t slot = 0;
+        for (std::size_t i = 0; i < n; ++i) {
+            zmq::message_t& f = frames[skip + i];
+            if (multipart && i % 2 == 0) {
+                body.emplace_back(buffer::borrow(bytes_of(f)));
+                continue;
+            }
+            // Moved before data() is taken: a small frame's bytes are
+            // inside the message object.
+            auto* m = ::new (block->frame_slot(slot++)) zmq::message_t(std::move(f));
+            const mutable_bytes bytes = bytes_of(*m);
+            // If allocating the control block throws, close_frame has closed m.
+            buffer::keeper_type keeper(std::shared_ptr<zmq::message_t>(m, close_frame{},
+                                                                       recv_allocator<zmq::message_t>(block)));
+            // Read-only: over inproc the bytes may be the sender's memory.
+            body.emplace_back(buffer::share(std::move(keeper), bytes, false));
+        }
+    }
+
     out.single = n == 1;
     try {
         if (n == 1) {
@@ -182,7 +417,15 @@ std::optional<message> receive(zmq::socket_ref socket, const recv_options& opt, 
             if (want == form::single)
                 fail(errc::odd_chunk_count, str(n) + " tenbin frames: a single-part message has one "
                                                      "(zrecv accepts either form)");
-            out.tensors = decode_list(body, opt.decode);
+            if (std::span<buffer> all = body.inline_span(); all.size() == n) {
+                out.tensors = detail::decode_list_taking(all, opt.decode);
+            } else {
+                std::vector<buffer> spilled;
+                spilled.reserve(n);
+                for (std::size_t i = 0; i < n; ++i) spilled.push_back(std::move(body[i]));
+                body.clear();
+                out.tensors = detail::decode_list_taking(spilled, opt.decode);
+            }
         }
     } catch (const error& e) {
         const std::string where = n == 1 ? "single-part message of " + str(body[0].size()) + " bytes"
@@ -200,21 +443,45 @@ std::optional<message> receive(zmq::socket_ref socket, const recv_options& opt, 
 
 bool zsend_single(zmq::socket_ref socket, tensor_span tensors, const send_options& opt) {
     const std::size_t size = encoded_size(tensors);
-    check_frame_size(size, "single-part message");
-    std::vector<zmq::message_t> frames;
-    frames.reserve(opt.envelope.size() + 1);
+    check_frame_size(size, [] { return std::string("single-part message"); });
+    frame_list frames;
     add_envelope(frames, opt.envelope);
     zmq::message_t& body = frames.emplace_back(size);
     encode_buffer_into(tensors, bytes_of(body));
     return send_frames(socket, frames, opt.flags);
 }
 
+namespace {
+
+// True when tensor i's data goes to ZeroMQ as it is (see zsend_multipart).
+bool sends_zero_copy(const buffer* owner, bytes_view data, std::size_t threshold) noexcept {
+    return owner && owner->owned() && !data.empty() && data.size() >= threshold && owner->data() == data.data() &&
+           owner->size() == data.size();
+}
+
+}  // namespace
+
 bool zsend_multipart(zmq::socket_ref socket, tensor_span tensors, const send_options& opt) {
-    std::vector<zmq::message_t> frames;
-    frames.reserve(opt.envelope.size() + std::max<std::size_t>(2 * tensors.size(), 1));
+    frame_list frames;
     add_envelope(frames, opt.envelope);
     // The empty list: no multipart form exists, send the single-part one.
     if (tensors.empty()) frames.emplace_back();
+
+    // One block for the keepers of all zero-copy frames, if any.
+    std::size_t zero_copy_count = 0;
+    for (std::size_t i = 0; i < tensors.size(); ++i) {
+        const buffer* owner = tensors.owner(i);
+        if (owner && sends_zero_copy(owner, owner->bytes(), opt.copy_threshold)) ++zero_copy_count;
+    }
+    send_block* keepers = zero_copy_count ? send_block::create(zero_copy_count) : nullptr;
+    std::size_t used = 0;  // slots handed to ZeroMQ
+    struct drop_builder_refs {
+        send_block* b;
+        const std::size_t& used;
+        ~drop_builder_refs() {
+            if (b) send_block::release(b, 1 + b->slots - used);
+        }
+    } builder{keepers, used};
 
     for (std::size_t i = 0; i < tensors.size(); ++i) {
         const tensor_view t = tensors[i];
@@ -224,16 +491,15 @@ bool zsend_multipart(zmq::socket_ref socket, tensor_span tensors, const send_opt
         } catch (const error& e) {
             throw error(e.code(), "tensor " + str(i) + ": " + e.what());
         }
-        check_frame_size(t.data.size(), "tensor " + str(i) + ": data frame");
+        check_frame_size(t.data.size(), [&] { return "tensor " + str(i) + ": data frame"; });
 
         const buffer* owner = tensors.owner(i);
-        const bool zero_copy = owner && owner->owned() && !t.data.empty() &&
-                               t.data.size() >= opt.copy_threshold && owner->data() == t.data.data() &&
-                               owner->size() == t.data.size();
-        if (zero_copy)
-            frames.push_back(zero_copy_frame(*owner));
-        else
+        if (sends_zero_copy(owner, t.data, opt.copy_threshold) && used < zero_copy_count) {
+            zero_copy_frame(frames, *owner, *keepers->slot(used));
+            ++used;
+        } else {
             frames.emplace_back(t.data.data(), t.data.size());
+        }
     }
     return send_frames(socket, frames, opt.flags);
 }

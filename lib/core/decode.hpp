@@ -1,0 +1,27 @@
+// Internal to the library: the decoding steps shared by the codec and the
+// transports, without the copies and re-checks the public API makes.
+#pragma once
+
+#include <tenbin/codec.hpp>
+
+#include <span>
+#include <vector>
+
+namespace tenbin::detail {
+
+struct tensor_access {
+    // A tensor from a header decode_header accepted and data whose size is
+    // the header's nbytes: decode_header already checked everything the
+    // public constructor would (info, rank, element count), so nothing is
+    // checked again.
+    static tensor from_checked(tensor_header&& h, buffer&& data) noexcept {
+        return tensor(tensor::unchecked{}, h.dtype, std::move(h.shape), std::move(h.info), std::move(data));
+    }
+};
+
+// decode_list over frames the caller gives up: each data buffer is moved
+// into its tensor instead of copied. Same checks and errors as decode_list;
+// `frames` is left in a valid but unspecified state.
+std::vector<tensor> decode_list_taking(std::span<buffer> frames, const decode_options& opt);
+
+}  // namespace tenbin::detail
