@@ -3,6 +3,7 @@
 
 #include <tenbin/connect.hpp>
 #include <tenbin/core.hpp>
+#include <tenbin/formats.hpp>
 #include <tenbin/io.hpp>
 #include <tenbin/sctp.hpp>
 #include <tenbin/zmq.hpp>

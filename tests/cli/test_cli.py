@@ -217,7 +217,7 @@ class Arguments(unittest.TestCase):
     def test_help_names_every_command(self):
         r = run("--help")
         self.assertEqual(r.returncode, 0)
-        for word in (b"info", b"send", b"recv"):
+        for word in (b"info", b"send", b"recv", b"convert"):
             self.assertIn(word, r.stdout)
         for cmd in ("info", "send", "recv"):
             r = run(cmd, "--help")
@@ -549,6 +549,134 @@ class Pipelines(unittest.TestCase):
         self.assertTrue(0 <= lo < 0.05 and 0.95 < hi < 1, out)
         lo, hi = float(rows["b"][4]), float(rows["b"][5])
         self.assertTrue(0 <= lo <= 10 and 245 <= hi <= 255, out)
+
+
+class Convert(unittest.TestCase):
+    """`tenbin convert` between .ten, .npy, .npz and .safetensors."""
+
+    def setUp(self):
+        self.dir = tempfile.TemporaryDirectory(prefix="tenbin-convert-")
+        self.addCleanup(self.dir.cleanup)
+
+    def path(self, name):
+        return os.path.join(self.dir.name, name)
+
+    def convert(self, *args):
+        return run("convert", *args)
+
+    def info(self, path):
+        r = run("info", "--json", path)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return json.loads(r.stdout)["tensors"]
+
+    def error(self, r):
+        self.assertEqual(r.returncode, 1, r.stderr)
+        lines = r.stderr.decode().splitlines()
+        self.assertEqual(len(lines), 1, lines)
+        m = ERROR_LINE.match(lines[0])
+        self.assertIsNotNone(m, lines[0])
+        return m
+
+    def test_every_vector_through_every_format_and_back(self):
+        tens = [e for e in VALID if e["kind"] == "ten"]
+        self.assertGreater(len(tens), 10)
+        for entry in tens:
+            for ext in (".npz", ".safetensors"):
+                with self.subTest(file=entry["path"], ext=ext):
+                    mid, back = self.path(entry["path"] + ext), self.path(entry["path"] + ext + ".ten")
+                    r = self.convert(vec(entry["path"]), mid)
+                    self.assertEqual(r.returncode, 0, r.stderr)
+                    n = len(entry["tensors"])
+                    self.assertIn(f"{n} tensor".encode(), r.stdout)
+                    r = self.convert(mid, back)
+                    self.assertEqual(r.returncode, 0, r.stderr)
+                    # Unnamed tensors come back named as NumPy names them.
+                    want = expected_tensors(entry)
+                    for i, t in enumerate(want):
+                        t["info"] = t["info"] or f"arr_{i}"
+                    self.assertEqual(self.info(back), want)
+                    if all(t["info"] for t in entry["tensors"]):
+                        with open(back, "rb") as a, open(vec(entry["path"]), "rb") as b:
+                            self.assertEqual(a.read(), b.read())
+
+    def test_npy_holds_one_tensor(self):
+        out = self.path("m.npy")
+        r = self.convert(vec("f4_matrix.ten"), out)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(out, "rb") as f:
+            self.assertEqual(f.read(6), b"\x93NUMPY")
+        r = self.convert(out, self.path("m.ten"), "-q")
+        self.assertEqual((r.returncode, r.stdout), (0, b""))
+        self.assertEqual(self.info(self.path("m.ten")), expected_tensors(BY_PATH["f4_matrix.ten"]))
+        m = self.error(self.convert(vec("all_dtypes.ten"), self.path("many.npy")))
+        self.assertEqual((m["where"], m["cls"]), (self.path("many.npy"), "bad_argument"))
+        self.assertFalse(os.path.exists(self.path("many.npy")))
+
+    def test_numpy_reads_what_convert_writes(self):
+        try:
+            import numpy as np
+        except ImportError:  # pragma: no cover - /usr/bin/python3 has it
+            self.skipTest("numpy is not installed")
+        out = self.path("a.npz")
+        self.assertEqual(self.convert(vec("all_dtypes.ten"), out).returncode, 0)
+        with np.load(out) as z:
+            self.assertEqual(z.files, [t["info"] for t in BY_PATH["all_dtypes.ten"]["tensors"]])
+            for t in BY_PATH["all_dtypes.ten"]["tensors"]:
+                self.assertEqual(hashlib.sha256(z[t["info"]].tobytes()).hexdigest(), t["sha256"])
+        np.savez(self.path("np.npz"), weights=np.arange(6, dtype=np.float32).reshape(2, 3), b=np.int64(7))
+        r = self.convert(self.path("np.npz"), self.path("np.safetensors"))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(self.path("np.safetensors"), "rb") as f:
+            data = f.read()
+        (n,) = struct.unpack_from("<Q", data)
+        header = json.loads(data[8:8 + n])
+        self.assertEqual(header["weights"], {"dtype": "F32", "shape": [2, 3], "data_offsets": [0, 24]})
+        self.assertEqual(header["b"], {"dtype": "I64", "shape": [], "data_offsets": [24, 32]})
+        # A name a .ten info cannot hold is refused, not truncated.
+        np.savez(self.path("long.npz"), a_long_tensor_name=np.zeros(2))
+        m = self.error(self.convert(self.path("long.npz"), self.path("long.ten")))
+        self.assertEqual(m["cls"], "bad_argument")
+        self.assertIn("'a_long_tensor_name'", m["msg"])
+        self.assertFalse(os.path.exists(self.path("long.ten")))
+        np.savez_compressed(self.path("z.npz"), x=np.zeros(10))
+        m = self.error(self.convert(self.path("z.npz"), self.path("z.ten")))
+        self.assertEqual((m["where"], m["cls"]), (self.path("z.npz"), "unsupported"))
+        self.assertIn("compressed", m["msg"])
+
+    def test_errors_name_the_file_and_class(self):
+        m = self.error(self.convert(self.path("missing.npz"), self.path("x.ten")))
+        self.assertEqual((m["where"], m["cls"]), (self.path("missing.npz"), "io_error"))
+        bad = [e for e in MALFORMED if e["kind"] == "ten"]
+        self.assertTrue(bad)
+        for entry in bad:
+            with self.subTest(file=entry["path"]):
+                m = self.error(self.convert(vec(entry["path"]), self.path("x.npz")))
+                self.assertEqual(m["where"], vec(entry["path"]))
+                self.assertIn(m["cls"], acceptable(entry))
+        m = self.error(self.convert(vec("all_dtypes.ten"), self.path("x.txt")))
+        self.assertEqual(m["cls"], "bad_extension")
+        with open(self.path("bad.safetensors"), "wb") as f:
+            f.write(struct.pack("<Q", 1 << 40) + b"{}")
+        m = self.error(self.convert(self.path("bad.safetensors"), self.path("x.ten")))
+        self.assertEqual((m["where"], m["cls"]), (self.path("bad.safetensors"), "length_beyond_end"))
+
+    def test_output_is_replaced_only_with_force(self):
+        out = self.path("a.safetensors")
+        with open(out, "wb") as f:
+            f.write(b"keep me")
+        m = self.error(self.convert(vec("all_dtypes.ten"), out))
+        self.assertEqual((m["where"], m["cls"]), (out, "bad_argument"))
+        self.assertIn("--force", m["msg"])
+        with open(out, "rb") as f:
+            self.assertEqual(f.read(), b"keep me")
+        r = self.convert(vec("all_dtypes.ten"), out, "--force")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(self.convert(out, self.path("b.ten")).returncode, 0)
+        self.assertEqual(self.info(self.path("b.ten")), expected_tensors(BY_PATH["all_dtypes.ten"]))
+        # Never over the input itself, which may be mapped.
+        m = self.error(self.convert(out, out, "--force"))
+        self.assertEqual(m["cls"], "bad_argument")
+        self.assertEqual(self.convert(out, self.path("c.ten")).returncode, 0)
 
 
 class Result(unittest.TextTestResult):

@@ -43,6 +43,7 @@ subcommand add_recv(CLI::App& parent);
 subcommand add_serve(CLI::App& parent);
 subcommand add_monitor(CLI::App& parent);
 subcommand add_stat(CLI::App& parent);
+subcommand add_convert(CLI::App& parent);
 
 // ---- describing tensors ---------------------------------------------------
 

@@ -24,6 +24,7 @@ int main(int argc, char** argv) {
         add_serve(app),
         add_monitor(app),
         add_stat(app),
+        add_convert(app),
     };
 
     // After the subcommands, which would otherwise inherit it.
@@ -31,6 +32,7 @@ int main(int argc, char** argv) {
         "Run 'tenbin COMMAND --help' for the options of one command.\n"
         "Examples:\n"
         "  tenbin info data.ten\n"
+        "  tenbin convert data.ten data.npz\n"
         "  tenbin recv 'tcp://*:5555' --count 10 --json               (PULL binds)\n"
         "  tenbin send tcp://localhost:5555 --file data.ten --count 10   (PUSH connects)");
 

@@ -1,0 +1,86 @@
+// Private helpers of the conversion formats (npy.cpp, npz.cpp,
+// safetensors.cpp, formats.cpp).
+#pragma once
+
+#include <tenbin/formats.hpp>
+
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tenbin::detail {
+
+// A file's bytes as pieces: headers made here (owned) and tensor data
+// viewed where it lies, so that writing gathers without copying.
+class byte_plan {
+public:
+    void add_owned(std::vector<std::byte> bytes);
+    void add_view(bytes_view bytes);
+    std::span<const bytes_view> pieces() const noexcept { return pieces_; }
+    std::uint64_t size() const noexcept { return size_; }
+    std::vector<std::byte> concat() const;
+
+private:
+    // Moving an inner vector keeps its heap block, so views stay valid when
+    // the outer vector grows.
+    std::vector<std::vector<std::byte>> owned_;
+    std::vector<bytes_view> pieces_;
+    std::uint64_t size_ = 0;
+};
+
+// The .npy header (magic to final '\n') NumPy writes for `t`.
+std::vector<std::byte> npy_header(const tensor_view& t);
+// The npy decoder over a part of a larger buffer (an npz member).
+tensor decode_npy_part(const buffer& bytes, const format_options& opt);
+
+byte_plan plan_npz(std::span<const named_tensor> tensors);
+byte_plan plan_safetensors(std::span<const named_tensor> tensors);
+
+// Writes the plan to `path` (created or truncated), then closes it, checking.
+void write_plan(const std::filesystem::path& path, const byte_plan& plan);
+
+// Names as written to npz and safetensors: empty ones become "arr_<i>";
+// throws bad_argument for duplicates, NUL or invalid UTF-8.
+std::vector<std::string> output_names(std::span<const named_tensor> tensors);
+
+bool valid_utf8(std::string_view s) noexcept;
+bool fits_info(std::string_view name) noexcept;
+// A named_tensor whose tensor's info is its name when that fits.
+named_tensor make_named(std::string name, tensor t);
+
+std::string in_quotes(const std::filesystem::path& p);
+std::string in_quotes(std::string_view s);
+inline std::string in_quotes(const std::string& s) { return in_quotes(std::string_view(s)); }
+
+// Runs `f`; a tenbin error it throws gets `where: ` in front.
+template <class F>
+auto with_context(const std::string& where, F&& f) {
+    try {
+        return f();
+    } catch (const error& e) {
+        throw error(e.code(), where + ": " + e.what());
+    }
+}
+
+// Little-endian fields, read from bytes the caller has bounds-checked.
+inline std::uint64_t get_le(const std::byte* p, std::size_t n) noexcept {
+    std::uint64_t v = 0;
+    for (std::size_t i = n; i-- > 0;) v = (v << 8) | static_cast<std::uint8_t>(p[i]);
+    return v;
+}
+inline void put_le(std::vector<std::byte>& out, std::uint64_t v, std::size_t n) {
+    for (std::size_t i = 0; i < n; ++i) out.push_back(static_cast<std::byte>((v >> (8 * i)) & 0xff));
+}
+inline void put_text(std::vector<std::byte>& out, std::string_view s) {
+    const auto* p = reinterpret_cast<const std::byte*>(s.data());
+    out.insert(out.end(), p, p + s.size());
+}
+
+// Data of `nbytes` at `offset` in `whole` as a tensor's buffer: a slice
+// when aligned for `t`, else a copy into aligned storage.
+buffer data_of(const buffer& whole, std::size_t offset, std::size_t nbytes, dtype t);
+
+}  // namespace tenbin::detail

@@ -1,0 +1,730 @@
+// Conversion formats: .npy, .npz, .safetensors, load_any/save_any, and
+// NumPy reading what we write and the other way round.
+#include "support.hpp"
+
+#include <doctest/doctest.h>
+#include <tenbin/formats.hpp>
+#include <tenbin/io.hpp>
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <string>
+
+#include <spawn.h>
+#include <zlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char** environ;
+
+using namespace tenbin;
+using namespace test_support;
+
+namespace {
+
+tensor patterned(dtype t, shape_t shape, unsigned seed = 1) {
+    tensor out = tensor::zeros(t, std::move(shape));
+    const mutable_bytes b = out.data().writable_bytes();
+    for (std::size_t i = 0; i < b.size(); ++i) b[i] = static_cast<std::byte>(i * 37 + seed * 11 + 5);
+    return out;
+}
+
+// A list with the awkward cases: every dtype, rank 0, zero-size, sizes not
+// a multiple of 64, long, empty and non-ASCII names.
+std::vector<named_tensor> sample() {
+    const shape_t shapes[] = {{3, 5}, {}, {7}, {2, 0, 4}, {1, 65}, {4, 1, 3}};
+    std::vector<named_tensor> out;
+    unsigned seed = 1;
+    for (dtype t : all_dtypes) {
+        out.push_back({"t_" + std::string(code(t)), patterned(t, shapes[seed % 6], seed)});
+        ++seed;
+    }
+    out.push_back({"a_name_longer_than_eight", patterned(dtype::f4, {2, 2}, 20)});
+    out.push_back({"gr\xc3\xb6\xc3\x9f" "e", patterned(dtype::u2, {3}, 21)});
+    return out;
+}
+
+void check_same(const tensor& got, const tensor& want) {
+    CHECK(got.dtype() == want.dtype());
+    CHECK(got.shape() == want.shape());
+    CHECK(same_bytes(got.data().bytes(), want.data().bytes()));
+}
+
+void check_same(const std::vector<named_tensor>& got, const std::vector<named_tensor>& want) {
+    REQUIRE(got.size() == want.size());
+    for (std::size_t i = 0; i < got.size(); ++i) {
+        CAPTURE(i);
+        CHECK(got[i].name == want[i].name);
+        check_same(got[i].value, want[i].value);
+        // The info carries the name when it fits.
+        CHECK(got[i].value.info() == (got[i].name.size() <= 8 && std::all_of(got[i].name.begin(), got[i].name.end(),
+                                                                          [](char c) { return c > 0; })
+                                          ? got[i].name
+                                          : std::string()));
+    }
+}
+
+buffer as_buffer(const std::vector<std::byte>& v) { return buffer::copy(v); }
+
+std::string text_of(const std::vector<std::byte>& v, std::size_t from, std::size_t n) {
+    return {reinterpret_cast<const char*>(v.data() + from), n};
+}
+
+// A temporary folder removed at the end of the test.
+struct temp_dir {
+    fs::path path;
+    temp_dir() {
+        char name[] = "/tmp/tenbin-formats-XXXXXX";
+        REQUIRE(::mkdtemp(name) != nullptr);
+        path = name;
+    }
+    ~temp_dir() {
+        std::error_code ec;
+        fs::remove_all(path, ec);
+    }
+};
+
+template <class F>
+std::string message_of(F&& f) {
+    try {
+        f();
+    } catch (const error& e) {
+        return e.what();
+    }
+    return "no error";
+}
+
+void put_u32(std::vector<std::byte>& v, std::size_t at, std::uint32_t x) {
+    for (int i = 0; i < 4; ++i) v[at + i] = static_cast<std::byte>(x >> (8 * i));
+}
+void put_u16(std::vector<std::byte>& v, std::size_t at, std::uint16_t x) {
+    for (int i = 0; i < 2; ++i) v[at + i] = static_cast<std::byte>(x >> (8 * i));
+}
+std::uint32_t get_u32(const std::vector<std::byte>& v, std::size_t at) {
+    std::uint32_t x = 0;
+    for (int i = 3; i >= 0; --i) x = (x << 8) | static_cast<std::uint8_t>(v[at + i]);
+    return x;
+}
+
+// Offsets of every record with `sig` in an archive (test archives hold no
+// data that looks like a signature).
+std::vector<std::size_t> find_sig(const std::vector<std::byte>& v, std::uint32_t sig) {
+    std::vector<std::size_t> out;
+    for (std::size_t i = 0; i + 4 <= v.size(); ++i)
+        if (get_u32(v, i) == sig) out.push_back(i);
+    return out;
+}
+
+// An .npy file with `dict` as its header text and `data` after it.
+std::vector<std::byte> npy_with(const std::string& dict, std::size_t data_bytes, int major = 1) {
+    std::vector<std::byte> v;
+    const std::string magic = "\x93NUMPY";
+    for (char c : magic) v.push_back(static_cast<std::byte>(c));
+    v.push_back(static_cast<std::byte>(major));
+    v.push_back(std::byte{0});
+    const std::size_t len_size = major == 1 ? 2 : 4;
+    for (std::size_t i = 0; i < len_size; ++i) v.push_back(static_cast<std::byte>(dict.size() >> (8 * i)));
+    for (char c : dict) v.push_back(static_cast<std::byte>(c));
+    for (std::size_t i = 0; i < data_bytes; ++i) v.push_back(static_cast<std::byte>(i));
+    return v;
+}
+
+// A .safetensors file with `header` as its JSON text and `data_bytes` of data.
+std::vector<std::byte> st_with(const std::string& header, std::size_t data_bytes) {
+    std::vector<std::byte> v(8);
+    for (int i = 0; i < 8; ++i) v[i] = static_cast<std::byte>(static_cast<std::uint64_t>(header.size()) >> (8 * i));
+    for (char c : header) v.push_back(static_cast<std::byte>(c));
+    for (std::size_t i = 0; i < data_bytes; ++i) v.push_back(static_cast<std::byte>(i));
+    return v;
+}
+
+// Every proper prefix of `whole` is refused with a tenbin::error (never a
+// crash, never success).
+template <class Decode>
+void every_prefix_fails(const std::vector<std::byte>& whole, Decode decode) {
+    for (std::size_t n = 0; n < whole.size(); ++n) {
+        CAPTURE(n);
+        const buffer part = buffer::copy({whole.data(), n});
+        CHECK(error_class([&] { decode(part); }) != "no error");
+    }
+}
+
+}  // namespace
+
+// ---- .npy -------------------------------------------------------------------------
+
+TEST_CASE("npy round-trips every dtype and shape, with NumPy's header") {
+    const shape_t shapes[] = {{}, {0}, {7}, {3, 5}, {2, 0, 4}, {1, 1, 1, 1, 1, 1, 1, 1, 1, 2}};
+    for (dtype t : all_dtypes) {
+        for (const shape_t& s : shapes) {
+            CAPTURE(code(t));
+            CAPTURE(s.size());
+            const tensor x = patterned(t, s);
+            const std::vector<std::byte> file = encode_npy(x);
+            const std::uint16_t hlen = static_cast<std::uint16_t>(file[8]) | static_cast<std::uint16_t>(file[9]) << 8;
+            CHECK((10 + hlen) % 64 == 0);
+            CHECK(file.size() == 10 + hlen + x.nbytes());
+            CHECK(static_cast<char>(file[9 + hlen]) == '\n');
+            const tensor back = decode_npy(as_buffer(file));
+            check_same(back, x);
+            CHECK(back.info().empty());
+        }
+    }
+}
+
+TEST_CASE("npy headers are NumPy's, byte for byte") {
+    const std::vector<std::byte> f = encode_npy(patterned(dtype::f4, {3, 5}));
+    const std::string header = text_of(f, 10, 118);
+    CHECK(text_of(f, 0, 10) == std::string("\x93NUMPY\x01\x00\x76\x00", 10));
+    // Room to grow the first dimension: 21 - len("3") spaces, then padding.
+    CHECK(header.starts_with("{'descr': '<f4', 'fortran_order': False, 'shape': (3, 5), }" + std::string(20, ' ')));
+    CHECK(header.ends_with(" \n"));
+    CHECK(text_of(encode_npy(patterned(dtype::u1, {4})), 10, 50) == "{'descr': '|u1', 'fortran_order': False, 'shape': ");
+    CHECK(text_of(encode_npy(patterned(dtype::u1, {4})), 60, 6) == "(4,), ");
+    CHECK(text_of(encode_npy(patterned(dtype::i8, {})), 60, 6) == "(), } ");
+}
+
+TEST_CASE("npy data is a slice of the input when aligned, a copy otherwise") {
+    const tensor x = patterned(dtype::f8, {4, 4});
+    const std::vector<std::byte> file = encode_npy(x);
+    const buffer whole = buffer::copy(file);
+    const tensor t = decode_npy(whole);
+    CHECK(t.data().data() == whole.data() + 128);
+    CHECK(t.data().keeper() == whole.keeper());
+
+    // The same file one byte into a buffer: misaligned data is copied.
+    std::vector<std::byte> shifted(1);
+    shifted.insert(shifted.end(), file.begin(), file.end());
+    const buffer outer = buffer::copy(shifted);
+    const tensor u = decode_npy(outer.slice(1, file.size()));
+    CHECK(u.data().aligned_to(8));
+    CHECK(u.data().keeper() != outer.keeper());
+    check_same(u, x);
+}
+
+TEST_CASE("npy: big-endian data is swapped; Fortran order only where it does not matter") {
+    const auto be = npy_with("{'descr': '>i4', 'fortran_order': False, 'shape': (2,), }\n", 8);
+    const tensor t = decode_npy(as_buffer(be));
+    REQUIRE(t.dtype() == dtype::i4);
+    CHECK(t.values<std::int32_t>()[0] == 0x00010203);
+    CHECK(t.values<std::int32_t>()[1] == 0x04050607);
+    // A single byte has no order.
+    CHECK(decode_npy(as_buffer(npy_with("{'descr': '>u1', 'fortran_order': False, 'shape': (3,)}", 3))).nbytes() == 3);
+
+    const auto f2d = npy_with("{'descr': '<f4', 'fortran_order': True, 'shape': (2, 3), }", 24);
+    CHECK(error_class([&] { decode_npy(as_buffer(f2d)); }) == "unsupported");
+    CHECK(message_of([&] { decode_npy(as_buffer(f2d)); }).find("fortran_order") != std::string::npos);
+    const auto f1d = npy_with("{'descr': '<f4', 'fortran_order': True, 'shape': (1, 6, 1), }", 24);
+    CHECK(decode_npy(as_buffer(f1d)).shape() == shape_t{1, 6, 1});
+}
+
+TEST_CASE("npy header dicts are parsed strictly") {
+    struct row {
+        std::string dict;
+        std::string error;
+    };
+    const row ok = {"{'descr': '<i2', 'fortran_order': False, 'shape': (3,), }", "no error"};
+    const row rows[] = {
+        ok,
+        {"{\"descr\": \"<i2\", \"shape\": (3,), \"fortran_order\": False}  \n", "no error"},
+        {"{'descr':'<i2','fortran_order':False,'shape':(3L,)}", "no error"},
+        {"{'descr': '<i2', 'fortran_order': False, 'shape': (3), }", "bad_header"},
+        {"{'descr': '<i2', 'fortran_order': False, 'shape': [3], }", "bad_header"},
+        {"{'descr': '<i2', 'fortran_order': False, 'shape': (-3,), }", "bad_header"},
+        {"{'descr': '<i2', 'fortran_order': False, 'shape': (03,), }", "bad_header"},
+        {"{'descr': '<i2', 'fortran_order': False, 'shape': (99999999999999999999,), }", "bad_header"},
+        {"{'descr': '<i2', 'fortran_order': False, 'shape': (3,), 'extra': 1}", "bad_header"},
+        {"{'descr': '<i2', 'descr': '<i2', 'fortran_order': False, 'shape': (3,)}", "bad_header"},
+        {"{'descr': '<i2', 'fortran_order': False}", "bad_header"},
+        {"{'fortran_order': False, 'shape': (3,)}", "bad_header"},
+        {"{'descr': '<i2', 'fortran_order': false, 'shape': (3,)}", "bad_header"},
+        {"{'descr': '<i2', 'fortran_order': False, 'shape': (3,)} x", "bad_header"},
+        {"{'descr': '<i2', 'fortran_order': False, 'shape': (3,)", "bad_header"},
+        {"{'descr': '<i2, 'fortran_order': False, 'shape': (3,)}", "bad_header"},
+        {"{'descr': '<\\i2', 'fortran_order': False, 'shape': (3,)}", "bad_header"},
+        {"{'descr': '<i2' 'fortran_order': False, 'shape': (3,)}", "bad_header"},
+        {"'descr': '<i2', 'fortran_order': False, 'shape': (3,)}", "bad_header"},
+        {"", "bad_header"},
+        {"{'descr': '|b1', 'fortran_order': False, 'shape': (3,)}", "unsupported"},
+        {"{'descr': '<c8', 'fortran_order': False, 'shape': (3,)}", "unsupported"},
+        {"{'descr': '|f4', 'fortran_order': False, 'shape': (3,)}", "unsupported"},
+        {"{'descr': [('x', '<i2')], 'fortran_order': False, 'shape': (3,)}", "unsupported"},
+    };
+    for (const row& r : rows) {
+        CAPTURE(r.dict);
+        const std::size_t bytes = r.dict.find("'|b1'") != std::string::npos ? 3 : 6;
+        CHECK(error_class([&] { decode_npy(as_buffer(npy_with(r.dict, bytes))); }) == r.error);
+    }
+    // The message points into the dict.
+    CHECK(message_of([&] { decode_npy(as_buffer(npy_with(rows[8].dict, 6))); })
+              .find("unexpected key 'extra'") != std::string::npos);
+}
+
+TEST_CASE("npy: preamble, versions, sizes and limits") {
+    const std::string dict = "{'descr': '<i2', 'fortran_order': False, 'shape': (3,), }";
+    CHECK(decode_npy(as_buffer(npy_with(dict, 6, 2))).shape() == shape_t{3});
+    CHECK(decode_npy(as_buffer(npy_with(dict, 6, 3))).shape() == shape_t{3});
+    CHECK(error_class([&] { decode_npy(as_buffer(npy_with(dict, 6, 4))); }) == "unsupported");
+    CHECK(error_class([&] { decode_npy(as_buffer(npy_with(dict, 5))); }) == "truncated");
+    CHECK(error_class([&] { decode_npy(as_buffer(npy_with(dict, 7))); }) == "data_size_mismatch");
+    auto bad = npy_with(dict, 6);
+    bad[1] = std::byte{'n'};
+    CHECK(error_class([&] { decode_npy(as_buffer(bad)); }) == "bad_magic");
+    // A header length beyond the file, and beyond the limit.
+    auto longer = npy_with(dict, 6);
+    longer[8] = std::byte{0xff};
+    longer[9] = std::byte{0xff};
+    CHECK(error_class([&] { decode_npy(as_buffer(longer)); }) == "truncated");
+    format_options small;
+    small.max_header_bytes = 16;
+    CHECK(error_class([&] { decode_npy(as_buffer(npy_with(dict, 6)), small); }) == "limit_exceeded");
+    format_options few;
+    few.limits.max_bytes = 4;
+    CHECK(error_class([&] { decode_npy(as_buffer(npy_with(dict, 6)), few); }) == "limit_exceeded");
+    few = {};
+    few.limits.max_rank = 2;
+    CHECK(error_class([&] {
+              decode_npy(as_buffer(npy_with("{'descr': '<i2', 'fortran_order': False, 'shape': (1, 1, 1)}", 2)), few);
+          }) == "limit_exceeded");
+    // An element count beyond 64 bits.
+    CHECK(error_class([&] {
+              decode_npy(as_buffer(npy_with(
+                  "{'descr': '<i2', 'fortran_order': False, 'shape': (4294967296, 4294967296, 2)}", 0)));
+          }) == "bad_header");
+}
+
+TEST_CASE("npy: every truncation of a valid file is refused") {
+    every_prefix_fails(encode_npy(patterned(dtype::u2, {3, 3})), [](const buffer& b) { decode_npy(b); });
+    every_prefix_fails(encode_npy(patterned(dtype::f8, {})), [](const buffer& b) { decode_npy(b); });
+}
+
+// ---- .npz -------------------------------------------------------------------------
+
+TEST_CASE("npz round-trips names, dtypes, rank 0 and zero-size tensors") {
+    const auto want = sample();
+    const std::vector<std::byte> file = encode_npz(want);
+    check_same(decode_npz(as_buffer(file)), want);
+    CHECK(decode_npz(as_buffer(encode_npz(std::vector<named_tensor>{}))).empty());
+
+    // Unnamed tensors get NumPy's positional names.
+    std::vector<named_tensor> unnamed = {{"", patterned(dtype::u1, {2})}, {"x", patterned(dtype::u1, {1})},
+                                         {"", patterned(dtype::u1, {3})}};
+    const auto back = decode_npz(as_buffer(encode_npz(unnamed)));
+    REQUIRE(back.size() == 3);
+    CHECK(back[0].name == "arr_0");
+    CHECK(back[1].name == "x");
+    CHECK(back[2].name == "arr_2");
+}
+
+TEST_CASE("npz writing refuses names it cannot store") {
+    std::vector<named_tensor> twice = {{"a", patterned(dtype::u1, {2})}, {"a", patterned(dtype::u1, {2})}};
+    CHECK(error_class([&] { encode_npz(twice); }) == "bad_argument");
+    CHECK(message_of([&] { encode_npz(twice); }).find("'a'") != std::string::npos);
+    std::vector<named_tensor> clash = {{"arr_1", patterned(dtype::u1, {2})}, {"", patterned(dtype::u1, {2})}};
+    CHECK(error_class([&] { encode_npz(clash); }) == "bad_argument");
+    std::vector<named_tensor> bad_utf8 = {{"a\xff", patterned(dtype::u1, {2})}};
+    CHECK(error_class([&] { encode_npz(bad_utf8); }) == "bad_argument");
+    CHECK(error_class([&] { encode_safetensors(bad_utf8); }) == "bad_argument");
+}
+
+TEST_CASE("npz archives are checked against their central directory") {
+    const std::vector<named_tensor> two = {{"a", patterned(dtype::i4, {5})}, {"b", patterned(dtype::i4, {3})}};
+    const std::vector<std::byte> good = encode_npz(two);
+    const auto locals = find_sig(good, 0x04034b50);
+    const auto centrals = find_sig(good, 0x02014b50);
+    const auto ends = find_sig(good, 0x06054b50);
+    REQUIRE(locals.size() == 2);
+    REQUIRE(centrals.size() == 2);
+    REQUIRE(ends.size() == 1);
+    auto decode = [](const std::vector<std::byte>& v) { return decode_npz(buffer::copy(v)); };
+
+    SUBCASE("a compressed member is unsupported, by name") {
+        auto v = good;
+        put_u16(v, locals[1] + 8, 8);
+        put_u16(v, centrals[1] + 10, 8);
+        CHECK(error_class([&] { decode(v); }) == "unsupported");
+        const std::string m = message_of([&] { decode(v); });
+        CHECK(m.find("'b.npy'") != std::string::npos);
+        CHECK(m.find("deflate") != std::string::npos);
+    }
+    SUBCASE("an encrypted member is unsupported") {
+        auto v = good;
+        put_u16(v, centrals[0] + 8, 1);
+        CHECK(error_class([&] { decode(v); }) == "unsupported");
+    }
+    SUBCASE("corrupt data fails its CRC-32") {
+        auto v = good;
+        v[centrals[0] - 1] ^= std::byte{1};  // the last data byte of b
+        CHECK(error_class([&] { decode(v); }) == "bad_header");
+        CHECK(message_of([&] { decode(v); }).find("CRC-32") != std::string::npos);
+    }
+    SUBCASE("a local header offset beyond the members") {
+        auto v = good;
+        put_u32(v, centrals[1] + 42, static_cast<std::uint32_t>(centrals[0] + 4));
+        CHECK(error_class([&] { decode(v); }) == "bad_header");
+        put_u32(v, centrals[1] + 42, 0xfffffff0);
+        CHECK(error_class([&] { decode(v); }) == "bad_header");
+    }
+    SUBCASE("a member whose data runs into the next one overlaps it") {
+        auto v = good;
+        const std::uint32_t size = get_u32(v, centrals[0] + 20) + 8;
+        for (std::size_t at : {locals[0] + 18, locals[0] + 22, centrals[0] + 20, centrals[0] + 24}) put_u32(v, at, size);
+        CHECK(error_class([&] { decode(v); }) == "bad_header");
+        CHECK(message_of([&] { decode(v); }).find("overlaps") != std::string::npos);
+    }
+    SUBCASE("two entries for one member") {
+        auto v = good;
+        put_u32(v, centrals[1] + 42, 0);
+        CHECK(error_class([&] { decode(v); }) == "bad_header");
+    }
+    SUBCASE("local and central headers disagree") {
+        auto v = good;
+        put_u32(v, locals[0] + 14, get_u32(v, locals[0] + 14) ^ 1);
+        CHECK(error_class([&] { decode(v); }) == "bad_header");
+    }
+    SUBCASE("the end record's counts and offsets must hold") {
+        auto v = good;
+        put_u16(v, ends[0] + 8, 3);
+        put_u16(v, ends[0] + 10, 3);
+        CHECK(error_class([&] { decode(v); }) == "bad_header");
+        v = good;
+        put_u32(v, ends[0] + 16, get_u32(v, ends[0] + 16) - 1);
+        CHECK(error_class([&] { decode(v); }) == "bad_header");
+        v = good;
+        put_u32(v, ends[0] + 12, 0xffffff00);
+        CHECK(error_class([&] { decode(v); }) == "bad_header");
+        v = good;
+        put_u16(v, ends[0] + 4, 1);
+        CHECK(error_class([&] { decode(v); }) == "unsupported");
+        format_options one;
+        one.limits.max_tensors = 1;
+        CHECK(error_class([&] { decode_npz(buffer::copy(good), one); }) == "limit_exceeded");
+    }
+    SUBCASE("members that are not .npy files") {
+        auto v = good;
+        v[centrals[0] + 46 + 2] = std::byte{'t'};  // "a.tpy"
+        v[locals[0] + 30 + 2] = std::byte{'t'};
+        CHECK(error_class([&] { decode(v); }) == "unsupported");
+    }
+    SUBCASE("a bad npy member names the member") {
+        auto v = good;
+        const std::size_t data = locals[1] + 30 + 5, size = get_u32(v, centrals[1] + 20);
+        v[data + 1] = std::byte{'X'};  // b.npy's magic, with a CRC-32 to match
+        const auto crc = static_cast<std::uint32_t>(crc32_z(0, reinterpret_cast<const Bytef*>(&v[data]), size));
+        put_u32(v, locals[1] + 14, crc);
+        put_u32(v, centrals[1] + 16, crc);
+        CHECK(error_class([&] { decode(v); }) == "bad_magic");
+        CHECK(message_of([&] { decode(v); }).find("member 'b.npy'") != std::string::npos);
+    }
+    SUBCASE("ZIP64 end records are followed") {
+        const std::size_t e = ends[0];
+        std::vector<std::byte> v(good.begin(), good.begin() + static_cast<std::ptrdiff_t>(e));
+        auto le = [&](std::uint64_t x, int n) {
+            for (int i = 0; i < n; ++i) v.push_back(static_cast<std::byte>(x >> (8 * i)));
+        };
+        le(0x06064b50, 4), le(44, 8), le(45, 2), le(45, 2), le(0, 4), le(0, 4);
+        le(2, 8), le(2, 8), le(get_u32(good, e + 12), 8), le(get_u32(good, e + 16), 8);
+        le(0x07064b50, 4), le(0, 4), le(e, 8), le(1, 4);
+        le(0x06054b50, 4), le(0, 2), le(0, 2), le(0xffff, 2), le(0xffff, 2), le(0xffffffff, 4), le(0xffffffff, 4), le(0, 2);
+        const auto back = decode(v);
+        REQUIRE(back.size() == 2);
+        CHECK(back[1].name == "b");
+        check_same(back[1].value, two[1].value);
+        // A locator pointing elsewhere.
+        put_u32(v, v.size() - 22 - 20 + 8, static_cast<std::uint32_t>(e + 1));
+        CHECK(error_class([&] { decode(v); }) == "bad_header");
+    }
+    SUBCASE("not a zip at all") {
+        std::vector<std::byte> junk(100, std::byte{'x'});
+        CHECK(error_class([&] { decode(junk); }) == "bad_magic");
+    }
+    SUBCASE("every truncation is refused") {
+        every_prefix_fails(good, [](const buffer& b) { decode_npz(b); });
+    }
+}
+
+// ---- .safetensors -------------------------------------------------------------------
+
+TEST_CASE("safetensors round-trips in the given order with an aligned data section") {
+    const auto want = sample();
+    const std::vector<std::byte> file = encode_safetensors(want);
+    std::uint64_t n = 0;
+    for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<std::uint8_t>(file[i]);
+    CHECK((8 + n) % 8 == 0);
+    CHECK(text_of(file, 8, 2) == "{\"");
+    check_same(decode_safetensors(as_buffer(file)), want);
+    CHECK(decode_safetensors(as_buffer(encode_safetensors(std::vector<named_tensor>{}))).empty());
+}
+
+TEST_CASE("safetensors tensors come in data order, whatever the header order") {
+    const std::string h =
+        R"({"b": {"dtype": "U8", "shape": [2], "data_offsets": [4, 6]}, "__metadata__": {"format": "pt"},)"
+        R"( "a": {"dtype": "I16", "shape": [2], "data_offsets": [0, 4]}, "z": {"dtype": "F32", "shape": [0], "data_offsets": [6, 6]}})";
+    const auto got = decode_safetensors(as_buffer(st_with(h, 6)));
+    REQUIRE(got.size() == 3);
+    CHECK(got[0].name == "a");
+    CHECK(got[0].value.dtype() == dtype::i2);
+    CHECK(got[1].name == "b");
+    CHECK(got[1].value.shape() == shape_t{2});
+    CHECK(got[2].name == "z");
+    CHECK(got[2].value.nbytes() == 0);
+}
+
+TEST_CASE("safetensors headers are checked as strictly as tenbin chunks") {
+    struct row {
+        std::string header;
+        std::size_t data;
+        std::string error;
+        std::string says;
+    };
+    const std::string a = R"("a": {"dtype": "I16", "shape": [2], "data_offsets": [0, 4]})";
+    const row rows[] = {
+        {"{" + a + "}", 4, "no error", ""},
+        {"{" + a + "}    ", 4, "no error", ""},
+        {"{" + a + "}", 6, "bad_header", "belong to no tensor"},
+        {"{" + a + "}", 2, "length_beyond_end", "run past the data section"},
+        {R"({"a": {"dtype": "I16", "shape": [3], "data_offsets": [0, 4]}})", 4, "data_size_mismatch", "need 6"},
+        {R"({"a": {"dtype": "I16", "shape": [2], "data_offsets": [4, 0]}})", 4, "bad_header", "end before"},
+        {R"({"a": {"dtype": "I16", "shape": [2], "data_offsets": [2, 6]}})", 6, "bad_header", "belong to no tensor"},
+        {R"({"a": {"dtype": "I16", "shape": [2], "data_offsets": [0, 4]}, "b": {"dtype": "U8", "shape": [4], "data_offsets": [2, 6]}})",
+         6, "bad_header", "overlap"},
+        {R"({"a": {"dtype": "I16", "shape": [2], "data_offsets": [0, 4]}, "a": {"dtype": "U8", "shape": [4], "data_offsets": [4, 8]}})",
+         8, "bad_header", "twice"},
+        {R"({"a": {"dtype": "BF16", "shape": [2], "data_offsets": [0, 4]}})", 4, "unsupported", "BF16"},
+        {R"({"a": {"dtype": "BOOL", "shape": [4], "data_offsets": [0, 4]}})", 4, "unsupported", "BOOL"},
+        {R"({"a": {"dtype": "F8_E4M3", "shape": [4], "data_offsets": [0, 4]}})", 4, "unsupported", "F8_E4M3"},
+        {R"({"a": {"dtype": "I16", "shape": [-2], "data_offsets": [0, 4]}})", 4, "bad_header", "dimension 0"},
+        {R"({"a": {"dtype": "I16", "shape": [2.0], "data_offsets": [0, 4]}})", 4, "bad_header", "dimension 0"},
+        {R"({"a": {"dtype": "I16", "shape": 2, "data_offsets": [0, 4]}})", 4, "bad_header", "shape"},
+        {R"({"a": {"dtype": "I16", "shape": [2], "data_offsets": [0]}})", 4, "bad_header", "data_offsets"},
+        {R"({"a": {"dtype": "I16", "shape": [2]}})", 4, "bad_header", "needs"},
+        {R"({"a": {"dtype": "I16", "shape": [2], "data_offsets": [0, 4], "x": 1}})", 4, "bad_header", "'x'"},
+        {R"({"a": {"dtype": 3, "shape": [2], "data_offsets": [0, 4]}})", 4, "bad_header", "dtype"},
+        {R"({"a": [1]})", 4, "bad_header", "not an object"},
+        {R"({"__metadata__": {"k": 1}})", 0, "bad_header", "__metadata__"},
+        {R"({"a": {"dtype": "I16", "shape": [4294967296, 4294967296, 2], "data_offsets": [0, 4]}})", 4, "bad_header",
+         "overflows"},
+        {R"([1, 2])", 0, "bad_header", "start with"},
+        {R"({"a": )", 0, "bad_header", "JSON"},
+        {"{\"a\xff\": 1}", 0, "bad_header", "JSON"},
+        {"", 0, "bad_header", "start with"},
+        {"{}", 0, "no error", ""},
+        // Deep nesting costs no stack (nlohmann parses and frees iteratively).
+        {"{\"a\": " + std::string(100000, '[') + std::string(100000, ']') + "}", 0, "bad_header", "not an object"},
+    };
+    for (const row& r : rows) {
+        CAPTURE(r.header);
+        const auto file = st_with(r.header, r.data);
+        CHECK(error_class([&] { decode_safetensors(as_buffer(file)); }) == r.error);
+        if (!r.says.empty()) {
+            const std::string m = message_of([&] { decode_safetensors(as_buffer(file)); });
+            CAPTURE(m);
+            CHECK(m.find(r.says) != std::string::npos);
+        }
+    }
+}
+
+TEST_CASE("safetensors: header lengths, limits and truncation") {
+    auto v = st_with("{}", 0);
+    // A length of 2^63: beyond the file.
+    v[7] = std::byte{0x80};
+    CHECK(error_class([&] { decode_safetensors(as_buffer(v)); }) == "length_beyond_end");
+    CHECK(error_class([&] { decode_safetensors(as_buffer(std::vector<std::byte>(5))); }) == "truncated");
+    format_options small;
+    small.max_header_bytes = 4;
+    const auto file = encode_safetensors(sample());
+    CHECK(error_class([&] { decode_safetensors(as_buffer(file), small); }) == "limit_exceeded");
+    CHECK(message_of([&] { decode_safetensors(as_buffer(file), small); }).find("max_header_bytes") !=
+          std::string::npos);
+    format_options few;
+    few.limits.max_tensors = 3;
+    CHECK(error_class([&] { decode_safetensors(as_buffer(file), few); }) == "limit_exceeded");
+    few = {};
+    few.limits.max_bytes = 10;
+    CHECK(error_class([&] { decode_safetensors(as_buffer(file), few); }) == "limit_exceeded");
+    few = {};
+    few.limits.max_rank = 1;
+    CHECK(error_class([&] { decode_safetensors(as_buffer(file), few); }) == "limit_exceeded");
+    every_prefix_fails(encode_safetensors(std::vector<named_tensor>{{"x", patterned(dtype::f4, {3})},
+                                                                    {"y", patterned(dtype::u1, {})}}),
+                       [](const buffer& b) { decode_safetensors(b); });
+    std::vector<named_tensor> reserved = {{"__metadata__", patterned(dtype::u1, {1})}};
+    CHECK(error_class([&] { encode_safetensors(reserved); }) == "bad_argument");
+}
+
+// ---- files, load_any / save_any ----------------------------------------------------
+
+TEST_CASE("files of every format round-trip through load_any and save_any") {
+    temp_dir dir;
+    const auto want = sample();
+    for (const char* name : {"x.npz", "x.safetensors"}) {
+        CAPTURE(name);
+        save_any(dir.path / name, want);
+        check_same(load_any(dir.path / name), want);
+    }
+    save_npy(dir.path / "one.npy", want[0].value);
+    check_same(load_npy(dir.path / "one.npy"), want[0].value);
+    const auto one = load_any(dir.path / "one.npy");
+    REQUIRE(one.size() == 1);
+    CHECK(one[0].name.empty());
+
+    CHECK(format_of("a.ten.zst") == file_format::ten);
+    CHECK(format_of("dir.npz/a.ten") == file_format::ten);
+    CHECK(format_of("a.safetensors") == file_format::safetensors);
+    CHECK(!format_of("a.txt"));
+    CHECK(!format_of("npz"));
+    CHECK(error_class([&] { save_any(dir.path / "x.txt", want); }) == "bad_extension");
+    CHECK(error_class([&] { load_any(dir.path / "x.txt"); }) == "bad_extension");
+    CHECK(error_class([&] { save_any(dir.path / "two.npy", want); }) == "bad_argument");
+    CHECK(!fs::exists(dir.path / "two.npy"));
+    CHECK(error_class([&] { load_any(dir.path / "missing.npz"); }) == "io_error");
+    // Errors name the file.
+    {
+        std::ofstream(dir.path / "bad.safetensors") << "12345678";
+    }
+    CHECK(message_of([&] { load_any(dir.path / "bad.safetensors"); }).find("bad.safetensors") != std::string::npos);
+}
+
+TEST_CASE("names that cannot be infos are refused when writing .ten, never truncated") {
+    temp_dir dir;
+    const fs::path out = dir.path / "out.ten";
+    std::vector<named_tensor> list = {{"short", patterned(dtype::u1, {2})},
+                                      {"much_too_long", patterned(dtype::u1, {2})}};
+    CHECK(error_class([&] { save_any(out, list); }) == "bad_argument");
+    const std::string m = message_of([&] { save_any(out, list); });
+    CHECK(m.find("'much_too_long'") != std::string::npos);
+    CHECK(!fs::exists(out));
+    list[1].name = "caf\xc3\xa9";
+    CHECK(error_class([&] { save_any(out, list); }) == "bad_argument");
+    CHECK(error_class([&] { to_tensors(list); }) == "bad_argument");
+    list[1].name = "abcdefgh";
+    save_any(out, list);
+    const auto back = load(out);
+    REQUIRE(back.size() == 2);
+    CHECK(back[1].info() == "abcdefgh");
+    const auto again = named(back);
+    CHECK(again[0].name == "short");
+    CHECK(to_tensors(again)[1].info() == "abcdefgh");
+}
+
+TEST_CASE("every valid .ten vector survives each format and back") {
+    temp_dir dir;
+    const auto m = manifest();
+    int done = 0;
+    for (const auto& entry : m["files"]) {
+        if (entry["kind"] != "ten") continue;
+        const std::string path = entry["path"];
+        CAPTURE(path);
+        const auto original = load_any(vectors_dir() / path);
+        // .npz and .safetensors give unnamed tensors NumPy's names.
+        std::vector<named_tensor> want = original;
+        for (std::size_t i = 0; i < want.size(); ++i)
+            if (want[i].name.empty()) want[i] = {"arr_" + std::to_string(i), want[i].value.with_info("arr_" + std::to_string(i))};
+        for (const char* ext : {".npz", ".safetensors"}) {
+            CAPTURE(ext);
+            const fs::path f = dir.path / (path + ext);
+            save_any(f, original);
+            const auto back = load_any(f);
+            check_same(back, want);
+            // And back to .ten: the same tensors; byte-identical to the
+            // vector when every tensor had a name.
+            const fs::path t = dir.path / (path + ext + ".ten");
+            save_any(t, back);
+            const auto again = load(t);
+            REQUIRE(again.size() == want.size());
+            for (std::size_t i = 0; i < again.size(); ++i) {
+                check_same(again[i], want[i].value);
+                CHECK(again[i].info() == want[i].name);
+            }
+            if (std::none_of(original.begin(), original.end(), [](const named_tensor& n) { return n.name.empty(); }))
+                CHECK(same_bytes(read_file(t).bytes(), read_file(vectors_dir() / path).bytes()));
+        }
+        for (std::size_t i = 0; i < original.size(); ++i) {
+            const fs::path f = dir.path / (path + std::to_string(i) + ".npy");
+            save_any(f, std::span(&original[i], 1));
+            check_same(load_npy(f), original[i].value);
+        }
+        ++done;
+    }
+    CHECK(done >= 10);
+}
+
+// ---- NumPy ----------------------------------------------------------------------------
+
+namespace {
+
+// Runs tests/python/formats_peer.py MODE DIR with $TENBIN_PYTHON; returns
+// its exit status (its output goes to the test's log).
+int run_peer(const std::string& mode, const fs::path& dir) {
+    const char* python = std::getenv("TENBIN_PYTHON");
+    const char* tests = std::getenv("TENBIN_TESTS_DIR");
+    REQUIRE_MESSAGE((python && tests), "TENBIN_PYTHON and TENBIN_TESTS_DIR must be set (meson test sets them)");
+    std::vector<std::string> args = {python, std::string(tests) + "/python/formats_peer.py", mode, dir.string()};
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    pid_t pid = 0;
+    const int rc = posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ);
+    REQUIRE_MESSAGE(rc == 0, "posix_spawn " << args[0] << ": " << std::strerror(rc));
+    int status = 0;
+    while (::waitpid(pid, &status, 0) < 0) REQUIRE(errno == EINTR);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+nlohmann::json describe(const std::string& name, const tensor& t) {
+    static constexpr char hex[] = "0123456789abcdef";
+    std::string h;
+    for (std::byte b : t.data().bytes()) {
+        h += hex[static_cast<unsigned>(b) >> 4];
+        h += hex[static_cast<unsigned>(b) & 15];
+    }
+    return {{"name", name}, {"dtype", std::string(code(t.dtype()))}, {"shape", t.shape()}, {"hex", h}};
+}
+
+}  // namespace
+
+TEST_CASE("NumPy reads the .npy and .npz files we write, and our safetensors") {
+    temp_dir dir;
+    const auto list = sample();
+    nlohmann::json expected = {{"npy", nlohmann::json::object()}, {"npz", nlohmann::json::object()},
+                               {"safetensors", nlohmann::json::object()}};
+    for (std::size_t i = 0; i < list.size(); ++i) {
+        const std::string f = "t" + std::to_string(i) + ".npy";
+        save_npy(dir.path / f, list[i].value);
+        expected["npy"][f] = describe("", list[i].value);
+    }
+    auto all = nlohmann::json::array();
+    for (const auto& n : list) all.push_back(describe(n.name, n.value));
+    save_npz(dir.path / "all.npz", list);
+    expected["npz"]["all.npz"] = all;
+    save_npz(dir.path / "none.npz", std::vector<named_tensor>{});
+    expected["npz"]["none.npz"] = nlohmann::json::array();
+    save_safetensors(dir.path / "all.safetensors", list);
+    expected["safetensors"]["all.safetensors"] = all;
+    std::ofstream(dir.path / "expected.json") << expected.dump();
+    CHECK(run_peer("check", dir.path) == 0);
+}
+
+TEST_CASE("we read the .npy and .npz files NumPy writes") {
+    temp_dir dir;
+    REQUIRE(run_peer("write", dir.path) == 0);
+    std::ifstream in(dir.path / "expected.json");
+    const auto expected = nlohmann::json::parse(in);
+    REQUIRE(expected["npy"].size() >= 12);
+    for (const auto& [file, want] : expected["npy"].items()) {
+        CAPTURE(file);
+        CHECK(describe("", load_npy(dir.path / file)) == want);
+    }
+    for (const auto& [file, want] : expected["npz"].items()) {
+        CAPTURE(file);
+        auto got = nlohmann::json::array();
+        for (const auto& n : load_npz(dir.path / file)) got.push_back(describe(n.name, n.value));
+        CHECK(got == want);
+    }
+    for (const auto& [file, cls] : expected["refused"].items()) {
+        CAPTURE(file);
+        CHECK(error_class([&] { load_any(dir.path / file); }) == cls.get<std::string>());
+    }
+}
