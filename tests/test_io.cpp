@@ -190,7 +190,9 @@ std::vector<std::byte> header_of(dtype t, const shape_t& shape, std::string_view
     // A view with no data cannot encode a non-empty shape; write it by hand.
     std::vector<std::byte> h(header_size(shape.size()));
     std::memcpy(h.data(), code(t).data(), code(t).size());
-    std::memcpy(h.data() + 8, info.data(), info.size());
+    // An empty info's data() may be null, which memcpy must not get even
+    // for 0 bytes (UBSan reported it in .ci/sanitizers).
+    if (!info.empty()) std::memcpy(h.data() + 8, info.data(), info.size());
     const auto ndim = static_cast<std::int64_t>(shape.size());
     std::memcpy(h.data() + 16, &ndim, 8);
     if (!shape.empty()) std::memcpy(h.data() + 24, shape.data(), 8 * shape.size());

@@ -59,6 +59,7 @@ void loader::state::push(std::variant<std::vector<tensor>, std::exception_ptr> i
 }
 
 void loader::state::run() {
+    std::exception_ptr fatal;
     try {
         connection_options copt = opt.connection;
         copt.recv_timeout = poll_interval;
@@ -75,18 +76,29 @@ void loader::state::run() {
                 if (stop) break;
             }
             std::optional<std::vector<tensor>> batch;
+            // The exception leaves its handler before it is queued: this
+            // thread's reference to it is dropped before the consumer can
+            // take it (through the mutex), so the consumer frees it.
+            // Queueing from inside the handler was correct, but the
+            // reference counts live in libstdc++, which ThreadSanitizer does
+            // not see, so it reported the exception freed here as racing
+            // with the consumer's reading it.
+            std::exception_ptr failure;
             try {
                 batch = conn.recv();
                 if (!batch) continue;
                 if (opt.transform) batch = opt.transform(std::move(*batch));
             } catch (const error&) {
+                failure = std::current_exception();
+            }
+            if (failure) {
                 // A bad message (or transform failure) costs that message
                 // only: zrecv drained it, the socket is at a message boundary.
                 std::unique_lock lock(mutex);
                 ++malformed;
                 if (opt.skip_malformed) continue;
                 lock.unlock();
-                push(std::current_exception(), 0);
+                push(std::move(failure), 0);
                 continue;
             }
             const std::uint64_t bytes = data_bytes(*batch);
@@ -97,13 +109,16 @@ void loader::state::run() {
             push(std::move(*batch), bytes);
         }
     } catch (...) {
-        // Fatal: the socket failed or could not be set up. Raised once in
-        // the consumer, after what was queued before it.
-        std::lock_guard lock(mutex);
-        queue.push_back(std::current_exception());
-        started = true;
+        fatal = std::current_exception();
     }
     std::lock_guard lock(mutex);
+    // Fatal: the socket failed or could not be set up. Raised once in the
+    // consumer, after what was queued before it (queued outside the
+    // handler, as above).
+    if (fatal) {
+        queue.push_back(std::move(fatal));
+        started = true;
+    }
     finished = true;
     changed.notify_all();
 }

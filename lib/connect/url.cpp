@@ -62,42 +62,63 @@ std::optional<long long> to_number(std::string_view s) {
 }
 
 // "1..3", "08..11", "a..e", optionally "..step"; nothing if not a range.
+//
+// Bounds, steps and positions are computed in unsigned 64-bit arithmetic
+// and the items are counted before any is made: with signed arithmetic,
+// "{0..9223372036854775807..9223372036854775807}" overflowed (undefined
+// behaviour, then an endless loop), "{a..z..4294967296}" truncated its step
+// to int 0 (an endless loop filling memory) and a step or bound of
+// -9223372036854775808 was negated (undefined). Fixed for the fuzz target
+// fuzz/fuzz_url.cpp; see tests/test_hostile.cpp.
 std::optional<std::vector<std::string>> expand_range(std::string_view inner, std::string_view whole) {
+    using u64 = unsigned long long;
+    const auto magnitude = [](long long v) { return v < 0 ? 0ULL - static_cast<u64>(v) : static_cast<u64>(v); };
     const std::size_t dots = inner.find("..");
     if (dots == std::string_view::npos) return std::nullopt;
     const std::string_view from = inner.substr(0, dots);
     std::string_view to = inner.substr(dots + 2);
-    long long step = 1;
+    u64 step = 1;
     if (const std::size_t dots2 = to.find(".."); dots2 != std::string_view::npos) {
         const auto s = to_number(to.substr(dots2 + 2));
         if (!s || *s == 0) return std::nullopt;
-        step = *s < 0 ? -*s : *s;
+        step = magnitude(*s);
         to = to.substr(0, dots2);
     }
+    long long a = 0, b = 0;
+    if (const auto na = to_number(from), nb = to_number(to); na && nb) {
+        a = *na;
+        b = *nb;
+    } else if (from.size() == 1 && to.size() == 1 && std::isalpha(static_cast<unsigned char>(from[0])) &&
+               std::isalpha(static_cast<unsigned char>(to[0]))) {
+        a = static_cast<unsigned char>(from[0]);
+        b = static_cast<unsigned char>(to[0]);
+    } else {
+        return std::nullopt;
+    }
+    const bool numeric = !(from.size() == 1 && std::isalpha(static_cast<unsigned char>(from[0])));
+    const bool up = a <= b;
+    const u64 span = up ? static_cast<u64>(b) - static_cast<u64>(a) : static_cast<u64>(a) - static_cast<u64>(b);
+    if (span / step >= max_expansions)
+        bad_url(whole, "range {" + std::string(inner) + "} has more than 65536 items");
+    const u64 count = span / step + 1;
+    // Zero padding: "{08..11}" gives 08 09 10 11, as Python's braceexpand does.
+    const bool padded = numeric && ((from.size() > 1 && from[0] == '0') || (to.size() > 1 && to[0] == '0'));
+    const std::size_t width = padded ? std::max(from.size(), to.size()) : 0;
     std::vector<std::string> out;
-    const auto a = to_number(from), b = to_number(to);
-    if (a && b) {
-        const long long span = *a <= *b ? *b - *a : *a - *b;
-        if (span / step >= static_cast<long long>(max_expansions))
-            bad_url(whole, "range {" + std::string(inner) + "} has more than 65536 items");
-        // Zero padding: "{08..11}" gives 08 09 10 11, as Python's braceexpand does.
-        const bool padded = (from.size() > 1 && from[0] == '0') || (to.size() > 1 && to[0] == '0');
-        const std::size_t width = padded ? std::max(from.size(), to.size()) : 0;
-        const long long dir = *a <= *b ? step : -step;
-        for (long long v = *a; dir > 0 ? v <= *b : v >= *b; v += dir) {
-            std::string text = std::to_string(v < 0 ? -v : v);
-            if (text.size() + (v < 0) < width) text.insert(0, width - text.size() - (v < 0), '0');
-            out.push_back((v < 0 ? "-" : "") + text);
+    out.reserve(static_cast<std::size_t>(count));
+    for (u64 i = 0; i < count; ++i) {
+        // Within [min(a, b), max(a, b)]: the conversion back is exact.
+        const u64 offset = i * step;  // <= span
+        const auto v = static_cast<long long>(up ? static_cast<u64>(a) + offset : static_cast<u64>(a) - offset);
+        if (!numeric) {
+            out.emplace_back(1, static_cast<char>(v));
+            continue;
         }
-        return out;
+        std::string text = std::to_string(magnitude(v));
+        if (text.size() + (v < 0) < width) text.insert(0, width - text.size() - (v < 0), '0');
+        out.push_back((v < 0 ? "-" : "") + text);
     }
-    if (from.size() == 1 && to.size() == 1 && std::isalpha(static_cast<unsigned char>(from[0])) &&
-        std::isalpha(static_cast<unsigned char>(to[0]))) {
-        const int dir = from[0] <= to[0] ? static_cast<int>(step) : -static_cast<int>(step);
-        for (int c = from[0]; dir > 0 ? c <= to[0] : c >= to[0]; c += dir) out.emplace_back(1, static_cast<char>(c));
-        return out;
-    }
-    return std::nullopt;
+    return out;
 }
 
 void expand_into(std::string_view pattern, std::string_view whole, std::vector<std::string>& out) {

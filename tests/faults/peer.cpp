@@ -1,0 +1,165 @@
+// tenbin-fault-peer: the far end of the process-based fault tests. A test
+// starts it, reads its stdout, kills it (SIGKILL) and starts it again.
+//
+//   send URL [--tag T] [--from N] [--count C] [--bytes B] [--interval-us U]
+//        Sends messages (faults/message.hpp) numbered from N, C of them
+//        (0 = until killed), retrying a message whose send timed out. Prints
+//        "ready" once connected and "sent C" at the end.
+//   recv URL [--count C] [--idle-ms T] [--report-ms R]
+//        Receives and checks every message. Prints "endpoint ADDRESS" once
+//        bound, "counts TAG:N ..." every R ms (when R > 0), and at the end
+//        "ok received=N gaps=G". Exit 1 on a corrupted, duplicated or
+//        reordered message, 2 when nothing came for T ms before C arrived.
+//   pub URL [--count C] [--bytes B] [--delay-ms D]
+//        Waits D ms (default 500) for subscriptions to arrive, publishes C
+//        messages as fast as it can (a PUB drops at its high-water mark),
+//        then exits without lingering: "published C".
+#include "faults/message.hpp"
+
+#include <tenbin/connect.hpp>
+
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <map>
+#include <string>
+#include <thread>
+
+using namespace std::chrono_literals;
+
+namespace {
+
+struct args {
+    std::string mode, url;
+    std::uint32_t tag = 0;
+    std::uint64_t from = 0, count = 0;
+    std::size_t bytes = 0;
+    long interval_us = 0, idle_ms = 10000, report_ms = 0, delay_ms = 500;
+};
+
+args parse(int argc, char** argv) {
+    if (argc < 3) {
+        std::cerr << "usage: tenbin-fault-peer send|recv|pub URL [options]\n";
+        std::exit(64);
+    }
+    args a;
+    a.mode = argv[1];
+    a.url = argv[2];
+    for (int i = 3; i + 1 < argc; i += 2) {
+        const std::string k = argv[i];
+        const char* v = argv[i + 1];
+        if (k == "--tag") a.tag = static_cast<std::uint32_t>(std::stoul(v));
+        else if (k == "--from") a.from = std::stoull(v);
+        else if (k == "--count") a.count = std::stoull(v);
+        else if (k == "--bytes") a.bytes = std::stoull(v);
+        else if (k == "--interval-us") a.interval_us = std::stol(v);
+        else if (k == "--idle-ms") a.idle_ms = std::stol(v);
+        else if (k == "--report-ms") a.report_ms = std::stol(v);
+        else if (k == "--delay-ms") a.delay_ms = std::stol(v);
+        else {
+            std::cerr << "unknown option " << k << "\n";
+            std::exit(64);
+        }
+    }
+    return a;
+}
+
+int run_send(const args& a) {
+    tenbin::connection_options o;
+    o.send_timeout = 200ms;
+    o.linger = 2000ms;
+    tenbin::connection c(a.url, o);
+    std::cout << "ready" << std::endl;
+    for (std::uint64_t i = 0; a.count == 0 || i < a.count; ++i) {
+        const auto m = faults::make_message(a.tag, a.from + i, a.bytes);
+        while (!c.send(m)) {
+        }  // no peer or a full queue: the same message again
+        if (a.interval_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(a.interval_us));
+    }
+    std::cout << "sent " << a.count << std::endl;
+    return 0;
+}
+
+int run_recv(const args& a) {
+    tenbin::connection_options o;
+    o.recv_timeout = 50ms;
+    o.linger = 0ms;
+    tenbin::connection c(a.url, o);
+    std::cout << "endpoint " << c.endpoints().at(0).address << std::endl;
+    std::map<std::uint32_t, std::uint64_t> next, counts;
+    std::uint64_t received = 0, gaps = 0;
+    auto last_message = std::chrono::steady_clock::now();
+    auto last_report = last_message;
+    while (a.count == 0 || received < a.count) {
+        const auto now = std::chrono::steady_clock::now();
+        if (a.report_ms > 0 && now - last_report >= std::chrono::milliseconds(a.report_ms)) {
+            std::cout << "counts";
+            for (auto [tag, n] : counts) std::cout << ' ' << tag << ':' << n;
+            std::cout << std::endl;
+            last_report = now;
+        }
+        std::optional<std::vector<tenbin::tensor>> m;
+        try {
+            m = c.recv();
+        } catch (const tenbin::error& e) {
+            std::cout << "malformed " << e.what() << std::endl;
+            return 1;
+        }
+        if (!m) {
+            if (now - last_message > std::chrono::milliseconds(a.idle_ms)) {
+                std::cout << "idle received=" << received << std::endl;
+                return 2;
+            }
+            continue;
+        }
+        last_message = now;
+        faults::stamp s{};
+        std::string why;
+        if (!faults::check_message(*m, s, why)) {
+            std::cout << "corrupt " << why << std::endl;
+            return 1;
+        }
+        auto it = next.find(s.tag);
+        if (it != next.end() && s.seq < it->second) {
+            std::cout << "duplicate or reordered: tag " << s.tag << " seq " << s.seq << " after " << it->second - 1
+                      << std::endl;
+            return 1;
+        }
+        if (it != next.end() && s.seq > it->second) ++gaps;
+        next[s.tag] = s.seq + 1;
+        ++counts[s.tag];
+        ++received;
+    }
+    std::cout << "ok received=" << received << " gaps=" << gaps << std::endl;
+    return 0;
+}
+
+int run_pub(const args& a) {
+    tenbin::connection_options o;
+    o.linger = 0ms;
+    tenbin::connection c(a.url, o);
+    std::cout << "endpoint " << c.endpoints().at(0).address << std::endl;
+    std::this_thread::sleep_for(std::chrono::milliseconds(a.delay_ms));
+    for (std::uint64_t i = 0; i < a.count; ++i) c.send(faults::make_message(a.tag, a.from + i, a.bytes));
+    std::cout << "published " << a.count << std::endl;
+    return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    const args a = parse(argc, argv);
+    try {
+        if (a.mode == "send") return run_send(a);
+        if (a.mode == "recv") return run_recv(a);
+        if (a.mode == "pub") return run_pub(a);
+        std::cerr << "unknown mode " << a.mode << "\n";
+        return 64;
+    } catch (const std::exception& e) {
+        std::cerr << "tenbin-fault-peer: " << e.what() << "\n";
+        return 3;
+    }
+}
