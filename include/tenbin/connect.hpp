@@ -23,6 +23,29 @@
 
 namespace tenbin {
 
+namespace detail {
+// Range-for over what `(source->*next)()` yields, until it yields nothing.
+template <class Source, std::optional<std::vector<tensor>> (Source::*next)()>
+class batch_iterator {
+public:
+    using value_type = std::vector<tensor>;
+    using difference_type = std::ptrdiff_t;
+    batch_iterator() = default;
+    explicit batch_iterator(Source* source) : source_(source) { ++*this; }
+    value_type& operator*() { return *current_; }
+    batch_iterator& operator++() {
+        current_ = (source_->*next)();
+        return *this;
+    }
+    void operator++(int) { ++*this; }
+    bool operator==(std::default_sentinel_t) const { return !current_; }
+
+private:
+    Source* source_ = nullptr;
+    std::optional<value_type> current_;
+};
+}  // namespace detail
+
 /// Messages and bytes over a connection's life and over a recent window,
 /// as tensorcom's Statistics. Not synchronised: one thread updates it.
 class statistics {
@@ -152,32 +175,7 @@ public:
     }
 
     /// Range-for over received messages; ends at a receive timeout.
-    class iterator {
-    public:
-        /// A received tensor list.
-        using value_type = std::vector<tensor>;
-        /// Required by std::input_iterator.
-        using difference_type = std::ptrdiff_t;
-        iterator() = default;
-        /// Receives the first message from `c`, which must outlive the iterator.
-        explicit iterator(connection* c) : c_(c) { ++*this; }
-        /// The current message; valid until the next increment.
-        value_type& operator*() { return *current_; }
-        /// Receives the next message (ends at a receive timeout).
-        iterator& operator++() {
-            current_ = c_->recv();
-            return *this;
-        }
-        /// Same as prefix increment.
-        void operator++(int) { ++*this; }
-        /// True once a receive returned nothing.
-        bool operator==(std::default_sentinel_t) const { return !current_; }
-
-    private:
-        connection* c_ = nullptr;
-        std::optional<value_type> current_;
-    };
-    /// Receives the first message; range-for ends at a receive timeout.
+    using iterator = detail::batch_iterator<connection, &connection::recv>;
     iterator begin() { return iterator(this); }
     /// The end of a range-for.
     std::default_sentinel_t end() { return {}; }
@@ -278,32 +276,8 @@ public:
     void close();
 
     /// Range-for over batches; ends once next() returns nothing.
-    class iterator {
-    public:
-        /// A batch.
-        using value_type = std::vector<tensor>;
-        /// Required by std::input_iterator.
-        using difference_type = std::ptrdiff_t;
-        iterator() = default;
-        /// Takes the first batch from `l`, which must outlive the iterator.
-        explicit iterator(loader* l) : l_(l) { ++*this; }
-        /// The current batch; valid until the next increment.
-        value_type& operator*() { return *current_; }
-        /// Takes the next batch (throws what next() throws).
-        iterator& operator++() {
-            current_ = l_->next();
-            return *this;
-        }
-        /// Same as prefix increment.
-        void operator++(int) { ++*this; }
-        /// True once next() returned nothing.
-        bool operator==(std::default_sentinel_t) const { return !current_; }
-
-    private:
-        loader* l_ = nullptr;
-        std::optional<value_type> current_;
-    };
-    /// Takes the first batch.
+    /// Range-for over batches; ends once the loader is closed and drained.
+    using iterator = detail::batch_iterator<loader, &loader::next>;
     iterator begin() { return iterator(this); }
     /// The end of a range-for.
     std::default_sentinel_t end() { return {}; }
