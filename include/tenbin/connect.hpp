@@ -176,6 +176,7 @@ public:
 
     /// Range-for over received messages; ends at a receive timeout.
     using iterator = detail::batch_iterator<connection, &connection::recv>;
+    /// Receives the first message (blocking as recv() does).
     iterator begin() { return iterator(this); }
     /// The end of a range-for.
     std::default_sentinel_t end() { return {}; }
@@ -278,6 +279,7 @@ public:
     /// Range-for over batches; ends once next() returns nothing.
     /// Range-for over batches; ends once the loader is closed and drained.
     using iterator = detail::batch_iterator<loader, &loader::next>;
+    /// Takes the first batch (blocking as next() does).
     iterator begin() { return iterator(this); }
     /// The end of a range-for.
     std::default_sentinel_t end() { return {}; }
