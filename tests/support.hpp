@@ -7,6 +7,9 @@
 #include <openssl/evp.h>
 
 #include <cstdlib>
+#include <cstring>
+#include <initializer_list>
+#include <string_view>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -61,6 +64,21 @@ inline std::string sha256_hex(tenbin::bytes_view bytes) {
 
 inline bool same_bytes(tenbin::bytes_view a, tenbin::bytes_view b) {
     return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin());
+}
+
+// Little-endian int64 words, as headers and chunk preambles hold them.
+inline std::vector<std::byte> le64(std::initializer_list<std::int64_t> words) {
+    std::vector<std::byte> out(8 * words.size());
+    std::size_t i = 0;
+    for (std::int64_t w : words) std::memcpy(out.data() + 8 * i++, &w, 8);
+    return out;
+}
+
+// An str64 word: up to 8 characters, NUL padded.
+inline std::int64_t str64(std::string_view s) {
+    std::int64_t v = 0;
+    std::memcpy(&v, s.data(), s.size());
+    return v;
 }
 
 // The error classes a malformed manifest entry allows.

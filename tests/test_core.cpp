@@ -12,6 +12,8 @@
 using namespace tenbin;
 using test_support::error_class;
 using test_support::same_bytes;
+using test_support::le64;
+using test_support::str64;
 
 namespace {
 
@@ -21,19 +23,6 @@ tensor patterned(dtype t, shape_t shape, std::string info = {}, int seed = 0) {
     auto bytes = out.data().writable_bytes();
     for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = std::byte(static_cast<unsigned char>(i * 7 + seed));
     return out;
-}
-
-std::vector<std::byte> le64(std::initializer_list<std::int64_t> words) {
-    std::vector<std::byte> out(8 * words.size());
-    std::size_t i = 0;
-    for (std::int64_t w : words) std::memcpy(out.data() + 8 * i++, &w, 8);
-    return out;
-}
-
-std::int64_t str64(std::string_view s) {
-    std::int64_t v = 0;
-    std::memcpy(&v, s.data(), s.size());
-    return v;
 }
 
 // A chunked buffer holding the given payloads, built by hand.

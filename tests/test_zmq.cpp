@@ -25,6 +25,8 @@
 using namespace tenbin;
 using namespace std::chrono_literals;
 using test_support::error_class;
+using test_support::le64;
+using test_support::str64;
 
 namespace {
 
@@ -905,19 +907,6 @@ TEST_CASE("small frames at any offset of a tcp batch decode aligned and correct"
 // ---- malformed messages are drained ----------------------------------------
 
 namespace {
-
-std::vector<std::byte> le64(std::initializer_list<std::int64_t> words) {
-    std::vector<std::byte> out(8 * words.size());
-    std::size_t i = 0;
-    for (std::int64_t w : words) std::memcpy(out.data() + 8 * i++, &w, 8);
-    return out;
-}
-
-std::int64_t str64(std::string_view s) {
-    std::int64_t v = 0;
-    std::memcpy(&v, s.data(), s.size());
-    return v;
-}
 
 struct bad_message {
     const char* what;
