@@ -128,6 +128,54 @@ TEST_CASE("a buffer's keeper lives as long as any copy or slice") {
     }
 }
 
+TEST_CASE("shapes keep small ranks inline, larger ones on the heap, and behave as values") {
+    shape_t small{2, 3, 4};
+    CHECK(small.size() == 3);
+    CHECK(small.capacity() == shape_t::inline_capacity);
+    const std::int64_t* inline_at = small.data();
+    CHECK(reinterpret_cast<const std::byte*>(inline_at) >= reinterpret_cast<const std::byte*>(&small));
+    CHECK(reinterpret_cast<const std::byte*>(inline_at) < reinterpret_cast<const std::byte*>(&small + 1));
+
+    // Growing past the inline dims moves them to the heap, in order.
+    shape_t grown = small;
+    for (std::int64_t d = 5; d <= 12; ++d) grown.push_back(d);
+    CHECK(grown.size() == 11);
+    CHECK(grown.capacity() >= 11);
+    CHECK(grown == shape_t{2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12});
+    CHECK(small == shape_t{2, 3, 4});  // the copy was deep
+
+    // Moves take the heap block or copy the inline dims; the source is rank 0.
+    const std::int64_t* heap_at = grown.data();
+    shape_t moved = std::move(grown);
+    CHECK(moved.data() == heap_at);
+    CHECK(grown.empty());
+    shape_t moved_small = std::move(small);
+    CHECK(moved_small == shape_t{2, 3, 4});
+    moved_small = moved;
+    CHECK(moved_small.size() == 11);
+    moved = shape_t{7};
+    CHECK(moved == shape_t{7});
+
+    // What vectors do, shapes do.
+    shape_t s(3, 1);
+    CHECK(s == shape_t{1, 1, 1});
+    s.insert(s.begin() + 1, 9);
+    CHECK(s == shape_t{1, 9, 1, 1});
+    s.resize(9, 2);
+    CHECK(s.back() == 2);
+    CHECK(s[3] == 1);
+    s.resize(2);
+    CHECK(s == shape_t{1, 9});
+    const std::vector<std::int64_t> v{4, 5};
+    CHECK(shape_t(v) == shape_t{4, 5});
+    CHECK(shape_t(v.begin(), v.end()) == shape_t{4, 5});
+    const std::span<const std::int64_t> dims = s;
+    CHECK(dims.size() == 2);
+    CHECK(dims[1] == 9);
+    CHECK(shape_t{} == shape_t());
+    CHECK_FALSE(shape_t{0} == shape_t{});
+}
+
 TEST_CASE("tensors check what they are given") {
     CHECK(error_class([] { tensor(dtype::f4, {2, 3}, buffer::allocate(23)); }) == "bad_argument");
     CHECK(error_class([] { tensor(dtype::f4, {-1}, buffer::allocate(0)); }) == "bad_argument");

@@ -5,6 +5,7 @@
 #include <tenbin/buffer.hpp>
 #include <tenbin/dtype.hpp>
 #include <tenbin/error.hpp>
+#include <tenbin/shape.hpp>
 
 #include <concepts>
 #include <cstdint>
@@ -17,8 +18,6 @@
 #include <vector>
 
 namespace tenbin {
-
-using shape_t = std::vector<std::int64_t>;
 
 /// Longest info (tensor name) the format can carry: 8 ASCII bytes.
 inline constexpr std::size_t max_info_length = 8;

@@ -97,7 +97,7 @@ dtype from_dlpack_dtype(DLDataType t) {
 DLManagedTensor* to_dlpack(const tensor& t) {
     auto ctx = std::make_unique<export_context>();
     ctx->t = t;
-    ctx->shape = t.shape();
+    ctx->shape.assign(t.shape().begin(), t.shape().end());
     ctx->strides.assign(t.ndim(), 1);
     for (std::size_t i = t.ndim(); i-- > 1;) ctx->strides[i - 1] = ctx->strides[i] * ctx->shape[i];
 
