@@ -14,6 +14,7 @@
 //   I/O thread after a tcp/ipc send, the receiver's thread over inproc.
 #include <tenbin/zmq.hpp>
 
+#include "core/block_allocator.hpp"
 #include "core/decode.hpp"
 
 #include <algorithm>
@@ -227,23 +228,30 @@ public:
     // Slot i for a frame, raw storage.
     void* frame_slot(std::size_t i) noexcept { return base() + frame_offset + i * sizeof(zmq::message_t); }
 
-    // Storage for one control block, or null when none is left.
-    void* take_cb() noexcept {
-        if (cbs_used_ == frames_) return nullptr;
-        return base() + cb_offset(frames_) + cbs_used_++ * cb_size;
+    // Where a frame keeper's control block goes (block_allocator's hooks):
+    // a slot of this block, or the heap if it does not fit one. Each keeper
+    // holds a reference to the block.
+    void* control_space(std::size_t size, std::size_t align) {
+        void* p = size <= cb_size && align <= cb_align && cbs_used_ < frames_
+                      ? base() + cb_offset(frames_) + cbs_used_++ * cb_size
+                      : ::operator new(size);
+        ++keepers_;  // at most once per frame
+        return p;
     }
-    bool holds(const void* p) const noexcept {
-        const auto* q = static_cast<const std::byte*>(p);
-        const auto* b = reinterpret_cast<const std::byte*>(this);
-        return q >= b && q < b + cb_offset(frames_) + frames_ * cb_size;
+    void control_released(void* p) noexcept {
+        if (!holds(p)) ::operator delete(p);
+        release(this);
     }
-    // Called for each control block allocated, at most once per frame.
-    void count_keeper() noexcept { ++keepers_; }
     // The builder is done: drops its reference and those of frames that
     // got no keeper.
     static void builder_done(recv_block* b) noexcept { release(b, 1 + b->frames_ - b->keepers_); }
 
 private:
+    bool holds(const void* p) const noexcept {
+        const auto* q = static_cast<const std::byte*>(p);
+        const auto* b = reinterpret_cast<const std::byte*>(this);
+        return q >= b && q < b + cb_offset(frames_) + frames_ * cb_size;
+    }
     std::byte* base() noexcept { return reinterpret_cast<std::byte*>(this); }
     static constexpr std::size_t frame_offset = round_up(sizeof(std::atomic<std::size_t>) + 3 * sizeof(std::size_t),
                                                          alignof(zmq::message_t));
@@ -260,35 +268,6 @@ private:
 };
 
 static_assert(alignof(zmq::message_t) <= recv_block::cb_align && alignof(std::max_align_t) >= recv_block::cb_align);
-
-// Allocates a frame keeper's control block inside its message's block; each
-// one holds a reference to the block.
-template <class T>
-struct recv_allocator {
-    using value_type = T;
-    recv_block* block;
-
-    explicit recv_allocator(recv_block* b) noexcept : block(b) {}
-    template <class U>
-    recv_allocator(const recv_allocator<U>& o) noexcept : block(o.block) {}
-
-    T* allocate(std::size_t n) {
-        void* p = nullptr;
-        if constexpr (sizeof(T) <= recv_block::cb_size && alignof(T) <= recv_block::cb_align)
-            if (n == 1) p = block->take_cb();
-        if (!p) p = ::operator new(n * sizeof(T));
-        block->count_keeper();
-        return static_cast<T*>(p);
-    }
-    void deallocate(T* p, std::size_t /*n*/) noexcept {
-        if (!block->holds(p)) ::operator delete(static_cast<void*>(p));
-        recv_block::release(block);
-    }
-    template <class U>
-    bool operator==(const recv_allocator<U>& o) const noexcept {
-        return block == o.block;
-    }
-};
 
 // A frame keeper's deleter: closes the frame (releases its bytes; over
 // inproc, runs the sender's free callback). The frame's storage is the
@@ -399,7 +378,7 @@ std::optional<message> receive(zmq::socket_ref socket, const recv_options& opt, 
             const mutable_bytes bytes = bytes_of(*m);
             // If allocating the control block throws, close_frame has closed m.
             buffer::keeper_type keeper(std::shared_ptr<zmq::message_t>(m, close_frame{},
-                                                                       recv_allocator<zmq::message_t>(block)));
+                                                                       detail::block_allocator<zmq::message_t, recv_block>(block)));
             // Read-only: over inproc the bytes may be the sender's memory.
             body.emplace_back(buffer::share(std::move(keeper), bytes, false));
         }
