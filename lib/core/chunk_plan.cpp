@@ -1,4 +1,5 @@
 #include "core/chunk_plan.hpp"
+#include "core/codec_detail.hpp"
 
 #include <tenbin/codec.hpp>
 
@@ -32,7 +33,7 @@ chunk_plan::chunk_plan(tensor_span tensors) {
         const std::size_t hsize = header_size(t.ndim());
         const std::size_t hchunk = chunk_size(hsize);
         write_preamble(at, hsize);
-        encode_header_into(t, {at + chunk_preamble, hsize});  // validates t
+        encode_header_of(tensors, i, {at + chunk_preamble, hsize});  // validates views
         write_preamble(at + hchunk, t.data.size());
         pieces_.emplace_back(at, hchunk + chunk_preamble);
         at += hchunk + chunk_preamble;

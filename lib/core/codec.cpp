@@ -1,8 +1,9 @@
 #include <tenbin/codec.hpp>
 
 #include "core/chunk_plan.hpp"
-#include "core/decode.hpp"
+#include "core/codec_detail.hpp"
 
+#include <array>
 #include <bit>
 #include <optional>
 #include <cstring>
@@ -36,15 +37,20 @@ std::int64_t get_i64(const std::byte* p) noexcept {
 // per dtype (perf: parsing the text cost about 100 instructions a header):
 // a code is two characters and six NULs, so any other byte rejects it, as
 // the text parse did.
+constexpr auto dtype_words = [] {
+    std::array<std::uint64_t, std::size(all_dtypes)> words{};
+    for (std::size_t i = 0; i < words.size(); ++i) {
+        const std::string_view c = code(all_dtypes[i]);
+        words[i] = static_cast<std::uint64_t>(static_cast<unsigned char>(c[0])) |
+                   static_cast<std::uint64_t>(static_cast<unsigned char>(c[1])) << 8;
+    }
+    return words;
+}();
+
 std::optional<dtype> dtype_of_word(const std::byte* p) noexcept {
     const auto w = static_cast<std::uint64_t>(get_i64(p));
-    if (w >> 16 != 0) return std::nullopt;
-    for (dtype t : all_dtypes) {
-        const std::string_view c = code(t);
-        if (w == (static_cast<std::uint64_t>(static_cast<unsigned char>(c[0])) |
-                  static_cast<std::uint64_t>(static_cast<unsigned char>(c[1])) << 8))
-            return t;
-    }
+    for (std::size_t i = 0; i < dtype_words.size(); ++i)
+        if (w == dtype_words[i]) return all_dtypes[i];
     return std::nullopt;
 }
 
@@ -71,6 +77,19 @@ auto with_context(W&& where, F&& f) {
 
 // ---- headers --------------------------------------------------------------
 
+namespace {
+
+// The header bytes of a tensor already known to be valid.
+void write_header(const tensor_view& t, std::byte* p) noexcept {
+    put_str64(p, code(t.dtype));
+    put_str64(p + 8, t.info);
+    const auto ndim = static_cast<std::int64_t>(t.ndim());
+    std::memcpy(p + 16, &ndim, 8);
+    if (ndim > 0) std::memcpy(p + 24, t.shape.data(), 8 * t.ndim());
+}
+
+}  // namespace
+
 void encode_header_into(const tensor_view& t, mutable_bytes out) {
     detail::check_info(t.info);
     if (t.ndim() > max_supported_rank)
@@ -84,12 +103,15 @@ void encode_header_into(const tensor_view& t, mutable_bytes out) {
     if (out.size() != header_size(t.ndim()))
         throw_error(errc::bad_argument, "header space of " + str(out.size()) + " bytes; rank " +
                                             str(t.ndim()) + " needs " + str(header_size(t.ndim())));
-    std::byte* p = out.data();
-    put_str64(p, code(t.dtype));
-    put_str64(p + 8, t.info);
-    const auto ndim = static_cast<std::int64_t>(t.ndim());
-    std::memcpy(p + 16, &ndim, 8);
-    if (ndim > 0) std::memcpy(p + 24, t.shape.data(), 8 * t.ndim());
+    write_header(t, out.data());
+}
+
+void detail::encode_header_of(tensor_span tensors, std::size_t i, mutable_bytes out) {
+    const tensor_view t = tensors[i];
+    if (tensors.owner(i) && out.size() == header_size(t.ndim()))
+        write_header(t, out.data());
+    else
+        encode_header_into(t, out);
 }
 
 std::vector<std::byte> encode_header(const tensor_view& t) {

@@ -15,13 +15,14 @@
 #include <tenbin/zmq.hpp>
 
 #include "core/block_allocator.hpp"
-#include "core/decode.hpp"
+#include "core/codec_detail.hpp"
 
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <memory>
 #include <new>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -319,10 +320,10 @@ bool receive_frames(zmq::socket_ref socket, const recv_options& opt, frame_list&
     std::size_t count = 1;
     bool over = count > opt.max_frames;
     if (over) frames.clear();
-    zmq::message_t spare;
+    std::optional<zmq::message_t> spare;  // made only when needed (perf)
     while (more) {
         // Frames past max_frames are read into `spare` and dropped.
-        zmq::message_t& part = over ? spare : frames.emplace_back();
+        zmq::message_t& part = over ? (spare ? *spare : spare.emplace()) : frames.emplace_back();
         // Already here (messages arrive whole): never wait for it.
         if (!socket.recv(part, zmq::recv_flags::dontwait))
             fail(errc::truncated, "frame " + str(count) + " of a multipart message was not there after frame " +
@@ -466,7 +467,7 @@ bool zsend_multipart(zmq::socket_ref socket, tensor_span tensors, const send_opt
         const tensor_view t = tensors[i];
         zmq::message_t& header = frames.emplace_back(header_size(t.ndim()));
         try {
-            encode_header_into(t, bytes_of(header));
+            detail::encode_header_of(tensors, i, bytes_of(header));
         } catch (const error& e) {
             throw error(e.code(), "tensor " + str(i) + ": " + e.what());
         }

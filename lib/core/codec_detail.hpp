@@ -1,4 +1,4 @@
-// Internal to the library: the decoding steps shared by the codec and the
+// Internal to the library: the codec steps shared by the codec and the
 // transports, without the copies and re-checks the public API makes.
 #pragma once
 
@@ -18,6 +18,12 @@ struct tensor_access {
         return tensor(tensor::unchecked{}, h.dtype, std::move(h.shape), std::move(h.info), std::move(data));
     }
 };
+
+// Writes tensor i's header into `out` (header_size(ndim) bytes). A
+// `tensor` was checked when it was made (info, rank, size), so only views
+// are checked again (perf: re-checking cost about 150 instructions a
+// tensor on every send). Throws as encode_header_into for a bad view.
+void encode_header_of(tensor_span tensors, std::size_t i, mutable_bytes out);
 
 // decode_list over frames the caller gives up: each data buffer is moved
 // into its tensor instead of copied. Same checks and errors as decode_list;
