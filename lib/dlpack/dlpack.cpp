@@ -37,8 +37,8 @@ std::string device_name(DLDeviceType d) {
 struct export_context {
     DLManagedTensor managed{};
     tensor t;
-    std::vector<std::int64_t> shape;
-    std::vector<std::int64_t> strides;
+    shape_t shape;    // inline up to rank 6: no allocation of its own
+    shape_t strides;
 };
 
 void delete_export(DLManagedTensor* self) {
@@ -97,8 +97,8 @@ dtype from_dlpack_dtype(DLDataType t) {
 DLManagedTensor* to_dlpack(const tensor& t) {
     auto ctx = std::make_unique<export_context>();
     ctx->t = t;
-    ctx->shape.assign(t.shape().begin(), t.shape().end());
-    ctx->strides.assign(t.ndim(), 1);
+    ctx->shape = t.shape();
+    ctx->strides = shape_t(t.ndim(), 1);
     for (std::size_t i = t.ndim(); i-- > 1;) ctx->strides[i - 1] = ctx->strides[i] * ctx->shape[i];
 
     DLTensor& dl = ctx->managed.dl_tensor;
