@@ -16,7 +16,7 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 seconds="${1:-45}"
 build="${TENBIN_FUZZ_BUILD:-$root/build-fuzz}"
 jobs="${TENBIN_FUZZ_JOBS:-1}"
-vectors="$root/../shared/vectors"
+vectors="$root/tests/vectors"
 
 if [ ! -f "$build/build.ninja" ]; then
   CXX="${CXX:-clang++}" meson setup "$build" "$root" -Dfuzzing=true \

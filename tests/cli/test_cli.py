@@ -22,7 +22,7 @@ import time
 import unittest
 
 TOOL = None  # set from argv in main()
-VECTORS = os.environ.get("TENBIN_VECTORS", os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "vectors"))
+VECTORS = os.environ.get("TENBIN_VECTORS", os.path.join(os.path.dirname(__file__), "..", "vectors"))
 
 try:
     import zmq  # only for sending malformed messages and checking wire bytes
