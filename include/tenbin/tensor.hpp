@@ -33,8 +33,8 @@ void check_info(std::string_view info);
 std::uint64_t element_count(std::span<const std::int64_t> shape);
 // Throws unless `bytes` can be read as a span of `t` elements.
 void check_typed_access(dtype have, dtype want, const std::byte* data, std::size_t size);
-// The library's decoders' way to `tensor`'s unchecked constructor (defined
-// in the library's sources, not part of the API).
+// The library's decoders' way to fill a `tensor` in place (defined in the
+// library's sources, not part of the API).
 struct tensor_access;
 }  // namespace detail
 
@@ -153,12 +153,6 @@ public:
 
 private:
     friend struct detail::tensor_access;
-    struct unchecked {};
-    // For decoders whose header checks already established what the public
-    // constructor checks (info, rank, size): takes the parts as they are.
-    tensor(unchecked, tenbin::dtype t, shape_t&& shape, std::string&& info, buffer&& data) noexcept
-        : dtype_(t), shape_(std::move(shape)), info_(std::move(info)), data_(std::move(data)) {}
-
     tenbin::dtype dtype_ = tenbin::dtype::u1;
     shape_t shape_;
     std::string info_;

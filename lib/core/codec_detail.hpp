@@ -10,13 +10,16 @@
 namespace tenbin::detail {
 
 struct tensor_access {
-    // A tensor from a header decode_header accepted and data whose size is
-    // the header's nbytes: decode_header already checked everything the
-    // public constructor would (info, rank, element count), so nothing is
-    // checked again.
-    static tensor from_checked(tensor_header&& h, buffer&& data) noexcept {
-        return tensor(tensor::unchecked{}, h.dtype, std::move(h.shape), std::move(h.info), std::move(data));
-    }
+    struct parts_of {
+        tenbin::dtype& dtype;
+        shape_t& shape;
+        std::string& info;
+        buffer& data;
+    };
+    // The members of `t`, for decoders that fill a tensor in place. They
+    // must leave it as the public constructor would have: info encodable,
+    // rank supported, data of count(shape) * itemsize(dtype) bytes.
+    static parts_of parts(tensor& t) noexcept { return {t.dtype_, t.shape_, t.info_, t.data_}; }
 };
 
 // Writes tensor i's header into `out` (header_size(ndim) bytes). A
