@@ -21,6 +21,7 @@
 #include <zmq.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -44,7 +45,13 @@ using namespace bench;
 
 constexpr std::uint64_t KiB = 1024, MiB = 1024 * KiB, GiB = 1024 * MiB;
 
-enum class impl { tenbin, raw };
+// Raw libzmq doing one part of tenbin's work, for the anatomy cases:
+// raw_kept the lifetime work any zero-copy library of owned tensors must do
+// (the sender keeps each tensor alive until libzmq releases its frame, the
+// receiver keeps every frame of a message open until the message is done
+// with); raw_codec the header work (the sender encodes each header into a
+// fresh frame, the receiver decodes and checks each one against its data).
+enum class impl { tenbin, raw, raw_kept, raw_codec };
 enum class form { multi, single, small };
 
 const char* name_of(form f) { return f == form::multi ? "multi" : f == form::single ? "single" : "small"; }
@@ -120,11 +127,62 @@ void check_zmq(int rc, const char* what) {
     if (rc < 0) fail(std::string(what) + ": " + zmq_strerror(zmq_errno()));
 }
 
+// raw_kept's sender: one block per message holds a keeper of each tensor;
+// each frame's release drops one reference, the last frees the block. It
+// is kept under glibc's fastbin size (120 bytes): the sender allocates it
+// and the receiver's thread frees it, and a larger block freed across
+// threads goes through the arena's lock, which alone cost this case a
+// third of its rate.
+constexpr std::size_t max_kept = 4;
+
+struct kept_block {
+    std::atomic<int> refs{0};
+    std::array<tenbin::buffer::keeper_type, max_kept> keep;
+};
+static_assert(sizeof(kept_block) <= 120);
+
+void release_kept(void*, void* hint) {
+    auto* b = static_cast<kept_block*>(hint);
+    if (b->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete b;
+}
+
+void send_anatomy(void* s, impl which, const workload& w) {
+    const std::size_t n = w.tensors.size();
+    if (n > max_kept) fail("the anatomy cases send at most 4 tensors");
+    kept_block* b = nullptr;
+    if (which == impl::raw_kept) {
+        b = new kept_block;
+        b->refs.store(static_cast<int>(n), std::memory_order_relaxed);
+        for (std::size_t k = 0; k < n; ++k) b->keep[k] = w.tensors[k].data().keeper();
+    }
+    for (std::size_t k = 0; k < n; ++k) {
+        if (which == impl::raw_codec) {
+            const tenbin::tensor_view v = w.tensors[k].view();
+            zmq_msg_t h;
+            check_zmq(zmq_msg_init_size(&h, tenbin::header_size(v.ndim())), "zmq_msg_init_size");
+            tenbin::encode_header_into(v, {static_cast<std::byte*>(zmq_msg_data(&h)), zmq_msg_size(&h)});
+            check_zmq(zmq_msg_send(&h, s, ZMQ_SNDMORE), "zmq_msg_send header");
+        } else {
+            check_zmq(zmq_send(s, w.headers[k].data(), w.headers[k].size(), ZMQ_SNDMORE), "zmq_send header");
+        }
+        const tenbin::buffer& d = w.tensors[k].data();
+        zmq_msg_t m;
+        check_zmq(zmq_msg_init_data(&m, const_cast<std::byte*>(d.data()), d.size(), b ? &release_kept : &no_free, b),
+                  "zmq_msg_init_data");
+        if (zmq_msg_send(&m, s, k + 1 < n ? ZMQ_SNDMORE : 0) < 0) fail("zmq_msg_send: the message is cut short");
+    }
+}
+
 void send_one(void* s, impl which, form f, const workload& w) {
     if (which == impl::tenbin) {
         const bool ok = f == form::single ? tenbin::zsend_single(ref(s), w.tensors)
                                           : tenbin::zsend_multipart(ref(s), w.tensors);
         if (!ok) fail("tenbin send timed out");
+        return;
+    }
+    if (which == impl::raw_kept || which == impl::raw_codec) {
+        if (f != form::multi) fail("the anatomy cases are multipart only");
+        send_anatomy(s, which, w);
         return;
     }
     if (f == form::single) {
@@ -171,6 +229,35 @@ void recv_one(void* s, impl which, form f, const workload& w, bool verify) {
             if (m->tensors[k].nbytes() != w.tensors[k].nbytes()) fail("received a tensor of the wrong size");
             if (verify && !(m->tensors[k].view() == w.tensors[k].view())) fail("received tensor differs");
         }
+        return;
+    }
+    if (which == impl::raw_kept || which == impl::raw_codec) {
+        // Every frame stays open until the whole message is in.
+        const std::size_t want = 2 * w.tensors.size();
+        zmq_msg_t frames[2 * max_kept + 1];
+        if (want > 2 * max_kept) fail("the anatomy cases receive at most 4 tensors");
+        std::size_t n = 0;
+        bool more = true;
+        while (more && n <= want) {
+            zmq_msg_init(&frames[n]);
+            if (zmq_msg_recv(&frames[n], s, 0) < 0) fail("zmq_msg_recv failed");
+            more = zmq_msg_more(&frames[n++]) != 0;
+        }
+        bool bad = more || n != want;
+        if (which == impl::raw_codec && !bad)
+            for (std::size_t i = 0; i < n; i += 2)
+                bad |= tenbin::decode_header({static_cast<const std::byte*>(zmq_msg_data(&frames[i])),
+                                              zmq_msg_size(&frames[i])})
+                           .nbytes != zmq_msg_size(&frames[i + 1]);
+        for (std::size_t i = 0; i < n; ++i) {
+            if (i < want) {
+                const tenbin::bytes_view e = expected_frame(f, w, i);
+                bad |= zmq_msg_size(&frames[i]) != e.size() ||
+                       (verify && std::memcmp(zmq_msg_data(&frames[i]), e.data(), e.size()) != 0);
+            }
+            zmq_msg_close(&frames[i]);
+        }
+        if (bad) fail("raw receive got other frames than were sent");
         return;
     }
     zmq_msg_t m;
@@ -279,19 +366,20 @@ struct socket_pair {
 };
 
 // One repetition with the sender on a thread of this process.
-double run_threads(socket_pair& p, impl which, form f, const workload& w, int warmup, int count) {
+double run_threads(socket_pair& p, impl sender_impl, impl receiver_impl, form f, const workload& w, int warmup,
+                   int count) {
     std::atomic<int> go{0};
     std::exception_ptr err;
     std::thread sender([&] {
         try {
-            send_run(p.push, which, f, w, warmup, count, [&] { go.wait(0); });
+            send_run(p.push, sender_impl, f, w, warmup, count, [&] { go.wait(0); });
         } catch (...) {
             err = std::current_exception();
         }
     });
     double s = 0;
     try {
-        s = receive_run(p.pull, which, f, w, warmup, count, [&] {
+        s = receive_run(p.pull, receiver_impl, f, w, warmup, count, [&] {
             go.store(1);
             go.notify_one();
         });
@@ -304,6 +392,10 @@ double run_threads(socket_pair& p, impl which, form f, const workload& w, int wa
     sender.join();
     if (err) std::rethrow_exception(err);
     return s;
+}
+
+double run_threads(socket_pair& p, impl which, form f, const workload& w, int warmup, int count) {
+    return run_threads(p, which, which, f, w, warmup, count);
 }
 
 // ---- peers in other processes ---------------------------------------------------
@@ -465,6 +557,40 @@ struct suite {
             }
         }
     }
+
+    // ---- where tenbin's time goes over inproc ----
+    // Over inproc no byte moves, so a multipart message costs what its
+    // bookkeeping costs. Raw libzmq doing the lifetime work (raw_kept) and
+    // the header work (raw_codec) alone, and each side of tenbin with a raw
+    // peer, all against plain raw libzmq in the same run.
+    void anatomy(std::uint64_t size) {
+        if (!wanted("anatomy", "inproc")) return;
+        const workload w = make_workload("quad", size);
+        const int warmup = 2;
+        socket_pair p("inproc", hwm_for(w.payload));
+        const int count = calibrate(
+            cfg, [&](int c) { return run_threads(p, impl::tenbin, f_multi, w, warmup, c); }, w.payload);
+        auto rate = [&](impl sender, impl receiver) {
+            return [&, sender, receiver] {
+                return static_cast<double>(w.payload) * count / run_threads(p, sender, receiver, f_multi, w, warmup, count) /
+                       1e9;
+            };
+        };
+        const std::vector<double> m = interleave_all(
+            cfg.reps, {rate(impl::raw, impl::raw), rate(impl::raw_kept, impl::raw_kept),
+                       rate(impl::raw_codec, impl::raw_codec), rate(impl::tenbin, impl::raw),
+                       rate(impl::raw, impl::tenbin), rate(impl::tenbin, impl::tenbin)});
+        const std::string versus = "raw libzmq, zero-copy frames";
+        add({"anatomy raw + lifetimes", "inproc", w.payload, m[1], m[0], "GB/s", versus,
+             "raw libzmq pinning tensors and keeping frames open"});
+        add({"anatomy raw + header codec", "inproc", w.payload, m[2], m[0], "GB/s", versus,
+             "raw libzmq encoding and checking every header"});
+        add({"anatomy tenbin sender", "inproc", w.payload, m[3], m[0], "GB/s", versus, "zsend_multipart to a raw receiver"});
+        add({"anatomy tenbin receiver", "inproc", w.payload, m[4], m[0], "GB/s", versus,
+             "raw sender to zrecv_multipart"});
+        add({"anatomy tenbin", "inproc", w.payload, m[5], m[0], "GB/s", versus, "both sides tenbin"});
+    }
+    static constexpr form f_multi = form::multi;
 
     // ---- 6: the tensorcom-style Python peer, two processes over tcp ----
     void python(form f, const std::vector<std::uint64_t>& sizes) {
@@ -774,6 +900,7 @@ int run(int argc, char** argv) {
     s.streams(form::multi, sizes, transports);
     s.streams(form::single, sizes, transports);
     s.streams(form::small, {0}, transports);
+    s.anatomy(MiB);
     s.codec();
     s.files();
     const std::vector<std::uint64_t> py_sizes =
