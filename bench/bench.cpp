@@ -146,11 +146,32 @@ void release_kept(void*, void* hint) {
     if (b->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete b;
 }
 
-void send_anatomy(void* s, impl which, const workload& w) {
+void send_one(void* s, impl which, form f, const workload& w) {
+    if (which == impl::tenbin) {
+        const bool ok = f == form::single ? tenbin::zsend_single(ref(s), w.tensors)
+                                          : tenbin::zsend_multipart(ref(s), w.tensors);
+        if (!ok) fail("tenbin send timed out");
+        return;
+    }
+    if (which != impl::raw && f != form::multi) fail("the anatomy cases are multipart only");
+    if (f == form::single) {
+        // One frame of the encoded size and the one copy tenbin also makes.
+        zmq_msg_t m;
+        check_zmq(zmq_msg_init_size(&m, w.encoded.size()), "zmq_msg_init_size");
+        std::memcpy(zmq_msg_data(&m), w.encoded.data(), w.encoded.size());
+        if (zmq_msg_send(&m, s, 0) < 0) {
+            zmq_msg_close(&m);
+            check_zmq(-1, "zmq_msg_send");
+        }
+        return;
+    }
+    // Headers as prepared (raw_codec encodes each into a fresh frame); data
+    // copied for small messages, else zero-copy (pinned by a kept_block for
+    // raw_kept).
     const std::size_t n = w.tensors.size();
-    if (n > max_kept) fail("the anatomy cases send at most 4 tensors");
     kept_block* b = nullptr;
     if (which == impl::raw_kept) {
+        if (n > max_kept) fail("raw_kept sends at most 4 tensors");
         b = new kept_block;
         b->refs.store(static_cast<int>(n), std::memory_order_relaxed);
         for (std::size_t k = 0; k < n; ++k) b->keep[k] = w.tensors[k].data().keeper();
@@ -165,47 +186,13 @@ void send_anatomy(void* s, impl which, const workload& w) {
         } else {
             check_zmq(zmq_send(s, w.headers[k].data(), w.headers[k].size(), ZMQ_SNDMORE), "zmq_send header");
         }
-        const tenbin::buffer& d = w.tensors[k].data();
-        zmq_msg_t m;
-        check_zmq(zmq_msg_init_data(&m, const_cast<std::byte*>(d.data()), d.size(), b ? &release_kept : &no_free, b),
-                  "zmq_msg_init_data");
-        if (zmq_msg_send(&m, s, k + 1 < n ? ZMQ_SNDMORE : 0) < 0) fail("zmq_msg_send: the message is cut short");
-    }
-}
-
-void send_one(void* s, impl which, form f, const workload& w) {
-    if (which == impl::tenbin) {
-        const bool ok = f == form::single ? tenbin::zsend_single(ref(s), w.tensors)
-                                          : tenbin::zsend_multipart(ref(s), w.tensors);
-        if (!ok) fail("tenbin send timed out");
-        return;
-    }
-    if (which == impl::raw_kept || which == impl::raw_codec) {
-        if (f != form::multi) fail("the anatomy cases are multipart only");
-        send_anatomy(s, which, w);
-        return;
-    }
-    if (f == form::single) {
-        // One frame of the encoded size and the one copy tenbin also makes.
-        zmq_msg_t m;
-        check_zmq(zmq_msg_init_size(&m, w.encoded.size()), "zmq_msg_init_size");
-        std::memcpy(zmq_msg_data(&m), w.encoded.data(), w.encoded.size());
-        if (zmq_msg_send(&m, s, 0) < 0) {
-            zmq_msg_close(&m);
-            check_zmq(-1, "zmq_msg_send");
-        }
-        return;
-    }
-    const std::size_t n = w.tensors.size();
-    for (std::size_t k = 0; k < n; ++k) {
-        check_zmq(zmq_send(s, w.headers[k].data(), w.headers[k].size(), ZMQ_SNDMORE), "zmq_send header");
         const int flags = k + 1 < n ? ZMQ_SNDMORE : 0;
         const tenbin::buffer& d = w.tensors[k].data();
         if (f == form::small) {
             check_zmq(zmq_send(s, d.data(), d.size(), flags), "zmq_send data");
         } else {
             zmq_msg_t m;
-            check_zmq(zmq_msg_init_data(&m, const_cast<std::byte*>(d.data()), d.size(), &no_free, nullptr),
+            check_zmq(zmq_msg_init_data(&m, const_cast<std::byte*>(d.data()), d.size(), b ? &release_kept : &no_free, b),
                       "zmq_msg_init_data");
             if (zmq_msg_send(&m, s, flags) < 0) {
                 zmq_msg_close(&m);
@@ -569,10 +556,10 @@ struct suite {
         const int warmup = 2;
         socket_pair p("inproc", hwm_for(w.payload));
         const int count = calibrate(
-            cfg, [&](int c) { return run_threads(p, impl::tenbin, f_multi, w, warmup, c); }, w.payload);
+            cfg, [&](int c) { return run_threads(p, impl::tenbin, form::multi, w, warmup, c); }, w.payload);
         auto rate = [&](impl sender, impl receiver) {
             return [&, sender, receiver] {
-                return static_cast<double>(w.payload) * count / run_threads(p, sender, receiver, f_multi, w, warmup, count) /
+                return static_cast<double>(w.payload) * count / run_threads(p, sender, receiver, form::multi, w, warmup, count) /
                        1e9;
             };
         };
@@ -590,7 +577,6 @@ struct suite {
              "raw sender to zrecv_multipart"});
         add({"anatomy tenbin", "inproc", w.payload, m[5], m[0], "GB/s", versus, "both sides tenbin"});
     }
-    static constexpr form f_multi = form::multi;
 
     // ---- 6: the tensorcom-style Python peer, two processes over tcp ----
     void python(form f, const std::vector<std::uint64_t>& sizes) {
