@@ -213,21 +213,22 @@ std::vector<buffer> encode_list(tensor_span tensors) {
 
 namespace {
 
-// decode_list's body; `take(i)` yields frame i's data buffer (a copy, or
-// the frame itself moved out).
-template <class Frames, class Take>
-std::vector<tensor> decode_list_with(Frames frames, const decode_options& opt, Take take) {
+// decode_list's body over any frame source: `frames.size()`,
+// `frames.bytes(i)` and `frames.take(i)` (frame i's data buffer: a copy, or
+// the frame itself given up), as detail::list_source has them.
+template <class Frames>
+std::vector<tensor> decode_list_with(Frames& frames, const decode_options& opt) {
     const limits& lim = opt.limits;
-    if (frames.size() % 2 != 0)
-        throw_error(errc::odd_chunk_count, str(frames.size()) + " frames: header " +
-                                               str(frames.size() - 1) + " has no data after it");
-    if (frames.size() / 2 > lim.max_tensors)
-        throw_error(errc::limit_exceeded, str(frames.size() / 2) +
-                                              " tensors exceed limits::max_tensors = " + str(lim.max_tensors));
+    const std::size_t n = frames.size();
+    if (n % 2 != 0)
+        throw_error(errc::odd_chunk_count, str(n) + " frames: header " + str(n - 1) + " has no data after it");
+    if (n / 2 > lim.max_tensors)
+        throw_error(errc::limit_exceeded, str(n / 2) + " tensors exceed limits::max_tensors = " +
+                                              str(lim.max_tensors));
     std::vector<tensor> out;
-    out.reserve(frames.size() / 2);
+    out.reserve(n / 2);
     std::uint64_t total = 0;
-    for (std::size_t i = 0; i < frames.size() / 2; ++i) {
+    for (std::size_t i = 0; i < n / 2; ++i) {
         auto where = [&] { return "tensor " + str(i) + " (frame " + str(2 * i) + ")"; };
         // Filled in place. The header decode checks info, rank and element
         // count, and the data size is checked here: the public
@@ -235,8 +236,8 @@ std::vector<tensor> decode_list_with(Frames frames, const decode_options& opt, T
         // fifth of a small message's decode).
         const auto parts = detail::tensor_access::parts(out.emplace_back());
         const std::uint64_t nbytes = with_context(
-            where, [&] { return decode_header_into(frames[2 * i].bytes(), lim, parts.dtype, parts.shape, parts.info); });
-        const std::size_t size = frames[2 * i + 1].size();
+            where, [&] { return decode_header_into(frames.bytes(2 * i), lim, parts.dtype, parts.shape, parts.info); });
+        const std::size_t size = frames.bytes(2 * i + 1).size();
         if (size != nbytes)
             throw_error(errc::data_size_mismatch,
                         where() + ": header says " + std::string(code(parts.dtype)) + " with " + str(nbytes) +
@@ -245,20 +246,31 @@ std::vector<tensor> decode_list_with(Frames frames, const decode_options& opt, T
         if (total > lim.max_bytes)
             throw_error(errc::limit_exceeded, "tensors 0.." + str(i) + " hold " + str(total) +
                                                   " bytes, over limits::max_bytes = " + str(lim.max_bytes));
-        parts.data = take(2 * i + 1);
+        parts.data = frames.take(2 * i + 1);
     }
     if (opt.expect_infos) check_infos(out, *opt.expect_infos);
     return out;
 }
 
+// Buffers as a frame source: `Span` of const buffers are copied (a shared
+// reference each), of mutable ones moved out.
+template <class Span>
+struct buffer_frames {
+    Span frames;
+    std::size_t size() const noexcept { return frames.size(); }
+    bytes_view bytes(std::size_t i) const noexcept { return frames[i].bytes(); }
+    buffer take(std::size_t i) { return std::move(frames[i]); }
+};
+
 }  // namespace
 
 std::vector<tensor> decode_list(std::span<const buffer> frames, const decode_options& opt) {
-    return decode_list_with(frames, opt, [&](std::size_t i) { return frames[i]; });
+    buffer_frames<std::span<const buffer>> source{frames};
+    return decode_list_with(source, opt);
 }
 
-std::vector<tensor> detail::decode_list_taking(std::span<buffer> frames, const decode_options& opt) {
-    return decode_list_with(frames, opt, [&](std::size_t i) { return std::move(frames[i]); });
+std::vector<tensor> detail::decode_list_from(list_source& frames, const decode_options& opt) {
+    return decode_list_with(frames, opt);
 }
 
 // ---- the chunked form -----------------------------------------------------
@@ -341,7 +353,8 @@ std::vector<tensor> decode_buffer(const buffer& chunked, const decode_options& o
     if (chunks.size() % 2 != 0)
         throw_error(errc::odd_chunk_count, str(chunks.size()) + " chunks: header chunk " +
                                                str(chunks.size() - 1) + " has no data chunk after it");
-    return detail::decode_list_taking(chunks, opt);
+    buffer_frames<std::span<buffer>> source{chunks};
+    return decode_list_with(source, opt);
 }
 
 std::vector<tensor> decode_buffer(bytes_view chunked, const decode_options& opt) {

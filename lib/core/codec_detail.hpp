@@ -28,9 +28,23 @@ struct tensor_access {
 // tensor on every send). Throws as encode_header_into for a bad view.
 void encode_header_of(tensor_span tensors, std::size_t i, mutable_bytes out);
 
-// decode_list over frames the caller gives up: each data buffer is moved
-// into its tensor instead of copied. Same checks and errors as decode_list;
-// `frames` is left in a valid but unspecified state.
-std::vector<tensor> decode_list_taking(std::span<buffer> frames, const decode_options& opt);
+// The frames of a list-form message ([header, data] pairs) for a decoder
+// that takes them apart: headers are read where they are, and each data
+// frame is given up to its tensor by `take`, called at most once per data
+// frame, in order (a transport hands over a received frame without first
+// wrapping every frame in a buffer).
+class list_source {
+public:
+    virtual std::size_t size() const noexcept = 0;
+    virtual bytes_view bytes(std::size_t i) const noexcept = 0;
+    virtual buffer take(std::size_t i) = 0;
+
+protected:
+    ~list_source() = default;
+};
+
+// decode_list over a list_source: same checks and errors. Frames not taken
+// when it throws stay the source's.
+std::vector<tensor> decode_list_from(list_source& frames, const decode_options& opt);
 
 }  // namespace tenbin::detail

@@ -18,7 +18,12 @@
 #include "core/codec_detail.hpp"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
+#include <cerrno>
+#include <climits>
+#include <cstdint>
+#include <cstring>
 #include <cstdlib>
 #include <memory>
 #include <new>
@@ -45,9 +50,9 @@ void check_frame_size(std::size_t size, What&& what) {
 }
 
 // A list that keeps its first N elements inside itself and the rest in a
-// vector: a message's frames and buffers without an allocation for the
-// common sizes (perf: the frame and body vectors cost two allocations per
-// message received and one per message sent).
+// vector: a message's frames without an allocation for the common sizes
+// (perf: vectors of frames and buffers cost two allocations per message
+// received and one per message sent).
 template <class T, std::size_t N>
 class inline_list {
 public:
@@ -57,7 +62,6 @@ public:
     ~inline_list() { clear(); }
 
     std::size_t size() const noexcept { return size_; }
-    bool empty() const noexcept { return size_ == 0; }
     T& operator[](std::size_t i) noexcept { return i < N ? first()[i] : rest_[i - N]; }
     const T& operator[](std::size_t i) const noexcept { return i < N ? first()[i] : rest_[i - N]; }
 
@@ -79,8 +83,6 @@ public:
         rest_.clear();
         size_ = 0;
     }
-    // The elements as one span when they all fit inside, else nothing.
-    std::span<T> inline_span() noexcept { return size_ <= N ? std::span<T>(first(), size_) : std::span<T>(); }
 
 private:
     T* first() noexcept { return std::launder(reinterpret_cast<T*>(storage_)); }
@@ -91,8 +93,8 @@ private:
     std::vector<T> rest_;
 };
 
-// Frames of one message held on the stack: 8 tensors plus an envelope.
-using frame_list = inline_list<zmq::message_t, 20>;
+// The zero-copy frames of one message, made before its first frame goes.
+using frame_list = inline_list<zmq::message_t, 16>;
 
 // ---- zero-copy sends ----------------------------------------------------------
 //
@@ -170,44 +172,133 @@ void zero_copy_frame(frame_list& frames, const buffer& owner, send_slot& s) {
     }
 }
 
-mutable_bytes bytes_of(zmq::message_t& m) noexcept {
-    return {static_cast<std::byte*>(m.data()), m.size()};
-}
+// Sends the frames of one message in order, each as it is needed (perf:
+// copied frames, headers above all, go by zmq_send from where their bytes
+// are, one library call where a prepared message object took four). Only
+// the first frame may report would-block: libzmq accepts the rest of a
+// message once its first frame is queued.
+class frame_sender {
+public:
+    frame_sender(zmq::socket_ref socket, zmq::send_flags flags, std::size_t frames) noexcept
+        : socket_(socket.handle()), flags_(static_cast<int>(flags & ~zmq::send_flags::sndmore)), frames_(frames) {}
 
-void add_envelope(frame_list& frames, std::span<const zmq::const_buffer> envelope) {
-    for (const zmq::const_buffer& e : envelope) frames.emplace_back(e.data(), e.size());
-}
-
-// Sends prepared frames as one message. Only the first send may report
-// would-block: libzmq accepts the rest of a message once its first frame
-// is queued.
-bool send_frames(zmq::socket_ref socket, frame_list& frames, zmq::send_flags flags) {
-    flags = flags & ~zmq::send_flags::sndmore;
-    const std::size_t n = frames.size();
-    for (std::size_t i = 0; i < n; ++i) {
-        const zmq::send_flags f = i + 1 < n ? flags | zmq::send_flags::sndmore : flags;
-        if (!socket.send(frames[i], f)) {
-            if (i == 0) return false;
-            fail(errc::timeout, "frame " + str(i) + " of " + str(n) +
-                                    " could not be queued after the first was; the message is cut short");
-        }
+    // A copy of `bytes` as the next frame. False: this was the first frame
+    // and it would block; nothing was sent.
+    bool copy(bytes_view bytes) {
+        const int rc = zmq_send(socket_, bytes.data(), bytes.size(), next_flags());
+        return sent(rc, rc < 0 ? zmq_errno() : 0);
     }
-    // A sent frame is left empty and needs no zmq_msg_close (libzmq's
-    // manual says so); perf: the closes cost a library call per frame.
-    frames.forget();
-    return true;
-}
+    // `m` as the next frame. A sent frame is left empty, and needs no
+    // zmq_msg_close (libzmq's manual says so; the caller may forget it); an
+    // unsent one stays the caller's to close.
+    bool send(zmq::message_t& m) {
+        const int rc = zmq_msg_send(m.handle(), socket_, next_flags());
+        return sent(rc, rc < 0 ? zmq_errno() : 0);
+    }
+    // The envelope's frames, copied.
+    bool envelope(std::span<const zmq::const_buffer> frames) {
+        for (const zmq::const_buffer& e : frames)
+            if (!copy({static_cast<const std::byte*>(e.data()), e.size()})) return false;
+        return true;
+    }
+
+private:
+    int next_flags() const noexcept { return next_ + 1 < frames_ ? flags_ | ZMQ_SNDMORE : flags_; }
+    bool sent(int rc, int err) {
+        const std::size_t i = next_++;
+        if (rc >= 0) return true;
+        if (err != EAGAIN) throw zmq::error_t(err);
+        if (i == 0) return false;
+        fail(errc::timeout, "frame " + str(i) + " of " + str(frames_) +
+                                " could not be queued after the first was; the message is cut short");
+    }
+
+    void* socket_;
+    int flags_;
+    std::size_t frames_;
+    std::size_t next_ = 0;
+};
 
 // ---- receives -------------------------------------------------------------------
 //
-// The data frames of one received message move into one heap block (perf: a
-// shared keeper per frame cost an allocation per tensor). Each frame still
-// gets its own keeper, a shared_ptr whose control block is carved out of the
-// same block: the frame is closed (its bytes released) when the last tensor
-// using it goes, so a small tensor kept from a message never pins a large
-// frame of the same message. The block itself (bookkeeping, and the bytes of
-// frames small enough to live inside zmq_msg_t) is freed with the last
-// control block.
+// A received message's frames are held on the stack until it is taken
+// apart: envelope frames move into the message, header frames are decoded
+// where they are and closed, and data frames move into one heap block
+// (perf: a shared keeper per frame cost an allocation per tensor). Each data
+// frame still gets its own keeper, a shared_ptr whose control block is
+// carved out of the same block: the frame is closed (its bytes released)
+// when the last tensor using it goes, so a small tensor kept from a message
+// never pins a large frame of the same message. The block itself
+// (bookkeeping, and the bytes of frames small enough to live inside
+// zmq_msg_t) is freed with the last control block.
+
+// One received frame. Its bytes and flags are looked up once, as it
+// arrives (perf: zmq_msg_data, zmq_msg_size and zmq_msg_more are library
+// calls, and cppzmq's accessors made them again at each use). A data frame
+// leaves by `relocate`: its zmq_msg_t is copied bitwise, which is what
+// libzmq's own zmq_msg_move and cppzmq's move constructor do, and this copy
+// is then never closed (perf: moving through cppzmq re-initialised the
+// source, which was closed again later: two library calls a data frame).
+class incoming {
+public:
+    incoming() noexcept { zmq_msg_init(&msg_); }  // cannot fail
+    // For the list's spill vector; leaves `o` with nothing to close.
+    incoming(incoming&& o) noexcept : size_(o.size_), more_(o.more_), live_(o.live_) {
+        data_ = o.relocate(&msg_).data();
+    }
+    incoming& operator=(incoming&&) = delete;
+    ~incoming() {
+        if (live_) zmq_msg_close(&msg_);
+    }
+
+    // False when nothing came (would block); other failures throw, as
+    // cppzmq's receive does.
+    bool receive(zmq::socket_ref socket, int flags) {
+        const int rc = zmq_msg_recv(&msg_, socket.handle(), flags);
+        if (rc < 0) {
+            if (zmq_errno() == EAGAIN) return false;
+            throw zmq::error_t();
+        }
+        // zmq_msg_recv caps what it returns at INT_MAX.
+        size_ = rc < INT_MAX ? static_cast<std::size_t>(rc) : zmq_msg_size(&msg_);
+        data_ = static_cast<std::byte*>(zmq_msg_data(&msg_));
+        more_ = zmq_msg_more(&msg_) != 0;
+        return true;
+    }
+
+    std::size_t size() const noexcept { return size_; }
+    bool more() const noexcept { return more_; }
+    mutable_bytes bytes() const noexcept { return {data_, size_}; }
+
+    // Moves the frame into the uninitialised zmq_msg_t at `to`; returns its
+    // bytes there (a small frame's bytes are inside the zmq_msg_t).
+    mutable_bytes relocate(zmq_msg_t* to) noexcept {
+        std::memcpy(static_cast<void*>(to), &msg_, sizeof msg_);
+        live_ = false;
+        const auto from = reinterpret_cast<std::uintptr_t>(&msg_);
+        const auto at = reinterpret_cast<std::uintptr_t>(data_);
+        std::byte* data = at >= from && at < from + sizeof msg_ ? reinterpret_cast<std::byte*>(to) + (at - from)
+                                                                 : data_;
+        return {data, size_};
+    }
+
+    // The frame as a cppzmq message (envelope frames, handed to the caller).
+    zmq::message_t take_message() {
+        zmq::message_t out;
+        zmq_msg_move(out.handle(), &msg_);
+        return out;
+    }
+
+private:
+    zmq_msg_t msg_;
+    std::byte* data_ = nullptr;
+    std::size_t size_ = 0;
+    bool more_ = false;
+    bool live_ = true;
+};
+
+// Frames of one received message: 8 tensors plus an envelope on the stack.
+using incoming_list = inline_list<incoming, 20>;
 
 constexpr std::size_t round_up(std::size_t n, std::size_t a) { return (n + a - 1) / a * a; }
 
@@ -235,8 +326,10 @@ public:
         std::free(b);
     }
 
-    // Slot i for a frame, raw storage.
-    void* frame_slot(std::size_t i) noexcept { return base() + frame_offset + i * sizeof(zmq::message_t); }
+    // The next frame slot, raw storage; one per frame at most.
+    zmq_msg_t* next_frame_slot() noexcept {
+        return reinterpret_cast<zmq_msg_t*>(base() + frame_offset + slots_used_++ * sizeof(zmq_msg_t));
+    }
 
     // Where a frame keeper's control block goes (block_allocator's hooks):
     // a slot of this block, or the heap if it does not fit one. Each keeper
@@ -263,34 +356,61 @@ private:
         return q >= b && q < b + cb_offset(frames_) + frames_ * cb_size;
     }
     std::byte* base() noexcept { return reinterpret_cast<std::byte*>(this); }
-    static constexpr std::size_t frame_offset = round_up(sizeof(std::atomic<std::size_t>) + 3 * sizeof(std::size_t),
-                                                         alignof(zmq::message_t));
+    static constexpr std::size_t frame_offset =
+        round_up(sizeof(std::atomic<std::size_t>) + 4 * sizeof(std::size_t), alignof(zmq_msg_t));
     static constexpr std::size_t cb_offset(std::size_t frames) {
-        return round_up(frame_offset + frames * sizeof(zmq::message_t), cb_align);
+        return round_up(frame_offset + frames * sizeof(zmq_msg_t), cb_align);
     }
 
     // One per frame's keeper plus the builder's, set up front (perf: an
     // atomic increment per frame).
     std::atomic<std::size_t> refs_{0};
     std::size_t frames_ = 0;
+    std::size_t slots_used_ = 0;
     std::size_t cbs_used_ = 0;
     std::size_t keepers_ = 0;
 };
 
-static_assert(alignof(zmq::message_t) <= recv_block::cb_align && alignof(std::max_align_t) >= recv_block::cb_align);
+static_assert(alignof(zmq_msg_t) <= recv_block::cb_align && alignof(std::max_align_t) >= recv_block::cb_align);
 
 // A frame keeper's deleter: closes the frame (releases its bytes; over
 // inproc, runs the sender's free callback). The frame's storage is the
 // block's, freed with it.
 struct close_frame {
-    void operator()(zmq::message_t* m) const noexcept { std::destroy_at(m); }
+    void operator()(zmq_msg_t* m) const noexcept { zmq_msg_close(m); }
+};
+
+// The tenbin frames of a received message (those after `skip`), given up
+// one by one to their tensors: each taken frame moves into the block and
+// is kept alive by its own keeper. The caller keeps both alive while this is used.
+class received_frames final : public detail::list_source {
+public:
+    received_frames(incoming_list& frames, std::size_t skip, recv_block* block) noexcept
+        : frames_(frames), skip_(skip), block_(block) {}
+
+    std::size_t size() const noexcept override { return frames_.size() - skip_; }
+    bytes_view bytes(std::size_t i) const noexcept override { return frames_[skip_ + i].bytes(); }
+    buffer take(std::size_t i) override {
+        zmq_msg_t* m = block_->next_frame_slot();
+        const mutable_bytes bytes = frames_[skip_ + i].relocate(m);
+        // If allocating the control block throws, close_frame has closed m.
+        buffer::keeper_type keeper(
+            std::shared_ptr<zmq_msg_t>(m, close_frame{}, detail::block_allocator<zmq_msg_t, recv_block>(block_)));
+        // Read-only: over inproc the bytes may be the sender's memory.
+        return buffer::share(std::move(keeper), bytes, false);
+    }
+
+private:
+    incoming_list& frames_;
+    std::size_t skip_;
+    recv_block* block_;
 };
 
 // Which part of a message a receive accepts.
 enum class form { any, single, multipart };
 
 // How many leading frames of `frames` are envelope.
-std::size_t envelope_size(const frame_list& frames, const envelope_spec& spec) {
+std::size_t envelope_size(const incoming_list& frames, const envelope_spec& spec) {
     const std::size_t n = frames.size();
     switch (spec.how) {
     case envelope_spec::kind::none:
@@ -322,19 +442,18 @@ std::size_t envelope_size(const frame_list& frames, const envelope_spec& spec) {
 // Reads one whole message into `frames`. Returns false when the first frame
 // did not come; otherwise every frame of the message has been consumed,
 // whatever it throws.
-bool receive_frames(zmq::socket_ref socket, const recv_options& opt, frame_list& frames) {
-    zmq::message_t& first = frames.emplace_back();
-    if (!socket.recv(first, opt.flags)) return false;
-    bool more = first.more();
+bool receive_frames(zmq::socket_ref socket, const recv_options& opt, incoming_list& frames) {
+    if (!frames.emplace_back().receive(socket, static_cast<int>(opt.flags))) return false;
+    bool more = frames[0].more();
     std::size_t count = 1;
     bool over = count > opt.max_frames;
     if (over) frames.clear();
-    std::optional<zmq::message_t> spare;  // made only when needed (perf)
+    std::optional<incoming> spare;  // made only when needed (perf)
     while (more) {
         // Frames past max_frames are read into `spare` and dropped.
-        zmq::message_t& part = over ? (spare ? *spare : spare.emplace()) : frames.emplace_back();
+        incoming& part = over ? (spare ? *spare : spare.emplace()) : frames.emplace_back();
         // Already here (messages arrive whole): never wait for it.
-        if (!socket.recv(part, zmq::recv_flags::dontwait))
+        if (!part.receive(socket, ZMQ_DONTWAIT))
             fail(errc::truncated, "frame " + str(count) + " of a multipart message was not there after frame " +
                                       str(count - 1));
         more = part.more();
@@ -351,73 +470,40 @@ bool receive_frames(zmq::socket_ref socket, const recv_options& opt, frame_list&
 }
 
 std::optional<message> receive(zmq::socket_ref socket, const recv_options& opt, form want) {
-    frame_list frames;
+    incoming_list frames;
     if (!receive_frames(socket, opt, frames)) return std::nullopt;
 
     message out;
     const std::size_t skip = envelope_size(frames, opt.envelope);
     if (skip) {
         out.envelope.reserve(skip);
-        for (std::size_t i = 0; i < skip; ++i) out.envelope.push_back(std::move(frames[i]));
+        for (std::size_t i = 0; i < skip; ++i) out.envelope.push_back(frames[i].take_message());
     }
 
     const std::size_t n = frames.size() - skip;
-    // Header frames of the multipart form are only read while decoding, so
-    // they are borrowed from `frames` (alive and unmoved until the end of
-    // this function); data frames (every other one, or the one frame of the
-    // single-part form) move into the message's block.
-    const bool multipart = n > 1;
-    const std::size_t data_frames = multipart ? n / 2 : 1;
-    inline_list<buffer, 16> body;
-    {
-        recv_block* block = recv_block::create(data_frames);
-        struct drop_builder_ref {
-            recv_block* b;
-            ~drop_builder_ref() { recv_block::builder_done(b); }
-        } builder{block};
-        std::size_t slot = 0;
-        for (std::size_t i = 0; i < n; ++i) {
-            zmq::message_t& f = frames[skip + i];
-            if (multipart && i % 2 == 0) {
-                body.emplace_back(buffer::borrow(bytes_of(f)));
-                continue;
-            }
-            // Moved before data() is taken: a small frame's bytes are
-            // inside the message object.
-            auto* m = ::new (block->frame_slot(slot++)) zmq::message_t(std::move(f));
-            const mutable_bytes bytes = bytes_of(*m);
-            // If allocating the control block throws, close_frame has closed m.
-            buffer::keeper_type keeper(std::shared_ptr<zmq::message_t>(m, close_frame{},
-                                                                       detail::block_allocator<zmq::message_t, recv_block>(block)));
-            // Read-only: over inproc the bytes may be the sender's memory.
-            body.emplace_back(buffer::share(std::move(keeper), bytes, false));
-        }
-    }
-
     out.single = n == 1;
+    recv_block* block = recv_block::create(n > 1 ? n / 2 : 1);
+    struct drop_builder_ref {
+        recv_block* b;
+        ~drop_builder_ref() { recv_block::builder_done(b); }
+    } builder{block};
+    received_frames tenbin_frames(frames, skip, block);
     try {
         if (n == 1) {
-            if (want == form::multipart && !body[0].empty())
-                fail(errc::odd_chunk_count, "1 tenbin frame of " + str(body[0].size()) +
+            const std::size_t size = frames[skip].size();
+            if (want == form::multipart && size != 0)
+                fail(errc::odd_chunk_count, "1 tenbin frame of " + str(size) +
                                                 " bytes: a header without data, or a single-part message "
                                                 "(zrecv accepts either form)");
-            out.tensors = decode_buffer(body[0], opt.decode);
+            out.tensors = decode_buffer(tenbin_frames.take(0), opt.decode);
         } else {
             if (want == form::single)
                 fail(errc::odd_chunk_count, str(n) + " tenbin frames: a single-part message has one "
                                                      "(zrecv accepts either form)");
-            if (std::span<buffer> all = body.inline_span(); all.size() == n) {
-                out.tensors = detail::decode_list_taking(all, opt.decode);
-            } else {
-                std::vector<buffer> spilled;
-                spilled.reserve(n);
-                for (std::size_t i = 0; i < n; ++i) spilled.push_back(std::move(body[i]));
-                body.clear();
-                out.tensors = detail::decode_list_taking(spilled, opt.decode);
-            }
+            out.tensors = detail::decode_list_from(tenbin_frames, opt.decode);
         }
     } catch (const error& e) {
-        const std::string where = n == 1 ? "single-part message of " + str(body[0].size()) + " bytes"
+        const std::string where = n == 1 ? "single-part message of " + str(frames[skip].size()) + " bytes"
                                          : "multipart message of " + str(n) + " tenbin frames";
         throw error(e.code(), where + ": " + e.what());
     }
@@ -433,11 +519,10 @@ std::optional<message> receive(zmq::socket_ref socket, const recv_options& opt, 
 bool zsend_single(zmq::socket_ref socket, tensor_span tensors, const send_options& opt) {
     const std::size_t size = encoded_size(tensors);
     check_frame_size(size, [] { return std::string("single-part message"); });
-    frame_list frames;
-    add_envelope(frames, opt.envelope);
-    zmq::message_t& body = frames.emplace_back(size);
-    encode_buffer_into(tensors, bytes_of(body));
-    return send_frames(socket, frames, opt.flags);
+    zmq::message_t body(size);
+    encode_buffer_into(tensors, {static_cast<std::byte*>(body.data()), size});
+    frame_sender out(socket, opt.flags, opt.envelope.size() + 1);
+    return out.envelope(opt.envelope) && out.send(body);
 }
 
 namespace {
@@ -451,46 +536,71 @@ bool sends_zero_copy(const buffer* owner, bytes_view data, std::size_t threshold
 }  // namespace
 
 bool zsend_multipart(zmq::socket_ref socket, tensor_span tensors, const send_options& opt) {
-    frame_list frames;
-    add_envelope(frames, opt.envelope);
-    // The empty list: no multipart form exists, send the single-part one.
-    if (tensors.empty()) frames.emplace_back();
+    const std::size_t n = tensors.size();
+    // All that can fail is done before the first frame goes, so a message
+    // is sent whole or not at all: headers encoded (on the stack for common
+    // sizes), sizes checked, zero-copy frames made.
+    std::size_t header_bytes = 0;
+    std::size_t zero_copy_count = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+        const tensor_view t = tensors[i];
+        header_bytes += header_size(t.ndim());
+        if (sends_zero_copy(tensors.owner(i), t.data, opt.copy_threshold)) ++zero_copy_count;
+    }
+    std::array<std::byte, 1024> headers_here;
+    std::vector<std::byte> headers_heap;
+    std::byte* const headers = header_bytes <= headers_here.size()
+                                   ? headers_here.data()
+                                   : (headers_heap.resize(header_bytes), headers_heap.data());
 
     // One block for the keepers of all zero-copy frames, if any.
-    std::size_t zero_copy_count = 0;
-    for (std::size_t i = 0; i < tensors.size(); ++i) {
-        const buffer* owner = tensors.owner(i);
-        if (owner && sends_zero_copy(owner, owner->bytes(), opt.copy_threshold)) ++zero_copy_count;
-    }
     send_block* keepers = zero_copy_count ? send_block::create(zero_copy_count) : nullptr;
-    std::size_t used = 0;  // slots handed to ZeroMQ
     struct drop_builder_refs {
         send_block* b;
-        const std::size_t& used;
+        std::size_t made = 0;  // frames made: each holds its slot's reference
         ~drop_builder_refs() {
-            if (b) send_block::release(b, 1 + b->slots - used);
+            if (b) send_block::release(b, 1 + b->slots - made);
         }
-    } builder{keepers, used};
+    } builder{keepers};
+    frame_list zero_copy;
 
-    for (std::size_t i = 0; i < tensors.size(); ++i) {
+    std::byte* at = headers;
+    for (std::size_t i = 0; i < n; ++i) {
         const tensor_view t = tensors[i];
-        zmq::message_t& header = frames.emplace_back(header_size(t.ndim()));
+        const std::size_t size = header_size(t.ndim());
         try {
-            detail::encode_header_of(tensors, i, bytes_of(header));
+            detail::encode_header_of(tensors, i, {at, size});
         } catch (const error& e) {
             throw error(e.code(), "tensor " + str(i) + ": " + e.what());
         }
+        at += size;
         check_frame_size(t.data.size(), [&] { return "tensor " + str(i) + ": data frame"; });
-
-        const buffer* owner = tensors.owner(i);
-        if (sends_zero_copy(owner, t.data, opt.copy_threshold) && used < zero_copy_count) {
-            zero_copy_frame(frames, *owner, *keepers->slot(used));
-            ++used;
-        } else {
-            frames.emplace_back(t.data.data(), t.data.size());
+        if (const buffer* owner = tensors.owner(i); sends_zero_copy(owner, t.data, opt.copy_threshold)) {
+            zero_copy_frame(zero_copy, *owner, *keepers->slot(builder.made));
+            ++builder.made;
         }
     }
-    return send_frames(socket, frames, opt.flags);
+
+    // The empty list: no multipart form exists, send the single-part one.
+    frame_sender out(socket, opt.flags, opt.envelope.size() + std::max<std::size_t>(2 * n, 1));
+    if (!out.envelope(opt.envelope)) return false;
+    if (n == 0) return out.copy({});
+    at = headers;
+    std::size_t next_zero_copy = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+        const tensor_view t = tensors[i];
+        const std::size_t size = header_size(t.ndim());
+        if (!out.copy({at, size})) return false;
+        at += size;
+        const bool sent = sends_zero_copy(tensors.owner(i), t.data, opt.copy_threshold)
+                              ? out.send(zero_copy[next_zero_copy++])
+                              : out.copy(t.data);
+        if (!sent) return false;
+    }
+    // Every zero-copy frame was sent, which left it empty (perf: closing
+    // them cost a library call each).
+    zero_copy.forget();
+    return true;
 }
 
 std::optional<message> zrecv(zmq::socket_ref socket, const recv_options& opt) {
