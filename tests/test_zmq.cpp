@@ -4,6 +4,8 @@
 // Python multipart vectors.
 #include "support.hpp"
 
+#include "../lib/transport/block_pool.hpp"
+
 #include <doctest/doctest.h>
 #include <tenbin/zmq.hpp>
 
@@ -17,6 +19,7 @@
 #include <filesystem>
 #include <functional>
 #include <optional>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -800,6 +803,127 @@ TEST_CASE("copied sends hold no reference; unsent and undelivered zero-copy fram
         CHECK(released.load() == 1);
     }
     CHECK(released.load() <= 1);
+}
+
+TEST_CASE("zero-copy sends from a thread that exits before ZeroMQ lets go of their frames") {
+    // The sender's bookkeeping comes from a pool of its thread (11 tensors
+    // fit one pooled block, 12 do not): it must outlive the thread until
+    // the last frame is released, and then go.
+    const std::size_t pools_before = detail::block_pool::live();
+    std::atomic<int> released{0};
+    zmq::context_t ctx;
+    auto pull = make_socket(ctx, zmq::socket_type::pull);
+    auto push = make_socket(ctx, zmq::socket_type::push);
+    link(pull, push, transport::inproc);
+    constexpr int messages = 40;
+    std::size_t tensors_sent = 0;
+    std::thread sender([&] {
+        for (int m = 0; m < messages; ++m) {
+            std::vector<tensor> list;
+            const int count = m % 2 ? 3 : 12;
+            void* where = nullptr;
+            for (int k = 0; k < count; ++k) list.push_back(counted_tensor(4096, released, &where));
+            REQUIRE(zsend_multipart(push, list));
+            tensors_sent += list.size();
+        }
+    });
+    sender.join();
+    CHECK(released.load() == 0);  // every frame still queued
+    std::vector<message> got;
+    for (int m = 0; m < messages; ++m) {
+        auto msg = zrecv(pull);
+        REQUIRE(msg);
+        REQUIRE(msg->tensors.size() == (m % 2 ? 3u : 12u));
+        for (const tensor& t : msg->tensors) CHECK(holds_pattern(t));
+        got.push_back(std::move(*msg));
+    }
+    CHECK(released.load() == 0);  // the received tensors hold them now
+    CHECK(detail::block_pool::live() == pools_before + 1);  // the exited thread's
+    got.clear();
+    CHECK(released.load() == static_cast<int>(tensors_sent));
+    CHECK(detail::block_pool::live() == pools_before);
+}
+
+TEST_CASE("block pool: blocks come back from any thread and are handed out again") {
+    using detail::block_pool;
+    const std::size_t pools_before = block_pool::live();
+
+    SUBCASE("given back from another thread, taken again by the owner") {
+        std::thread([] {
+            block_pool* pool = block_pool::of_this_thread();
+            REQUIRE(pool);
+            CHECK(block_pool::of_this_thread() == pool);
+            std::set<void*> taken;
+            for (int i = 0; i < 8; ++i) taken.insert(pool->take());
+            CHECK(taken.size() == 8);
+            CHECK(pool->owned() == 8);
+            std::thread([&] {
+                for (void* b : taken) block_pool::give_back(pool, b);
+            }).join();
+            std::set<void*> again;
+            for (int i = 0; i < 8; ++i) again.insert(pool->take());
+            CHECK(again == taken);
+            CHECK(pool->owned() == 8);  // none allocated anew
+            for (void* b : again) block_pool::give_back(pool, b);
+        }).join();
+        CHECK(block_pool::live() == pools_before);
+    }
+    SUBCASE("a pool outlives its thread until its last block is back") {
+        block_pool* pool = nullptr;
+        std::vector<void*> out;
+        std::thread([&] {
+            pool = block_pool::of_this_thread();
+            for (int i = 0; i < 3; ++i) out.push_back(pool->take());
+            block_pool::give_back(pool, pool->take());
+        }).join();
+        CHECK(block_pool::live() == pools_before + 1);
+        for (void* b : out) {
+            std::memset(b, 0xab, block_pool::block_bytes);  // the whole block is the caller's
+            block_pool::give_back(pool, b);
+        }
+        CHECK(block_pool::live() == pools_before);
+    }
+    SUBCASE("past 1024 blocks, each one handed out frees a spare") {
+        std::thread([] {
+            block_pool* pool = block_pool::of_this_thread();
+            std::vector<void*> out;
+            for (int i = 0; i < 1100; ++i) out.push_back(pool->take());
+            for (void* b : out) block_pool::give_back(pool, b);
+            out.clear();
+            for (int i = 0; i < 500; ++i) out.push_back(pool->take());
+            CHECK(pool->owned() == 1024);
+            for (void* b : out) block_pool::give_back(pool, b);
+        }).join();
+        CHECK(block_pool::live() == pools_before);
+    }
+    SUBCASE("blocks given back by several threads while the owner takes more") {
+        std::thread([] {
+            block_pool* pool = block_pool::of_this_thread();
+            for (int round = 0; round < 50; ++round) {
+                std::vector<void*> out;
+                for (int i = 0; i < 30; ++i) out.push_back(pool->take());
+                std::vector<std::atomic<bool>> back(out.size());
+                std::vector<std::thread> returners;
+                for (std::size_t t = 0; t < 3; ++t)
+                    returners.emplace_back([&, t] {
+                        for (std::size_t i = t; i < out.size(); i += 3) {
+                            back[i] = true;
+                            block_pool::give_back(pool, out[i]);
+                        }
+                    });
+                // A block is handed out again only once it is back.
+                std::set<void*> held;
+                for (int i = 0; i < 30; ++i) held.insert(pool->take());
+                CHECK(held.size() == 30);
+                for (std::size_t i = 0; i < out.size(); ++i)
+                    if (held.count(out[i])) CHECK(back[i]);
+                for (std::thread& r : returners) r.join();
+                for (void* b : held) block_pool::give_back(pool, b);
+            }
+            CHECK(pool->owned() <= 90);
+        }).join();
+        CHECK(block_pool::live() == pools_before);
+    }
 }
 
 TEST_CASE("borrowed bytes and views are copied, never handed to ZeroMQ") {

@@ -16,6 +16,7 @@
 
 #include "core/block_allocator.hpp"
 #include "core/codec_detail.hpp"
+#include "transport/block_pool.hpp"
 
 #include <algorithm>
 #include <array>
@@ -119,21 +120,25 @@ struct send_block {
     // slots it did not hand to ZeroMQ.
     std::atomic<std::size_t> refs{0};
     std::size_t slots = 0;
+    detail::block_pool* pool = nullptr;  // where the block goes back, if from one
 
     send_slot* slot(std::size_t i) noexcept {
         return std::launder(reinterpret_cast<send_slot*>(reinterpret_cast<std::byte*>(this) + slot_offset)) + i;
     }
 
     static constexpr std::size_t slot_offset =
-        (sizeof(std::atomic<std::size_t>) + sizeof(std::size_t) + alignof(send_slot) - 1) / alignof(send_slot) *
-        alignof(send_slot);
+        (sizeof(std::atomic<std::size_t>) + sizeof(std::size_t) + sizeof(void*) + alignof(send_slot) - 1) /
+        alignof(send_slot) * alignof(send_slot);
+    static constexpr std::size_t pooled_slots = (detail::block_pool::block_bytes - slot_offset) / sizeof(send_slot);
 
     static send_block* create(std::size_t n) {
-        static_assert(sizeof(send_block) <= slot_offset);
-        void* p = ::operator new(slot_offset + n * sizeof(send_slot));
+        static_assert(sizeof(send_block) <= slot_offset && pooled_slots >= 4);
+        detail::block_pool* pool = n <= pooled_slots ? detail::block_pool::of_this_thread() : nullptr;
+        void* p = pool ? pool->take() : ::operator new(slot_offset + n * sizeof(send_slot));
         auto* b = ::new (p) send_block;
         b->refs.store(n + 1, std::memory_order_relaxed);
         b->slots = n;
+        b->pool = pool;
         for (std::size_t i = 0; i < n; ++i) ::new (static_cast<void*>(b->slot(i))) send_slot{b, {}};
         return b;
     }
@@ -141,8 +146,12 @@ struct send_block {
     static void release(send_block* b, std::size_t k = 1) noexcept {
         if (b->refs.fetch_sub(k, std::memory_order_acq_rel) != k) return;
         for (std::size_t i = 0; i < b->slots; ++i) b->slot(i)->~send_slot();
+        detail::block_pool* pool = b->pool;
         b->~send_block();
-        ::operator delete(static_cast<void*>(b));
+        if (pool)
+            detail::block_pool::give_back(pool, b);
+        else
+            ::operator delete(static_cast<void*>(b));
     }
 };
 
