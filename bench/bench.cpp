@@ -90,16 +90,17 @@ struct workload {
     std::uint64_t payload = 0;                    // tensor bytes per message
 };
 
-// quad: 4 float32 tensors sharing `bytes`; small: 64 float32; batch: a
+// quad: 4 float32 tensors sharing `bytes` (octo: 8); small: 64 float32; batch: a
 // tensorcom-sized batch (256x3x224x224 float16 plus 256 int32 labels).
 workload make_workload(const std::string& set, std::uint64_t bytes, bool with_encoded = true) {
     workload w;
     w.set = set;
     w.bytes = bytes;
-    if (set == "quad") {
-        if (bytes % 16) fail("quad needs a multiple of 16 bytes");
-        for (int k = 0; k < 4; ++k)
-            w.tensors.push_back(pattern_tensor(tenbin::dtype::f4, {static_cast<std::int64_t>(bytes / 16)}, k));
+    if (set == "quad" || set == "octo") {
+        const int n = set == "quad" ? 4 : 8;
+        if (bytes % (4 * n)) fail(set + " needs a multiple of " + std::to_string(4 * n) + " bytes");
+        for (int k = 0; k < n; ++k)
+            w.tensors.push_back(pattern_tensor(tenbin::dtype::f4, {static_cast<std::int64_t>(bytes / (4 * n))}, k));
     } else if (set == "small") {
         w.tensors.push_back(pattern_tensor(tenbin::dtype::f4, {64}, 0));
     } else if (set == "batch") {
@@ -576,6 +577,21 @@ struct suite {
         add({"anatomy tenbin receiver", "inproc", w.payload, m[4], m[0], "GB/s", versus,
              "raw sender to zrecv_multipart"});
         add({"anatomy tenbin", "inproc", w.payload, m[5], m[0], "GB/s", versus, "both sides tenbin"});
+
+        // Per-message bookkeeping that grows with the tensor count (each
+        // zero-copy frame's keeper, each received tensor) shows at 8.
+        const workload w8 = make_workload("octo", size);
+        const int count8 = calibrate(
+            cfg, [&](int c) { return run_threads(p, impl::tenbin, form::multi, w8, warmup, c); }, w8.payload);
+        auto rate8 = [&](impl which) {
+            return [&, which] {
+                return static_cast<double>(w8.payload) * count8 / run_threads(p, which, form::multi, w8, warmup, count8) /
+                       1e9;
+            };
+        };
+        const auto m8 = interleave(cfg.reps, rate8(impl::tenbin), rate8(impl::raw));
+        add({"anatomy tenbin, 8 tensors", "inproc", w8.payload, m8.first, m8.second, "GB/s", versus,
+             "both sides tenbin, 8 tensors of 128 KiB"});
     }
 
     // ---- 6: the tensorcom-style Python peer, two processes over tcp ----
