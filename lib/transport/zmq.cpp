@@ -335,17 +335,21 @@ public:
         std::free(b);
     }
 
-    // The next frame slot, raw storage; one per frame at most.
+    // The next frame's slot, raw storage. Frame i's keeper is the i-th: a
+    // frame whose keeper could not be made was closed, and its slot goes
+    // to the next.
     zmq_msg_t* next_frame_slot() noexcept {
-        return reinterpret_cast<zmq_msg_t*>(base() + frame_offset + slots_used_++ * sizeof(zmq_msg_t));
+        return reinterpret_cast<zmq_msg_t*>(base() + frame_offset + keepers_ * sizeof(zmq_msg_t));
     }
 
     // Where a frame keeper's control block goes (block_allocator's hooks):
     // a slot of this block, or the heap if it does not fit one. Each keeper
     // holds a reference to the block.
     void* control_space(std::size_t size, std::size_t align) {
-        void* p = size <= cb_size && align <= cb_align && cbs_used_ < frames_
-                      ? base() + cb_offset(frames_) + cbs_used_++ * cb_size
+        // Every keeper's control block has the same type: all fit a slot
+        // (slot i for keeper i) or none does.
+        void* p = size <= cb_size && align <= cb_align && keepers_ < frames_
+                      ? base() + cb_offset(frames_) + keepers_ * cb_size
                       : ::operator new(size);
         ++keepers_;  // at most once per frame
         return p;
@@ -366,7 +370,7 @@ private:
     }
     std::byte* base() noexcept { return reinterpret_cast<std::byte*>(this); }
     static constexpr std::size_t frame_offset =
-        round_up(sizeof(std::atomic<std::size_t>) + 4 * sizeof(std::size_t), alignof(zmq_msg_t));
+        round_up(sizeof(std::atomic<std::size_t>) + 2 * sizeof(std::size_t), alignof(zmq_msg_t));
     static constexpr std::size_t cb_offset(std::size_t frames) {
         return round_up(frame_offset + frames * sizeof(zmq_msg_t), cb_align);
     }
@@ -375,8 +379,6 @@ private:
     // atomic increment per frame).
     std::atomic<std::size_t> refs_{0};
     std::size_t frames_ = 0;
-    std::size_t slots_used_ = 0;
-    std::size_t cbs_used_ = 0;
     std::size_t keepers_ = 0;
 };
 
