@@ -14,6 +14,7 @@
 #include <initializer_list>
 #include <iterator>
 #include <memory>
+#include <stdexcept>
 #include <ranges>
 #include <span>
 #include <type_traits>
@@ -45,7 +46,7 @@ public:
     shape_t(size_type rank, std::int64_t value) {
         reserve(rank);
         std::fill_n(data(), rank, value);
-        size_ = rank;
+        size_ = static_cast<std::uint32_t>(rank);
     }
     /// A copy of any contiguous range of int64 (a std::vector, a span).
     template <std::ranges::contiguous_range R>
@@ -87,12 +88,12 @@ public:
     /// True for rank 0.
     bool empty() const noexcept { return size_ == 0; }
     /// Dimensions that fit without reallocating.
-    size_type capacity() const noexcept { return heap_ ? capacity_ : inline_capacity; }
+    size_type capacity() const noexcept { return capacity_ ? capacity_ : inline_capacity; }
 
     /// The first dimension (valid while the shape is unchanged).
-    std::int64_t* data() noexcept { return heap_ ? heap_ : inline_; }
+    std::int64_t* data() noexcept { return capacity_ ? heap_ : inline_; }
     /// The first dimension (valid while the shape is unchanged).
-    const std::int64_t* data() const noexcept { return heap_ ? heap_ : inline_; }
+    const std::int64_t* data() const noexcept { return capacity_ ? heap_ : inline_; }
     /// First dimension.
     iterator begin() noexcept { return data(); }
     /// Past the last dimension.
@@ -117,11 +118,12 @@ public:
     /// Room for `n` dimensions.
     void reserve(size_type n) {
         if (n <= capacity()) return;
+        if (n > UINT32_MAX) throw std::length_error("shape_t: rank too large");
         auto grown = std::make_unique<std::int64_t[]>(n);
         std::copy_n(data(), size_, grown.get());
         release();
         heap_ = grown.release();
-        capacity_ = n;
+        capacity_ = static_cast<std::uint32_t>(n);
     }
     /// Appends a dimension.
     void push_back(std::int64_t d) {
@@ -139,7 +141,7 @@ public:
     void resize(size_type n, std::int64_t value = 0) {
         reserve(n);
         if (n > size_) std::fill(data() + size_, data() + n, value);
-        size_ = n;
+        size_ = static_cast<std::uint32_t>(n);
     }
     /// Rank 0 (keeps the storage).
     void clear() noexcept { size_ = 0; }
@@ -153,26 +155,30 @@ private:
     void assign(const std::int64_t* p, size_type n) {
         reserve(n);
         std::copy_n(p, n, data());
-        size_ = n;
+        size_ = static_cast<std::uint32_t>(n);
     }
     void take(shape_t& o) noexcept {
         size_ = o.size_;
-        if (o.heap_) {
-            heap_ = std::exchange(o.heap_, nullptr);
-            capacity_ = o.capacity_;
-        } else {
+        capacity_ = std::exchange(o.capacity_, 0);
+        if (capacity_)
+            heap_ = o.heap_;
+        else
             std::copy_n(o.inline_, o.size_, inline_);
-        }
         o.size_ = 0;
     }
     void release() noexcept {
-        delete[] std::exchange(heap_, nullptr);
+        if (std::exchange(capacity_, 0)) delete[] heap_;
     }
 
-    std::int64_t* heap_ = nullptr;  // null while the dims fit inline_
-    size_type size_ = 0;
-    size_type capacity_ = 0;  // of heap_
-    std::int64_t inline_[inline_capacity];
+    // The heap pointer shares the inline dims' storage (perf: a tensor
+    // small enough that a list of 8 stays under glibc's 1 KiB large-chunk
+    // line, see tensor.hpp).
+    union {
+        std::int64_t inline_[inline_capacity];
+        std::int64_t* heap_;  // while capacity_ != 0
+    };
+    std::uint32_t size_ = 0;
+    std::uint32_t capacity_ = 0;  // of heap_; 0 while the dims are inline_
 };
 
 }  // namespace tenbin
