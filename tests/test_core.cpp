@@ -186,6 +186,10 @@ TEST_CASE("tensors check what they are given") {
     CHECK(error_class([] { tensor::zeros(dtype::u8, {1 << 30, 1 << 30, 1 << 30}); }) == "bad_argument");
     tensor t = tensor::zeros(dtype::i2, {3}, "eightchr");
     CHECK(t.info() == "eightchr");
+    CHECK(t.with_info("ab").info() == "ab");  // a shorter info leaves nothing of the longer
+    CHECK(t.with_info("").info().empty());
+    CHECK(error_class([&] { (void)t.with_info("ninechars"); }) == "bad_argument");
+    CHECK(tensor(t).info() == "eightchr");
     CHECK(error_class([&] { (void)t.values<float>(); }) == "bad_argument");
     CHECK(t.values<std::int16_t>().size() == 3);
     CHECK(t.count() == 3);

@@ -82,18 +82,17 @@ public:
     /// Takes `data` as the tensor's bytes. Throws `error(errc::bad_argument)`
     /// when its size is not count(shape) * itemsize(t), a dim is negative,
     /// the rank exceeds `max_supported_rank` or the info cannot be encoded.
-    tensor(tenbin::dtype t, shape_t shape, buffer data, std::string info = {});
+    tensor(tenbin::dtype t, shape_t shape, buffer data, std::string_view info = {});
 
     /// Fresh 64-byte-aligned storage, zero-filled.
-    static tensor zeros(tenbin::dtype t, shape_t shape, std::string info = {});
+    static tensor zeros(tenbin::dtype t, shape_t shape, std::string_view info = {});
     /// A deep copy of a view into fresh aligned storage.
     static tensor copy_of(const tensor_view& v);
     /// A tensor over `values` taken from the vector without a copy.
     /// `shape` defaults to one dimension of `values.size()`.
     template <element T>
-    static tensor from_vector(std::vector<T>&& values, shape_t shape, std::string info = {}) {
-        return tensor(dtype_of<T>, std::move(shape), buffer::adopt(std::move(values)),
-                      std::move(info));
+    static tensor from_vector(std::vector<T>&& values, shape_t shape, std::string_view info = {}) {
+        return tensor(dtype_of<T>, std::move(shape), buffer::adopt(std::move(values)), info);
     }
     template <element T>
     /// A rank-1 tensor over all of `values`, taken without a copy, no info.
@@ -104,9 +103,8 @@ public:
     /// A tensor over memory it does not own (see `buffer::borrow`): the
     /// caller keeps `values` alive while the tensor or its copies are used.
     template <element T>
-    static tensor borrow(std::span<const T> values, shape_t shape, std::string info = {}) {
-        return tensor(dtype_of<T>, std::move(shape), buffer::borrow(std::as_bytes(values)),
-                      std::move(info));
+    static tensor borrow(std::span<const T> values, shape_t shape, std::string_view info = {}) {
+        return tensor(dtype_of<T>, std::move(shape), buffer::borrow(std::as_bytes(values)), info);
     }
 
     /// Element type.
@@ -119,14 +117,15 @@ public:
     std::uint64_t count() const noexcept { return data_.size() / itemsize(dtype_); }
     /// Bytes of data: count() * itemsize(dtype()).
     std::size_t nbytes() const noexcept { return data_.size(); }
-    /// The tensor's name (at most 8 ASCII characters, may be empty).
-    const std::string& info() const noexcept { return info_; }
+    /// The tensor's name (at most 8 ASCII characters, may be empty), valid
+    /// while this tensor is unchanged.
+    std::string_view info() const noexcept { return {info_, info_size_}; }
     /// The bytes and their keeper; copy the buffer to keep the bytes alive
     /// beyond this tensor.
     const buffer& data() const noexcept { return data_; }
 
     /// The same bytes under another info. Throws bad_argument for a bad info.
-    tensor with_info(std::string info) const;
+    tensor with_info(std::string_view info) const;
     /// A copy into fresh aligned, writable storage.
     tensor clone() const { return copy_of(view()); }
     /// This tensor when its bytes are aligned for its dtype, else a copy
@@ -134,7 +133,7 @@ public:
     tensor aligned() const;
 
     /// A view of this tensor, valid while the tensor exists and is unchanged.
-    tensor_view view() const noexcept { return {dtype_, shape_, info_, data_.bytes()}; }
+    tensor_view view() const noexcept { return {dtype_, shape_, info(), data_.bytes()}; }
     /// Same as `view()`.
     operator tensor_view() const noexcept { return view(); }
 
@@ -153,11 +152,23 @@ public:
 
 private:
     friend struct detail::tensor_access;
-    tenbin::dtype dtype_ = tenbin::dtype::u1;
+    // An info already checked (at most 8 bytes).
+    void set_info(std::string_view info) noexcept {
+        std::char_traits<char>::copy(info_, info.data(), info.size());
+        info_size_ = static_cast<std::uint8_t>(info.size());
+    }
+
     shape_t shape_;
-    std::string info_;
     buffer data_;
+    tenbin::dtype dtype_ = tenbin::dtype::u1;
+    std::uint8_t info_size_ = 0;
+    char info_[max_info_length] = {};  // the first info_size_ are the info
 };
+
+// perf: a received list of 8 tensors must stay under 1000 bytes, because
+// glibc sweeps its fastbins before serving any chunk of 1 KiB or more, and
+// over inproc those are full of libzmq's frames freed by the other thread.
+static_assert(sizeof(tensor) <= 120);
 
 /// A borrowed list of tensors or tensor views: the one parameter type of
 /// every encoder and sender, so each accepts `std::vector<tensor>`,

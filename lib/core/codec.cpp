@@ -138,12 +138,12 @@ std::vector<std::byte> encode_header(const tensor_view& t) {
 
 namespace {
 
-// decode_header writing into the parts of a tensor-to-be (as default
-// constructed: empty info); returns nbytes. Lets decode_list fill the
+// decode_header writing into the parts of a tensor-to-be, the info as a
+// view into `h`; returns nbytes. Lets decode_list fill the
 // tensors of its result in place (perf: moving a header into a tensor and
 // the tensor into the list cost about 100 instructions a tensor).
 std::uint64_t decode_header_into(bytes_view h, const limits& lim, dtype& dtype_out, shape_t& shape,
-                                 std::string& info_out) {
+                                 std::string_view& info_out) {
     if (h.size() < 24 || h.size() % 8 != 0)
         throw_error(errc::bad_header, "header of " + str(h.size()) +
                                           " bytes; a header is 24 + 8 * ndim bytes");
@@ -166,7 +166,7 @@ std::uint64_t decode_header_into(bytes_view h, const limits& lim, dtype& dtype_o
                 throw_error(errc::bad_header, "info byte " + str(i) + " is " + str(c) +
                                                   "; infos are ASCII without NUL");
         }
-    if (!info.empty()) info_out = info;  // perf: assigning nothing still costs a call
+    info_out = info;
 
     const std::int64_t ndim = get_i64(p + 16);
     const std::uint64_t words = (h.size() - 24) / 8;
@@ -205,7 +205,9 @@ std::uint64_t decode_header_into(bytes_view h, const limits& lim, dtype& dtype_o
 
 tensor_header decode_header(bytes_view h, const limits& lim) {
     tensor_header out;
-    out.nbytes = decode_header_into(h, lim, out.dtype, out.shape, out.info);
+    std::string_view info;
+    out.nbytes = decode_header_into(h, lim, out.dtype, out.shape, info);
+    out.info = info;
     return out;
 }
 
@@ -248,9 +250,12 @@ std::vector<tensor> decode_list_with(Frames& frames, const decode_options& opt) 
         // count, and the data size is checked here: the public
         // constructor's checks would repeat them (perf: they cost about a
         // fifth of a small message's decode).
-        const auto parts = detail::tensor_access::parts(out.emplace_back());
+        tensor& t = out.emplace_back();
+        const auto parts = detail::tensor_access::parts(t);
+        std::string_view info;  // in the header frame
         const std::uint64_t nbytes = with_context(
-            where, [&] { return decode_header_into(frames.bytes(2 * i), lim, parts.dtype, parts.shape, parts.info); });
+            where, [&] { return decode_header_into(frames.bytes(2 * i), lim, parts.dtype, parts.shape, info); });
+        detail::tensor_access::set_info(t, info);
         const std::size_t size = frames.bytes(2 * i + 1).size();
         if (size != nbytes)
             throw_error(errc::data_size_mismatch,

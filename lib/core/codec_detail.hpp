@@ -13,13 +13,14 @@ struct tensor_access {
     struct parts_of {
         tenbin::dtype& dtype;
         shape_t& shape;
-        std::string& info;
         buffer& data;
     };
     // The members of `t`, for decoders that fill a tensor in place. They
     // must leave it as the public constructor would have: info encodable,
     // rank supported, data of count(shape) * itemsize(dtype) bytes.
-    static parts_of parts(tensor& t) noexcept { return {t.dtype_, t.shape_, t.info_, t.data_}; }
+    static parts_of parts(tensor& t) noexcept { return {t.dtype_, t.shape_, t.data_}; }
+    // Sets an info already checked (at most 8 ASCII bytes, no NUL).
+    static void set_info(tensor& t, std::string_view info) noexcept { t.set_info(info); }
 };
 
 // Writes tensor i's header into `out` (header_size(ndim) bytes). A

@@ -69,9 +69,10 @@ bool operator==(const tensor_view& a, const tensor_view& b) noexcept {
            (a.data.empty() || std::memcmp(a.data.data(), b.data.data(), a.data.size()) == 0);
 }
 
-tensor::tensor(tenbin::dtype t, shape_t shape, buffer data, std::string info)
-    : dtype_(t), shape_(std::move(shape)), info_(std::move(info)), data_(std::move(data)) {
-    detail::check_info(info_);
+tensor::tensor(tenbin::dtype t, shape_t shape, buffer data, std::string_view info)
+    : shape_(std::move(shape)), data_(std::move(data)), dtype_(t) {
+    detail::check_info(info);
+    set_info(info);
     if (shape_.size() > max_supported_rank)
         detail::throw_error(errc::bad_argument, "rank " + std::to_string(shape_.size()) +
                                                     " exceeds the supported maximum of " +
@@ -84,24 +85,23 @@ tensor::tensor(tenbin::dtype t, shape_t shape, buffer data, std::string info)
                                 std::to_string(data_.size()) + " bytes");
 }
 
-tensor tensor::zeros(tenbin::dtype t, shape_t shape, std::string info) {
+tensor tensor::zeros(tenbin::dtype t, shape_t shape, std::string_view info) {
     const std::uint64_t n = detail::element_count(shape);
     if (n > SIZE_MAX / itemsize(t))
         detail::throw_error(errc::bad_argument, "tensor too large to allocate");
     buffer b = buffer::allocate(n * itemsize(t));
     if (!b.empty()) std::memset(b.writable_bytes().data(), 0, b.size());
-    return tensor(t, std::move(shape), std::move(b), std::move(info));
+    return tensor(t, std::move(shape), std::move(b), info);
 }
 
 tensor tensor::copy_of(const tensor_view& v) {
-    return tensor(v.dtype, shape_t(v.shape.begin(), v.shape.end()), buffer::copy(v.data),
-                  std::string(v.info));
+    return tensor(v.dtype, shape_t(v.shape.begin(), v.shape.end()), buffer::copy(v.data), v.info);
 }
 
-tensor tensor::with_info(std::string info) const {
+tensor tensor::with_info(std::string_view info) const {
     detail::check_info(info);
     tensor t = *this;
-    t.info_ = std::move(info);
+    t.set_info(info);
     return t;
 }
 
@@ -127,7 +127,7 @@ std::vector<tensor> with_infos(tensor_span tensors, std::span<const std::string>
 std::vector<std::string> infos_of(const std::vector<tensor>& tensors) {
     std::vector<std::string> out;
     out.reserve(tensors.size());
-    for (const tensor& t : tensors) out.push_back(t.info());
+    for (const tensor& t : tensors) out.emplace_back(t.info());
     return out;
 }
 
@@ -140,7 +140,7 @@ void check_infos(const std::vector<tensor>& tensors, std::span<const std::string
         if (tensors[i].info() != expected[i])
             detail::throw_error(errc::info_mismatch, "tensor " + std::to_string(i) + ": expected info '" +
                                                          expected[i] + "', found '" +
-                                                         tensors[i].info() + "'");
+                                                         std::string(tensors[i].info()) + "'");
 }
 
 }  // namespace tenbin

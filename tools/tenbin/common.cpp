@@ -74,7 +74,7 @@ void print_table(std::ostream& out, const std::vector<tensor>& tensors, std::str
     rows.push_back({{"#", "info", "dtype", "shape", "nbytes", "sha256"}});
     for (std::size_t i = 0; i < tensors.size(); ++i) {
         const auto& t = tensors[i];
-        rows.push_back({{std::to_string(i), t.info().empty() ? "-" : t.info(),
+        rows.push_back({{std::to_string(i), std::string(t.info().empty() ? "-" : t.info()),
                          std::string(code(t.dtype())), shape_text(t.shape()),
                          std::to_string(t.nbytes()), sha256_hex(t.data().bytes())}});
     }
