@@ -4,6 +4,7 @@
 
 #include <tenbin/codec.hpp>
 
+#include <cstring>
 #include <span>
 #include <vector>
 
@@ -19,8 +20,12 @@ struct tensor_access {
     // must leave it as the public constructor would have: info encodable,
     // rank supported, data of count(shape) * itemsize(dtype) bytes.
     static parts_of parts(tensor& t) noexcept { return {t.dtype_, t.shape_, t.data_}; }
-    // Sets an info already checked (at most 8 ASCII bytes, no NUL).
-    static void set_info(tensor& t, std::string_view info) noexcept { t.set_info(info); }
+    // Sets an info already checked, read from a header's 8-byte info field:
+    // the whole field is copied (perf: a fixed-size copy is one store).
+    static void set_info_field(tensor& t, std::string_view info) noexcept {
+        std::memcpy(t.info_, info.data(), sizeof t.info_);
+        t.info_size_ = static_cast<std::uint8_t>(info.size());
+    }
 };
 
 // Writes tensor i's header into `out` (header_size(ndim) bytes). A
