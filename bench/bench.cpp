@@ -558,16 +558,17 @@ struct suite {
         socket_pair p("inproc", hwm_for(w.payload));
         const int count = calibrate(
             cfg, [&](int c) { return run_threads(p, impl::tenbin, form::multi, w, warmup, c); }, w.payload);
-        auto rate = [&](impl sender, impl receiver) {
-            return [&, sender, receiver] {
-                return static_cast<double>(w.payload) * count / run_threads(p, sender, receiver, form::multi, w, warmup, count) /
+        // GB/s of `n` messages of `wl` from `sender` to `receiver`.
+        auto rate = [&](const workload& wl, int n, impl sender, impl receiver) {
+            return [&, n, sender, receiver] {
+                return static_cast<double>(wl.payload) * n / run_threads(p, sender, receiver, form::multi, wl, warmup, n) /
                        1e9;
             };
         };
         const std::vector<double> m = interleave_all(
-            cfg.reps, {rate(impl::raw, impl::raw), rate(impl::raw_kept, impl::raw_kept),
-                       rate(impl::raw_codec, impl::raw_codec), rate(impl::tenbin, impl::raw),
-                       rate(impl::raw, impl::tenbin), rate(impl::tenbin, impl::tenbin)});
+            cfg.reps, {rate(w, count, impl::raw, impl::raw), rate(w, count, impl::raw_kept, impl::raw_kept),
+                       rate(w, count, impl::raw_codec, impl::raw_codec), rate(w, count, impl::tenbin, impl::raw),
+                       rate(w, count, impl::raw, impl::tenbin), rate(w, count, impl::tenbin, impl::tenbin)});
         const std::string versus = "raw libzmq, zero-copy frames";
         add({"anatomy raw + lifetimes", "inproc", w.payload, m[1], m[0], "GB/s", versus,
              "raw libzmq pinning tensors and keeping frames open"});
@@ -583,13 +584,8 @@ struct suite {
         const workload w8 = make_workload("octo", size);
         const int count8 = calibrate(
             cfg, [&](int c) { return run_threads(p, impl::tenbin, form::multi, w8, warmup, c); }, w8.payload);
-        auto rate8 = [&](impl which) {
-            return [&, which] {
-                return static_cast<double>(w8.payload) * count8 / run_threads(p, which, form::multi, w8, warmup, count8) /
-                       1e9;
-            };
-        };
-        const auto m8 = interleave(cfg.reps, rate8(impl::tenbin), rate8(impl::raw));
+        const auto m8 = interleave(cfg.reps, rate(w8, count8, impl::tenbin, impl::tenbin),
+                                   rate(w8, count8, impl::raw, impl::raw));
         add({"anatomy tenbin, 8 tensors", "inproc", w8.payload, m8.first, m8.second, "GB/s", versus,
              "both sides tenbin, 8 tensors of 128 KiB"});
     }

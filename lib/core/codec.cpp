@@ -140,9 +140,9 @@ namespace {
 
 // decode_header writing into the parts of a tensor-to-be, the info given
 // to `set_info` as a view of `h`'s info field; returns nbytes. Lets
-// decode_list fill the
-// tensors of its result in place (perf: moving a header into a tensor and
-// the tensor into the list cost about 100 instructions a tensor).
+// decode_list fill the tensors of its result in place (perf: moving a
+// header into a tensor and the tensor into the list cost about 100
+// instructions a tensor).
 template <class SetInfo>
 std::uint64_t decode_header_into(bytes_view h, const limits& lim, dtype& dtype_out, shape_t& shape,
                                  SetInfo&& set_info) {
