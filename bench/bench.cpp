@@ -213,8 +213,9 @@ void recv_one(void* s, impl which, form f, const workload& w, bool verify) {
         }
         return;
     }
-    // Frame i of a [header, data] message as the decoding variants check it: a header
-    // is decoded, a data frame must hold what the header before it said.
+    // Frame i of a [header, data] message as the decoding variants check
+    // it: a header is decoded, a data frame must hold what the header
+    // before it said.
     std::uint64_t expect = 0;
     auto check_pair = [&](std::size_t i, zmq_msg_t& m) {
         const tenbin::bytes_view b{static_cast<const std::byte*>(zmq_msg_data(&m)), zmq_msg_size(&m)};
