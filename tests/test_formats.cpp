@@ -470,6 +470,39 @@ TEST_CASE("safetensors tensors come in data order, whatever the header order") {
     CHECK(got[1].value.shape() == shape_t{2});
     CHECK(got[2].name == "z");
     CHECK(got[2].value.nbytes() == 0);
+    const safetensors_contents with = decode_safetensors_with_metadata(as_buffer(st_with(h, 6)));
+    CHECK(with.metadata == safetensors_metadata{{"format", "pt"}});
+    CHECK(with.tensors.size() == 3);
+}
+
+TEST_CASE("safetensors metadata is written first and read back in order") {
+    const auto want = sample();
+    const safetensors_metadata meta = {{"format", "pt"}, {"note", "gr\xc3\xbc\xc3\x9f" "e \"quoted\""}, {"a", ""}};
+    const std::vector<std::byte> file = encode_safetensors(want, meta);
+    // Hugging Face's loaders look for it; the safetensors library puts it first.
+    CHECK(text_of(file, 8, 30) == R"({"__metadata__":{"format":"pt")");
+    const safetensors_contents got = decode_safetensors_with_metadata(as_buffer(file));
+    CHECK(got.metadata == meta);
+    check_same(got.tensors, want);
+    check_same(decode_safetensors(as_buffer(file)), want);
+
+    // None given, none written; none read from a file without it.
+    const std::vector<std::byte> plain = encode_safetensors(want);
+    CHECK(text_of(plain, 8, 200).find("__metadata__") == std::string::npos);
+    CHECK(decode_safetensors_with_metadata(as_buffer(plain)).metadata.empty());
+
+    temp_dir dir;
+    save_safetensors(dir.path / "m.safetensors", want, meta);
+    const safetensors_contents loaded = load_safetensors_with_metadata(dir.path / "m.safetensors");
+    CHECK(loaded.metadata == meta);
+    check_same(loaded.tensors, want);
+
+    const safetensors_metadata twice = {{"format", "pt"}, {"format", "tf"}};
+    CHECK(message_of([&] { encode_safetensors(want, twice); }).find("'format' given twice") != std::string::npos);
+    CHECK(error_class([&] { encode_safetensors(want, {{"k\xff", "v"}}); }) == "bad_argument");
+    CHECK(error_class([&] { encode_safetensors(want, {{"k", "v\xc3"}}); }) == "bad_argument");
+    CHECK(error_class([&] { save_safetensors(dir.path / "bad.safetensors", want, twice); }) == "bad_argument");
+    CHECK(!std::filesystem::exists(dir.path / "bad.safetensors"));
 }
 
 TEST_CASE("safetensors headers are checked as strictly as tenbin chunks") {
@@ -504,6 +537,9 @@ TEST_CASE("safetensors headers are checked as strictly as tenbin chunks") {
         {R"({"a": {"dtype": 3, "shape": [2], "data_offsets": [0, 4]}})", 4, "bad_header", "dtype"},
         {R"({"a": [1]})", 4, "bad_header", "not an object"},
         {R"({"__metadata__": {"k": 1}})", 0, "bad_header", "__metadata__"},
+        {R"({"__metadata__": {"k": "1", "k": "2"}})", 0, "bad_header", "'k' twice"},
+        {R"({"a": {"dtype": "I16", "dtype": "U8", "shape": [2], "data_offsets": [0, 4]}})", 4, "bad_header",
+         "'dtype' twice"},
         {R"({"a": {"dtype": "I16", "shape": [4294967296, 4294967296, 2], "data_offsets": [0, 4]}})", 4, "bad_header",
          "overflows"},
         {R"([1, 2])", 0, "bad_header", "start with"},
@@ -703,6 +739,10 @@ TEST_CASE("NumPy reads the .npy and .npz files we write, and our safetensors") {
     expected["npz"]["none.npz"] = nlohmann::json::array();
     save_safetensors(dir.path / "all.safetensors", list);
     expected["safetensors"]["all.safetensors"] = all;
+    const safetensors_metadata meta = {{"format", "pt"}, {"z", "\xc3\xa9t\xc3\xa9"}, {"a", "x"}};
+    save_safetensors(dir.path / "meta.safetensors", list, meta);
+    expected["safetensors"]["meta.safetensors"] = all;
+    expected["safetensors_metadata"]["meta.safetensors"] = meta;
     std::ofstream(dir.path / "expected.json") << expected.dump();
     CHECK(run_peer("check", dir.path) == 0);
 }

@@ -40,6 +40,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace tenbin {
@@ -111,27 +112,48 @@ void save_npz(const std::filesystem::path& path, std::span<const named_tensor> t
 
 // ---- .safetensors ------------------------------------------------------------
 
+/// The `__metadata__` of a .safetensors file: string keys and values in
+/// file order. Hugging Face's loaders want {"format": "pt"} there (or "tf",
+/// "flax", "mlx") and refuse a checkpoint without it.
+using safetensors_metadata = std::vector<std::pair<std::string, std::string>>;
+
+/// A .safetensors file's tensors and its `__metadata__`.
+struct safetensors_contents {
+    std::vector<named_tensor> tensors;  ///< as `decode_safetensors` gives them
+    safetensors_metadata metadata;      ///< empty when the file has none
+};
+
 /// Decodes the bytes of a .safetensors file: the tensors in the order of
 /// their data offsets. Data is sliced when aligned, else copied. The
-/// `__metadata__` object is checked (strings only) and dropped. Throws
-/// truncated (under 8 bytes), length_beyond_end (header or data offsets
-/// past the end), limit_exceeded (`max_header_bytes`, `limits`), bad_header
-/// (invalid JSON, duplicate or malformed entries, reversed, overlapping or
-/// uncovered ranges), data_size_mismatch (range size differs from shape and
-/// dtype), unsupported (BF16, BOOL, F8_* and other dtypes tenbin lacks).
+/// `__metadata__` object is checked (strings only) and dropped (see
+/// `decode_safetensors_with_metadata`). Throws truncated (under 8 bytes),
+/// length_beyond_end (header or data offsets past the end), limit_exceeded
+/// (`max_header_bytes`, `limits`), bad_header (invalid JSON, a key twice in
+/// one object, malformed entries, reversed, overlapping or uncovered
+/// ranges), data_size_mismatch (range size differs from shape and dtype),
+/// unsupported (BF16, BOOL, F8_* and other dtypes tenbin lacks).
 std::vector<named_tensor> decode_safetensors(const buffer& bytes, const format_options& opt = {});
+/// `decode_safetensors`, keeping the `__metadata__`.
+safetensors_contents decode_safetensors_with_metadata(const buffer& bytes, const format_options& opt = {});
 /// The bytes of a .safetensors file holding `tensors` in the given order,
-/// with a space-padded header making the data section 8-byte aligned and no
-/// `__metadata__`. Empty names become "arr_<index>". Throws bad_argument for
-/// duplicate names, "__metadata__", names that are not valid UTF-8.
-std::vector<std::byte> encode_safetensors(std::span<const named_tensor> tensors);
+/// with a space-padded header making the data section 8-byte aligned, and
+/// `metadata` first in it as `__metadata__` (none when empty). Empty names
+/// become "arr_<index>". Throws bad_argument for duplicate names,
+/// "__metadata__", names, metadata keys or values that are not valid UTF-8,
+/// and a metadata key given twice.
+std::vector<std::byte> encode_safetensors(std::span<const named_tensor> tensors,
+                                          const safetensors_metadata& metadata = {});
 /// Maps the file and decodes it (see `decode_safetensors`).
 std::vector<named_tensor> load_safetensors(const std::filesystem::path& path,
                                            const format_options& opt = {});
-/// Writes a .safetensors file of `tensors` to `path` (replacing it), data
-/// gathered from where it lies. Throws as `encode_safetensors` with the file
-/// untouched, or io_error.
-void save_safetensors(const std::filesystem::path& path, std::span<const named_tensor> tensors);
+/// `load_safetensors`, keeping the `__metadata__`.
+safetensors_contents load_safetensors_with_metadata(const std::filesystem::path& path,
+                                                    const format_options& opt = {});
+/// Writes a .safetensors file of `tensors` (and `metadata`) to `path`
+/// (replacing it), data gathered from where it lies. Throws as
+/// `encode_safetensors` with the file untouched, or io_error.
+void save_safetensors(const std::filesystem::path& path, std::span<const named_tensor> tensors,
+                      const safetensors_metadata& metadata = {});
 
 // ---- any of them ----------------------------------------------------------------
 

@@ -37,7 +37,7 @@ std::vector<std::byte> npy_header(const tensor_view& t);
 tensor decode_npy_part(const buffer& bytes, const format_options& opt);
 
 byte_plan plan_npz(std::span<const named_tensor> tensors);
-byte_plan plan_safetensors(std::span<const named_tensor> tensors);
+byte_plan plan_safetensors(std::span<const named_tensor> tensors, const safetensors_metadata& metadata);
 
 // Writes the plan to `path` (created or truncated), then closes it, checking.
 void write_plan(const std::filesystem::path& path, const byte_plan& plan);

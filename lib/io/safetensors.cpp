@@ -9,6 +9,7 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace tenbin {
 
@@ -82,16 +83,59 @@ entry parse_entry(const std::string& name, const json& j, const format_options& 
     return e;
 }
 
-void check_metadata(const json& j) {
+safetensors_metadata metadata_of(const json& j) {
     if (!j.is_object()) throw_error(errc::bad_header, "'__metadata__' is not an object");
-    for (const auto& [key, value] : j.items())
+    safetensors_metadata out;
+    for (const auto& [key, value] : j.items()) {
         if (!value.is_string())
             throw_error(errc::bad_header, "'__metadata__' value of " + in_quotes(key) + " is not a string");
+        out.emplace_back(key, value.get<std::string>());
+    }
+    return out;
+}
+
+// Parses the header text, refusing a key given twice in one object: it
+// would let one name hide another's range, or one field another's value
+// (nlohmann keeps only one of them).
+json parse_header(std::string_view text) {
+    std::optional<std::string> duplicate;
+    bool at_top = false;
+    std::vector<std::set<std::string>> open;  // the keys of each object being parsed
+    const json::parser_callback_t note_keys = [&](int, json::parse_event_t event, json& parsed) {
+        if (duplicate) return true;
+        if (event == json::parse_event_t::object_start) {
+            open.emplace_back();
+        } else if (event == json::parse_event_t::object_end) {
+            open.pop_back();
+        } else if (event == json::parse_event_t::key && !open.empty()) {
+            std::string k = parsed.get<std::string>();
+            if (!open.back().insert(k).second) {
+                at_top = open.size() == 1;
+                duplicate = std::move(k);
+            }
+        }
+        return true;
+    };
+    json header;
+    try {
+        header = json::parse(text, note_keys);
+    } catch (const json::exception& e) {
+        throw_error(errc::bad_header, std::string("header is not valid JSON: ") + e.what());
+    }
+    if (!header.is_object()) throw_error(errc::bad_header, "header is not a JSON object");
+    if (duplicate)
+        throw_error(errc::bad_header,
+                    (at_top ? "header names " : "an object in the header names ") + in_quotes(*duplicate) + " twice");
+    return header;
 }
 
 }  // namespace
 
 std::vector<named_tensor> decode_safetensors(const buffer& bytes, const format_options& opt) {
+    return decode_safetensors_with_metadata(bytes, opt).tensors;
+}
+
+safetensors_contents decode_safetensors_with_metadata(const buffer& bytes, const format_options& opt) {
     const std::byte* p = bytes.data();
     const std::uint64_t size = bytes.size();
     if (size < 8)
@@ -108,25 +152,7 @@ std::vector<named_tensor> decode_safetensors(const buffer& bytes, const format_o
     if (text.empty() || text[0] != '{')
         throw_error(errc::bad_header, "header does not start with '{'");
 
-    // Duplicate keys would let one name hide another's range: find them
-    // while parsing (nlohmann keeps only one of them).
-    std::optional<std::string> duplicate;
-    std::set<std::string> keys;
-    const json::parser_callback_t note_keys = [&](int depth, json::parse_event_t event, json& parsed) {
-        if (depth == 1 && event == json::parse_event_t::key && !duplicate) {
-            std::string k = parsed.get<std::string>();
-            if (!keys.insert(k).second) duplicate = std::move(k);
-        }
-        return true;
-    };
-    json header;
-    try {
-        header = json::parse(text, note_keys);
-    } catch (const json::exception& e) {
-        throw_error(errc::bad_header, std::string("header is not valid JSON: ") + e.what());
-    }
-    if (!header.is_object()) throw_error(errc::bad_header, "header is not a JSON object");
-    if (duplicate) throw_error(errc::bad_header, "header names " + in_quotes(*duplicate) + " twice");
+    const json header = parse_header(text);
     const std::size_t count = header.size() - (header.contains(metadata_key) ? 1 : 0);
     if (count > opt.limits.max_tensors)
         throw_error(errc::limit_exceeded, str(count) + " tensors exceed limits::max_tensors = " +
@@ -134,12 +160,13 @@ std::vector<named_tensor> decode_safetensors(const buffer& bytes, const format_o
 
     const std::uint64_t data_at = 8 + n;
     const std::uint64_t data_size = size - data_at;
+    safetensors_contents out;
     std::vector<entry> entries;
     entries.reserve(count);
     std::uint64_t total = 0;
     for (const auto& [key, value] : header.items()) {
         if (key == metadata_key) {
-            check_metadata(value);
+            out.metadata = metadata_of(value);
             continue;
         }
         entry e = parse_entry(key, value, opt);
@@ -189,22 +216,33 @@ std::vector<named_tensor> decode_safetensors(const buffer& bytes, const format_o
         throw_error(errc::bad_header, "data section bytes [" + str(covered) + ", " + str(data_size) +
                                           ") belong to no tensor");
 
-    std::vector<named_tensor> out;
-    out.reserve(entries.size());
+    out.tensors.reserve(entries.size());
     for (entry& e : entries) {
         buffer data = detail::data_of(bytes, static_cast<std::size_t>(data_at + e.begin),
                                       static_cast<std::size_t>(e.end - e.begin), e.type);
         tensor t(e.type, std::move(e.shape), std::move(data));
-        out.push_back(detail::make_named(std::move(e.name), std::move(t)));
+        out.tensors.push_back(detail::make_named(std::move(e.name), std::move(t)));
     }
     return out;
 }
 
 namespace detail {
 
-byte_plan plan_safetensors(std::span<const named_tensor> tensors) {
+byte_plan plan_safetensors(std::span<const named_tensor> tensors, const safetensors_metadata& metadata) {
     const std::vector<std::string> names = output_names(tensors);
     nlohmann::ordered_json header = nlohmann::ordered_json::object();
+    // First, as the safetensors library itself writes it.
+    if (!metadata.empty()) {
+        nlohmann::ordered_json m = nlohmann::ordered_json::object();
+        for (const auto& [key, value] : metadata) {
+            if (!valid_utf8(key)) throw_error(errc::bad_argument, "a metadata key is not valid UTF-8");
+            if (!valid_utf8(value))
+                throw_error(errc::bad_argument, "metadata value of " + in_quotes(key) + " is not valid UTF-8");
+            if (m.contains(key)) throw_error(errc::bad_argument, "metadata key " + in_quotes(key) + " given twice");
+            m[key] = value;
+        }
+        header[metadata_key] = std::move(m);
+    }
     std::uint64_t offset = 0;
     for (std::size_t i = 0; i < tensors.size(); ++i) {
         if (names[i] == metadata_key)
@@ -232,18 +270,24 @@ byte_plan plan_safetensors(std::span<const named_tensor> tensors) {
 
 }  // namespace detail
 
-std::vector<std::byte> encode_safetensors(std::span<const named_tensor> tensors) {
-    return detail::plan_safetensors(tensors).concat();
+std::vector<std::byte> encode_safetensors(std::span<const named_tensor> tensors,
+                                          const safetensors_metadata& metadata) {
+    return detail::plan_safetensors(tensors, metadata).concat();
 }
 
 std::vector<named_tensor> load_safetensors(const std::filesystem::path& path, const format_options& opt) {
-    const buffer mapped = map_file(path);
-    return detail::with_context(in_quotes(path), [&] { return decode_safetensors(mapped, opt); });
+    return load_safetensors_with_metadata(path, opt).tensors;
 }
 
-void save_safetensors(const std::filesystem::path& path, std::span<const named_tensor> tensors) {
+safetensors_contents load_safetensors_with_metadata(const std::filesystem::path& path, const format_options& opt) {
+    const buffer mapped = map_file(path);
+    return detail::with_context(in_quotes(path), [&] { return decode_safetensors_with_metadata(mapped, opt); });
+}
+
+void save_safetensors(const std::filesystem::path& path, std::span<const named_tensor> tensors,
+                      const safetensors_metadata& metadata) {
     const detail::byte_plan plan =
-        detail::with_context(in_quotes(path), [&] { return detail::plan_safetensors(tensors); });
+        detail::with_context(in_quotes(path), [&] { return detail::plan_safetensors(tensors, metadata); });
     detail::write_plan(path, plan);
 }
 

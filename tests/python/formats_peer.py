@@ -84,7 +84,8 @@ def write(folder):
 
 
 def read_safetensors(path):
-    """A small reader after the safetensors specification (json + numpy)."""
+    """A small reader after the safetensors specification (json + numpy):
+    the tensors in data order, and the __metadata__ as [key, value] pairs."""
     with open(path, "rb") as f:
         data = f.read()
     (n,) = struct.unpack_from("<Q", data, 0)
@@ -104,7 +105,8 @@ def read_safetensors(path):
         assert begin == pos, f"range [{begin}, {end}) does not start at {pos}"
         pos = end
     assert pos == len(body), f"data section of {len(body)} bytes, ranges cover {pos}"
-    return [(name, arr) for _, name, arr in sorted(out, key=lambda t: t[0])]
+    metadata = [[k, v] for k, v in header.get("__metadata__", {}).items()]
+    return [(name, arr) for _, name, arr in sorted(out, key=lambda t: t[0])], metadata
 
 
 def check(folder):
@@ -130,8 +132,9 @@ def check(folder):
         with np.load(os.path.join(folder, file)) as z:
             compare(file, [describe(k, z[k]) for k in z.files], want)
     for file, want in expected.get("safetensors", {}).items():
-        got = read_safetensors(os.path.join(folder, file))
+        got, metadata = read_safetensors(os.path.join(folder, file))
         compare(file, [describe(k, a) for k, a in got], want)
+        compare(file + " __metadata__", metadata, expected.get("safetensors_metadata", {}).get(file, []))
     for line in failures:
         print(line)
     print(f"formats_peer: {len(failures)} failures")
