@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Builds the seed corpora of the fuzz targets from the Python vectors.
+"""Builds the seed corpora of the fuzz targets from the Python vectors (and,
+for the file formats, from small files made here with the standard library).
 
 usage: make_seeds.py VECTORS_DIR URL_SEEDS_DIR OUT_DIR
 
@@ -7,10 +8,13 @@ Writes OUT_DIR/<target>/ for every target, in each target's input framing
 (see the targets' comments). The vectors are read where they lie, never
 copied into the repository.
 """
+import io
+import json
 import pathlib
 import shutil
 import struct
 import sys
+import zipfile
 
 MAGIC = b"~TenBin~"
 
@@ -32,9 +36,61 @@ def framed(frames):
     return b"".join(struct.pack("<H", len(f)) + f for f in frames if len(f) < 65536)
 
 
+def npy(descr, shape, data, fortran=False):
+    """An .npy file (version 1.0) as np.save writes it."""
+    header = f"{{'descr': '{descr}', 'fortran_order': {fortran}, 'shape': {shape}, }}"
+    pad = -(10 + len(header) + 1) % 64
+    header = header + " " * pad + "\n"
+    return b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode() + data
+
+
+def npz(members):
+    """An uncompressed .npz archive of (name, npy bytes)."""
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as z:
+        for name, data in members:
+            z.writestr(name + ".npy", data)
+    return out.getvalue()
+
+
+def safetensors(entries, metadata=None):
+    """A .safetensors file of (name, dtype, shape, data)."""
+    header, body = {}, b""
+    if metadata is not None:
+        header["__metadata__"] = metadata
+    for name, dtype, shape, data in entries:
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [len(body), len(body) + len(data)]}
+        body += data
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    return struct.pack("<Q", len(text)) + text + body
+
+
+def format_seeds():
+    """(name, input) for the formats target: mode byte, then the file."""
+    f4 = struct.pack("<6f", *range(6))
+    i2_be = struct.pack(">3h", 1, -2, 3)
+    npys = {
+        "f4_2x3": npy("<f4", "(2, 3)", f4),
+        "i2_be": npy(">i2", "(3,)", i2_be),
+        "u1_scalar": npy("|u1", "()", b"\x07"),
+        "f8_fortran": npy("<f8", "(1, 2)", struct.pack("<2d", 1.5, -2.5), fortran=True),
+        "f2_empty": npy("<f2", "(0, 4)", b""),
+    }
+    out = [(f"npy_{k}", bytes([0]) + v) for k, v in npys.items()]
+    out.append(("npz_two", bytes([1]) + npz([("x", npys["f4_2x3"]), ("label", npys["u1_scalar"])])))
+    out.append(("npz_empty", bytes([1]) + npz([])))
+    st = safetensors([("w", "F32", [2, 3], f4), ("b", "I16", [3], struct.pack("<3h", 1, 2, 3)),
+                      ("z", "U8", [0], b"")], {"format": "pt"})
+    out.append(("st_meta", bytes([2]) + st))
+    out.append(("st_meta_small", bytes([6]) + st))
+    out.append(("st_plain", bytes([3]) + safetensors([("x", "F64", [1], struct.pack("<d", 3.0))])))
+    return out
+
+
 def main():
     vectors, url_seeds, out = map(pathlib.Path, sys.argv[1:4])
-    targets = ["decode_buffer", "decode_list", "read", "decode_header", "url"]
+    targets = ["decode_buffer", "decode_list", "read", "decode_header", "url", "formats"]
     for t in targets:
         shutil.rmtree(out / t, ignore_errors=True)
         (out / t).mkdir(parents=True)
@@ -59,6 +115,8 @@ def main():
             put("decode_header", f"{d.name}.{i}", h)
     for f in sorted(url_seeds.glob("*.txt")):
         put("url", f.name, f.read_bytes())
+    for name, data in format_seeds():
+        put("formats", name, data)
     for t in targets:
         print(f"{t}: {len(list((out / t).iterdir()))} seeds")
 

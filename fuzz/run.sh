@@ -23,7 +23,7 @@ if [ ! -f "$build/build.ninja" ]; then
     -Db_sanitize=address,undefined -Db_lundef=false \
     -Dtests=disabled -Dexamples=disabled -Dtools=disabled
 fi
-targets=(decode_buffer decode_list read decode_header url)
+targets=(decode_buffer decode_list read decode_header url formats)
 ninja -C "$build" -j "${TENBIN_FUZZ_NINJA_JOBS:-2}" $(printf 'fuzz/fuzz-%s ' "${targets[@]}") >/dev/null
 
 work="$build/fuzz"
@@ -34,7 +34,8 @@ mkdir -p "$work/artifacts"
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:${UBSAN_OPTIONS:-}"
 export ASAN_OPTIONS="detect_leaks=1:${ASAN_OPTIONS:-}"
 
-declare -A max_len=([decode_buffer]=65536 [decode_list]=65536 [read]=65536 [decode_header]=1024 [url]=512)
+declare -A max_len=([decode_buffer]=65536 [decode_list]=65536 [read]=65536 [decode_header]=1024 [url]=512
+                     [formats]=16384)
 parallel=()
 [ "$jobs" -gt 1 ] && parallel=(-jobs="$jobs" -workers="$jobs")
 failed=0
