@@ -643,6 +643,37 @@ class Convert(unittest.TestCase):
         self.assertEqual((m["where"], m["cls"]), (self.path("z.npz"), "unsupported"))
         self.assertIn("compressed", m["msg"])
 
+    def safetensors_header(self, path):
+        with open(path, "rb") as f:
+            data = f.read()
+        (n,) = struct.unpack_from("<Q", data)
+        return json.loads(data[8:8 + n])
+
+    def test_safetensors_metadata_is_kept_and_set(self):
+        a, b = self.path("a.safetensors"), self.path("b.safetensors")
+        r = self.convert(vec("all_dtypes.ten"), a, "--metadata", "format=pt", "-m", "note=x=y")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        header = self.safetensors_header(a)
+        # First in the header, as the safetensors library writes it.
+        self.assertEqual(list(header)[0], "__metadata__")
+        self.assertEqual(header["__metadata__"], {"format": "pt", "note": "x=y"})
+        # Carried from a .safetensors input; a key given again is replaced.
+        r = self.convert(a, b, "-m", "note=z", "-m", "extra=")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(list(self.safetensors_header(b)["__metadata__"].items()),
+                         [("format", "pt"), ("note", "z"), ("extra", "")])
+        # Not through a .ten file, which has no place for it.
+        self.assertEqual(self.convert(b, self.path("b.ten")).returncode, 0)
+        self.assertEqual(self.convert(self.path("b.ten"), self.path("c.safetensors")).returncode, 0)
+        self.assertNotIn("__metadata__", self.safetensors_header(self.path("c.safetensors")))
+        m = self.error(self.convert(a, self.path("x.npz"), "-m", "format=pt"))
+        self.assertEqual((m["where"], m["cls"]), (self.path("x.npz"), "bad_argument"))
+        self.assertFalse(os.path.exists(self.path("x.npz")))
+        r = self.convert(vec("all_dtypes.ten"), self.path("y.safetensors"), "-m", "format")
+        self.assertNotIn(r.returncode, (0, 1))
+        self.assertIn(b"KEY=VALUE", r.stderr)
+        self.assertFalse(os.path.exists(self.path("y.safetensors")))
+
     def test_errors_name_the_file_and_class(self):
         m = self.error(self.convert(self.path("missing.npz"), self.path("x.ten")))
         self.assertEqual((m["where"], m["cls"]), (self.path("missing.npz"), "io_error"))
