@@ -118,6 +118,17 @@ TEST_CASE("single-part connections, plain endpoints and infos") {
     CHECK(seed_of(*rx.recv()) == 5);
 }
 
+TEST_CASE("heartbeats are set on the socket, and must be positive") {
+    connection_options o = quick();
+    o.heartbeat = 250ms;
+    connection c(strings{"zpull://127.0.0.1:*"}, o);
+    CHECK(c.socket().get(zmq::sockopt::heartbeat_ivl) == 250);
+    CHECK(c.socket().get(zmq::sockopt::heartbeat_timeout) == 750);
+    CHECK(c.socket().get(zmq::sockopt::heartbeat_ttl) == 700);  // deciseconds on the wire
+    o.heartbeat = 0ms;
+    CHECK(error_class([&] { connection bad(strings{"zpull://127.0.0.1:*"}, o); }) == "bad_argument");
+}
+
 TEST_CASE("64-bit dtypes need allow64, as in tensorcom") {
     connection_options o = quick();
     o.kind = socket_kind::push;

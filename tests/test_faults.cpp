@@ -235,6 +235,46 @@ TEST_CASE("a receiver killed and restarted: the PUSH sender resumes, nothing del
     MESSAGE("restarted receiver: " << *done);
 }
 
+TEST_CASE("a frozen receiver: with heartbeats the sender stops queueing to it, and resumes when it wakes") {
+    // Without heartbeats the dead pipe takes messages (they are stranded
+    // there); with them the connection is dropped within three intervals,
+    // a send finds no peer and times out, and the receiver is served again
+    // once it wakes and dials back.
+    for (const bool heartbeat : {false, true}) {
+        CAPTURE(heartbeat);
+        connection_options o;
+        o.send_timeout = 200ms;
+        o.linger = 0ms;
+        if (heartbeat) o.heartbeat = 100ms;
+        connection tx("zrpush://127.0.0.1:*", o);  // binds; the receiver connects
+        const std::string url = "zrpull://" + host_port(tx.endpoints().at(0).address);
+        faults::process rx({faults::peer_path(), "recv", url, "--report-ms", "50", "--idle-ms", "30000"});
+        std::uint64_t seq = 0;
+        auto count_reaches = [&](std::uint64_t n) {
+            const auto deadline = clock_type::now() + 20s;
+            while (clock_type::now() < deadline) {
+                if (tx.send(faults::make_message(7, seq))) ++seq;
+                auto line = rx.read_line(5ms);
+                if (line && line->rfind("counts 7:", 0) == 0 && std::stoull(line->substr(9)) >= n) return true;
+            }
+            return false;
+        };
+        REQUIRE(count_reaches(20));
+
+        rx.signal(SIGSTOP);
+        std::this_thread::sleep_for(1s);  // over three intervals of 100 ms
+        const bool queued = tx.send(faults::make_message(7, seq));
+        CHECK(queued == !heartbeat);
+        if (queued) ++seq;
+
+        rx.signal(SIGCONT);
+        if (heartbeat) {
+            CHECK(count_reaches(40));
+            rx.kill();
+        }
+    }
+}
+
 TEST_CASE("shutdown under load from either end: no hang, every zero-copy frame released") {
     std::atomic<long> created{0}, released{0};
     // 64 KiB tensors in memory the test allocated, released through the

@@ -131,6 +131,15 @@ struct connection_options {
     /// connection is complete, so messages are not stranded in the pipe of a
     /// peer that is down (they go to live peers, or send blocks).
     bool immediate = true;
+    /// ZMTP heartbeats: every `heartbeat` a ping goes to each peer, and a
+    /// connection silent for three of these is dropped (and the peer is
+    /// told to do the same). A peer whose host died, whose network was cut
+    /// or whose process hangs is then noticed: no message queues towards it
+    /// any more, and a connecting socket dials it again. Unset: off, as
+    /// ZeroMQ's default, and such a peer is noticed only if TCP does (a
+    /// PUSH keeps queueing up to its high-water mark into the dead pipe).
+    /// Both ends need libzmq 4.2 or later (pyzmq's has it).
+    std::optional<std::chrono::milliseconds> heartbeat{};
     /// Messages in the statistics' recent window.
     std::size_t stats_horizon = 1000;
 };
@@ -209,6 +218,12 @@ zmq::socket_type zmq_socket_type(socket_kind kind) noexcept;
 
 /// Throws bad_argument when a tensor is 64-bit (f8, i8, u8), as tensorcom.
 void check_no64(tensor_span tensors);
+
+/// Turns on ZMTP heartbeats on a socket of the caller's, as
+/// `connection_options::heartbeat` does: a ping every `interval`, a
+/// connection silent for three of them dropped. Set it before connecting or
+/// binding. Throws bad_argument unless `interval` is positive.
+void set_heartbeat(zmq::socket_ref socket, std::chrono::milliseconds interval);
 
 /// Makes glibc keep large freed blocks for reuse instead of returning them to
 /// the system. libzmq allocates every received frame anew (on its I/O

@@ -2,6 +2,7 @@
 
 #include <malloc.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 
@@ -66,6 +67,7 @@ connection::connection(std::shared_ptr<zmq::context_t> context, std::span<const 
     socket_.set(zmq::sockopt::linger, to_ms(opt_.linger));
     if (opt_.recv_timeout) socket_.set(zmq::sockopt::rcvtimeo, to_ms(*opt_.recv_timeout));
     if (opt_.send_timeout) socket_.set(zmq::sockopt::sndtimeo, to_ms(*opt_.send_timeout));
+    if (opt_.heartbeat) set_heartbeat(socket_, *opt_.heartbeat);
     // A peer sending frames over the byte limit is disconnected by ZeroMQ
     // before it allocates them.
     if (opt_.limits.max_bytes < static_cast<std::uint64_t>(INT64_MAX - frame_overhead_allowance))
@@ -82,6 +84,16 @@ connection::connection(std::shared_ptr<zmq::context_t> context, std::span<const 
             socket_.connect(ep.address);
         }
     }
+}
+
+void set_heartbeat(zmq::socket_ref socket, std::chrono::milliseconds interval) {
+    if (interval.count() <= 0) throw error(errc::bad_argument, "a heartbeat interval must be positive");
+    const int ivl = std::min(to_ms(interval), INT32_MAX / 3);
+    socket.set(zmq::sockopt::heartbeat_ivl, ivl);
+    socket.set(zmq::sockopt::heartbeat_timeout, 3 * ivl);
+    // The peer's timeout for us, which ZMTP carries in deciseconds (16 bits
+    // of them).
+    socket.set(zmq::sockopt::heartbeat_ttl, std::clamp(3 * ivl, 100, 6553500));
 }
 
 connection::connection(connection&&) noexcept = default;

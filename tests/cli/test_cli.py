@@ -441,6 +441,24 @@ class Pipelines(unittest.TestCase):
         for line in lines:
             self.assertEqual(json.loads(line)["tensors"], expected_tensors(entry))
 
+    def test_heartbeats_are_an_option_of_every_socket_command(self):
+        port = free_port()
+        receiver = start("recv", f"zpull://127.0.0.1:{port}", "--count", "1", "--json", "--timeout", "20",
+                         "--heartbeat-ms", "100")
+        code, _, err = finish(start("send", f"zpush://127.0.0.1:{port}", "--file", vec("i4_i8.ten"),
+                                    "--heartbeat-ms", "100"))
+        self.assertEqual(code, 0, err)
+        code, out, err = finish(receiver)
+        self.assertEqual(code, 0, err)
+        self.assertEqual(json.loads(out)["tensors"], expected_tensors(BY_PATH["i4_i8.ten"]))
+        for command in ("send", "recv", "serve", "monitor", "stat"):
+            with self.subTest(command=command):
+                r = run(command, "--help")
+                self.assertIn(b"--heartbeat-ms", r.stdout)
+        r = run("recv", f"zpull://127.0.0.1:{port}", "--heartbeat-ms", "-5")
+        self.assertNotIn(r.returncode, (0, 1))
+        self.assertIn(b"--heartbeat-ms", r.stderr)
+
     def test_a_url_scheme_that_does_not_fit_the_command_is_refused(self):
         code, _, err = finish(start("send", "zpull://127.0.0.1:1", "--file", vec("i4_i8.ten")))
         self.assertEqual(code, 1)

@@ -102,6 +102,11 @@ public:
         }
         return status_;
     }
+    // Sends `sig` (SIGSTOP freezes it: a hung peer whose host still
+    // answers TCP; SIGCONT wakes it).
+    void signal(int sig) {
+        if (!reaped_) ::kill(pid_, sig);
+    }
     // SIGKILL and reap.
     void kill() {
         if (reaped_) return;

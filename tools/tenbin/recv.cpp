@@ -74,7 +74,7 @@ int run_recv(const recv_cli_options& opt) {
     socket.set(zmq::sockopt::rcvtimeo, timeout_ms(opt.timeout));
     socket.set(zmq::sockopt::linger, 1000);  // replies only; never hang at exit
     if (type == zmq::socket_type::sub) socket.set(zmq::sockopt::subscribe, "");
-    attach(socket, endpoints, "tenbin recv");
+    attach(socket, opt.socket, endpoints, "tenbin recv");
 
     recv_options ro;
     if (type == zmq::socket_type::router) ro.envelope = envelope_spec::router();

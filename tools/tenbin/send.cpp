@@ -74,7 +74,7 @@ int run_send(const send_cli_options& opt) {
     // reply anyway.
     if (!is_req) socket.set(zmq::sockopt::immediate, true);
     if (is_req) socket.set(zmq::sockopt::rcvtimeo, timeout_ms(opt.timeout));
-    attach(socket, endpoints, "tenbin send");
+    attach(socket, opt.socket, endpoints, "tenbin send");
 
     if (delay > 0) std::this_thread::sleep_for(std::chrono::duration<double>(delay));
 

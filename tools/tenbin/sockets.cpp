@@ -20,6 +20,10 @@ void add_socket_choice(CLI::App& app, socket_choice& choice, const std::vector<s
     auto* b = app.add_flag("--bind", choice.bind, "bind, whatever the URL's default");
     auto* c = app.add_flag("--connect", choice.connect, "connect, whatever the URL's default");
     b->excludes(c);
+    app.add_option("--heartbeat-ms", choice.heartbeat_ms,
+                   "ping each peer this often and drop one silent for three pings (a dead host, a cut "
+                   "network); 0: off")
+        ->check(CLI::NonNegativeNumber);
 }
 
 connection_options connection_options_for(const socket_choice& choice, const std::string& url,
@@ -29,6 +33,7 @@ connection_options connection_options_for(const socket_choice& choice, const std
     else if (is_plain_endpoint(url)) co.kind = plain_default;
     if (choice.bind) co.bind = true;
     if (choice.connect) co.bind = false;
+    if (choice.heartbeat_ms > 0) co.heartbeat = std::chrono::milliseconds(choice.heartbeat_ms);
     return co;
 }
 
@@ -46,7 +51,9 @@ std::vector<endpoint> resolve_endpoints(const socket_choice& choice, const std::
     return eps;
 }
 
-void attach(zmq::socket_t& socket, const std::vector<endpoint>& endpoints, const std::string& who) {
+void attach(zmq::socket_t& socket, const socket_choice& choice, const std::vector<endpoint>& endpoints,
+            const std::string& who) {
+    if (choice.heartbeat_ms > 0) set_heartbeat(socket, std::chrono::milliseconds(choice.heartbeat_ms));
     for (const endpoint& ep : endpoints) {
         try {
             if (ep.bind)

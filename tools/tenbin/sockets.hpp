@@ -17,9 +17,10 @@ struct socket_choice {
     std::string socket;  ///< empty: from the URL, or the command's default
     bool bind = false;
     bool connect = false;
+    int heartbeat_ms = 0;  ///< 0: no heartbeats
 };
 
-/// Adds --socket (one of `kinds`), --bind and --connect.
+/// Adds --socket (one of `kinds`), --bind, --connect and --heartbeat-ms.
 void add_socket_choice(CLI::App& app, socket_choice& choice, const std::vector<std::string>& kinds);
 
 /// connection_options with kind and bind set from `choice`; when `url` is a
@@ -36,10 +37,11 @@ std::vector<endpoint> resolve_endpoints(const socket_choice& choice, const std::
                                         const std::vector<std::string>& kinds,
                                         tenbin::socket_kind plain_default, bool receiving);
 
-/// Binds or connects `socket` to each endpoint; a refused address is
-/// bad_url (malformed) or io_error (in use, unreachable). A wildcard bind's
-/// actual endpoint is printed on stderr.
-void attach(zmq::socket_t& socket, const std::vector<endpoint>& endpoints, const std::string& who);
+/// Sets the chosen heartbeats on `socket`, then binds or connects it to
+/// each endpoint; a refused address is bad_url (malformed) or io_error (in
+/// use, unreachable). A wildcard bind's actual endpoint is printed on stderr.
+void attach(zmq::socket_t& socket, const socket_choice& choice, const std::vector<endpoint>& endpoints,
+            const std::string& who);
 
 /// Prints, on stderr, the endpoints the connection bound to a wildcard
 /// (tcp://host:*), so that a peer can be pointed at them.
