@@ -69,7 +69,8 @@ int main(int argc, char** argv) {
     for (int p = 0; p < producers; ++p) {
         pubs.emplace_back("zpub://127.0.0.1:*", pub_opt);
         const std::string addr = pubs.back().endpoints()[0].address;
-        ports += (p ? "," : "") + addr.substr(addr.rfind(':') + 1);
+        if (p) ports += ',';
+        ports += addr.substr(addr.rfind(':') + 1);
     }
     const std::string url = "zsub://127.0.0.1:{" + ports + "}";
     std::printf("loader subscribes to %s\n", url.c_str());

@@ -62,6 +62,12 @@ inline std::string sha256_hex(tenbin::bytes_view bytes) {
     return out;
 }
 
+// prefix + i, such as "t3". Built by appending: GCC 12 warns (falsely,
+// -Wrestrict) on "literal" + std::to_string(i) in optimised builds.
+inline std::string numbered(std::string_view prefix, std::size_t i) {
+    return std::string(prefix).append(std::to_string(i));
+}
+
 inline bool same_bytes(tenbin::bytes_view a, tenbin::bytes_view b) {
     return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin());
 }

@@ -163,7 +163,8 @@ TEST_CASE("braces make one socket that fans in from three publishers") {
     for (int i = 0; i < 3; ++i) {
         pubs.emplace_back(ctx, strings{"zpub://127.0.0.1:*"}, quick());
         const std::string addr = pubs.back().endpoints()[0].address;
-        ports += (i ? "," : "") + addr.substr(addr.rfind(':') + 1);
+        if (i) ports += ',';
+        ports += addr.substr(addr.rfind(':') + 1);
     }
     connection sub(ctx, strings{"zsub://127.0.0.1:{" + ports + "}"}, quick());
     REQUIRE(sub.endpoints().size() == 3);

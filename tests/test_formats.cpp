@@ -727,7 +727,7 @@ TEST_CASE("NumPy reads the .npy and .npz files we write, and our safetensors") {
     nlohmann::json expected = {{"npy", nlohmann::json::object()}, {"npz", nlohmann::json::object()},
                                {"safetensors", nlohmann::json::object()}};
     for (std::size_t i = 0; i < list.size(); ++i) {
-        const std::string f = "t" + std::to_string(i) + ".npy";
+        const std::string f = numbered("t", i) + ".npy";
         save_npy(dir.path / f, list[i].value);
         expected["npy"][f] = describe("", list[i].value);
     }

@@ -709,7 +709,7 @@ TEST_CASE("save, load and load_mmap round-trip every dtype and shape") {
         SUBCASE(std::string(code(t)).c_str()) {
             std::vector<tensor> tensors;
             for (unsigned i = 0; i < shapes.size(); ++i)
-                tensors.push_back(patterned(t, shapes[i], "s" + std::to_string(i), i));
+                tensors.push_back(patterned(t, shapes[i], numbered("s", i), i));
             const fs::path path = dir / (std::string(code(t)) + ".ten");
             save(path, tensors);
             CHECK(same_bytes(file_bytes(path), bytes_of(encode_buffer(tensors))));

@@ -25,6 +25,7 @@
 #include <vector>
 
 using namespace tenbin;
+using test_support::numbered;
 namespace fs = std::filesystem;
 
 namespace {
@@ -197,7 +198,7 @@ TEST_CASE("a list with more pieces than IOV_MAX takes the copying path and arriv
     socket_pair sp;
     std::vector<tensor> sent;
     for (int i = 0; i < 700; ++i)  // up to 3 pieces each: over Linux's 1024
-        sent.push_back(make(i % 2 ? dtype::u1 : dtype::f4, {i % 5 + 1}, "t" + std::to_string(i), 100 + i));
+        sent.push_back(make(i % 2 ? dtype::u1 : dtype::f4, {i % 5 + 1}, numbered("t", i), 100 + i));
     sctp_send(sp.a.fd, sent);
     check_same(sctp_recv(sp.b.fd), sent);
 }

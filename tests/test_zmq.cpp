@@ -29,6 +29,7 @@ using namespace tenbin;
 using namespace std::chrono_literals;
 using test_support::error_class;
 using test_support::le64;
+using test_support::numbered;
 using test_support::str64;
 
 namespace {
@@ -726,7 +727,7 @@ TEST_CASE("messages with more frames than fit inline: tensors, envelope and life
             std::vector<std::int32_t> v(static_cast<std::size_t>(i * 7 % 300));
             for (std::size_t j = 0; j < v.size(); ++j) v[j] = static_cast<std::int32_t>(j * 3 + static_cast<std::size_t>(i));
             const auto len = static_cast<std::int64_t>(v.size());
-            sent.push_back(tensor::from_vector(std::move(v), {len}, "t" + std::to_string(i)));
+            sent.push_back(tensor::from_vector(std::move(v), {len}, numbered("t", i)));
         }
         const std::string topic = "topic";
         const zmq::const_buffer env[] = {zmq::const_buffer(topic.data(), topic.size())};
