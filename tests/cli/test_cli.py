@@ -20,6 +20,7 @@ import sys
 import tempfile
 import time
 import unittest
+import zipfile
 
 TOOL = None  # set from argv in main()
 VECTORS = os.environ.get("TENBIN_VECTORS", os.path.join(os.path.dirname(__file__), "..", "vectors"))
@@ -691,6 +692,38 @@ class Convert(unittest.TestCase):
         self.assertNotIn(r.returncode, (0, 1))
         self.assertIn(b"KEY=VALUE", r.stderr)
         self.assertFalse(os.path.exists(self.path("y.safetensors")))
+
+    def test_info_lists_named_formats_with_names_and_metadata(self):
+        st = self.path("m.safetensors")
+        self.assertEqual(self.convert(vec("all_dtypes.ten"), st, "-m", "format=pt", "-m", "note=two\nlines").returncode, 0)
+        r = run("info", "--json", st)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        j = json.loads(r.stdout)
+        self.assertEqual(j["metadata"], {"format": "pt", "note": "two\nlines"})
+        want = expected_tensors(BY_PATH["all_dtypes.ten"])
+        self.assertEqual([t.pop("name") for t in j["tensors"]], [t["info"] for t in want])
+        self.assertEqual(j["tensors"], want)
+        r = run("info", st)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        text = r.stdout.decode()
+        self.assertIn("  metadata format: pt\n", text)
+        self.assertIn("  metadata note: two lines\n", text)  # kept on one line
+        self.assertRegex(text, r"\n  #  name +dtype")
+        # A name too long for an info is listed as it is.
+        self.assertEqual(self.convert(vec("f4_matrix.ten"), self.path("one.npy")).returncode, 0)
+        np_path = self.path("long.npz")
+        with open(self.path("one.npy"), "rb") as f:
+            npy = f.read()
+        with zipfile.ZipFile(np_path, "w", zipfile.ZIP_STORED) as z:
+            z.writestr("a_rather_long_name.npy", npy)
+        j = json.loads(run("info", "--json", np_path).stdout)
+        self.assertEqual((j["tensors"][0]["name"], j["tensors"][0]["info"]), ("a_rather_long_name", ""))
+        self.assertNotIn("metadata", j)
+        self.assertIn(b"a_rather_long_name", run("info", np_path).stdout)
+        with open(self.path("bad.safetensors"), "wb") as f:
+            f.write(b"\x02\x00\x00\x00\x00\x00\x00\x00[]")
+        m = self.error(run("info", self.path("bad.safetensors")))
+        self.assertEqual((m["where"], m["cls"]), (self.path("bad.safetensors"), "bad_header"))
 
     def test_errors_name_the_file_and_class(self):
         m = self.error(self.convert(self.path("missing.npz"), self.path("x.ten")))

@@ -66,15 +66,17 @@ std::string shape_text(const shape_t& shape) {
     return out + "]";
 }
 
-void print_table(std::ostream& out, const std::vector<tensor>& tensors, std::string_view indent) {
+void print_table(std::ostream& out, const std::vector<tensor>& tensors, std::string_view indent,
+                 const std::vector<std::string>* names) {
     struct row {
         std::string cells[6];
     };
     std::vector<row> rows;
-    rows.push_back({{"#", "info", "dtype", "shape", "nbytes", "sha256"}});
+    rows.push_back({{"#", names ? "name" : "info", "dtype", "shape", "nbytes", "sha256"}});
     for (std::size_t i = 0; i < tensors.size(); ++i) {
         const auto& t = tensors[i];
-        rows.push_back({{std::to_string(i), std::string(t.info().empty() ? "-" : t.info()),
+        const std::string_view name = names ? std::string_view((*names)[i]) : t.info();
+        rows.push_back({{std::to_string(i), std::string(name.empty() ? "-" : name),
                          std::string(code(t.dtype())), shape_text(t.shape()),
                          std::to_string(t.nbytes()), sha256_hex(t.data().bytes())}});
     }

@@ -62,9 +62,11 @@ std::string json_line(const nlohmann::ordered_json& j);
 std::string shape_text(const shape_t& shape);
 
 /// A readable table of the tensors (index, info, dtype, shape, nbytes,
-/// sha256), each line starting with `indent`.
-void print_table(std::ostream& out, const std::vector<tensor>& tensors,
-                 std::string_view indent = "  ");
+/// sha256), each line starting with `indent`. With `names` (one per
+/// tensor, as .npz and .safetensors files give them), a name column
+/// replaces the info.
+void print_table(std::ostream& out, const std::vector<tensor>& tensors, std::string_view indent = "  ",
+                 const std::vector<std::string>* names = nullptr);
 
 // ---- errors -----------------------------------------------------------------
 

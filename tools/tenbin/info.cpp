@@ -1,8 +1,12 @@
-// tenbin info: what the tensors of .ten files (or single-part buffers) are.
+// tenbin info: what the tensors of .ten files (or single-part buffers), and
+// of .npy, .npz and .safetensors files, are.
 #include "common.hpp"
+
+#include <tenbin/formats.hpp>
 
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -14,26 +18,65 @@ struct info_options {
     bool json = false;
 };
 
+// What a file holds. Files of the formats that name tensors with strings
+// (.npy, .npz, .safetensors, by extension) have names; any other file is
+// read as .ten.
+struct contents {
+    std::vector<tensor> tensors;
+    std::optional<std::vector<std::string>> names;
+    safetensors_metadata metadata;
+};
+
+contents read_contents(const std::string& file) {
+    const std::optional<file_format> format = file == "-" ? std::nullopt : format_of(file);
+    if (!format || *format == file_format::ten) return {load_any(file), std::nullopt, {}};
+    contents out;
+    std::vector<named_tensor> named;
+    if (*format == file_format::safetensors) {
+        safetensors_contents st = load_safetensors_with_metadata(file);
+        named = std::move(st.tensors);
+        out.metadata = std::move(st.metadata);
+    } else {
+        named = tenbin::load_any(file);
+    }
+    out.names.emplace();
+    for (named_tensor& n : named) {
+        out.names->push_back(std::move(n.name));
+        out.tensors.push_back(std::move(n.value));
+    }
+    return out;
+}
+
 // Describes one file; false (after printing the error line) when it failed.
 bool info_one(const std::string& file, bool json) {
-    std::vector<tensor> tensors;
+    contents c;
     try {
-        tensors = load_any(file);
+        c = read_contents(file);
     } catch (...) {
         print_current_error(file);
         return false;
     }
+    const std::vector<tensor>& tensors = c.tensors;
     if (json) {
         nlohmann::ordered_json j;
         j["file"] = file;
         j["tensors"] = describe(tensors);
+        if (c.names)
+            for (std::size_t i = 0; i < tensors.size(); ++i) j["tensors"][i]["name"] = (*c.names)[i];
+        if (!c.metadata.empty()) {
+            nlohmann::ordered_json m = nlohmann::ordered_json::object();
+            for (const auto& [key, value] : c.metadata) m[key] = value;
+            j["metadata"] = std::move(m);
+        }
         std::cout << json_line(j) << '\n';
     } else {
         std::uint64_t total = 0;
         for (const auto& t : tensors) total += t.nbytes();
         std::cout << file << ": " << tensors.size() << (tensors.size() == 1 ? " tensor, " : " tensors, ")
                   << total << " data bytes\n";
-        if (!tensors.empty()) print_table(std::cout, tensors);
+        for (const auto& [key, value] : c.metadata)
+            std::cout << "  metadata " << one_line(key) << ": " << one_line(value) << '\n';
+        if (!tensors.empty()) print_table(std::cout, tensors, "  ", c.names ? &*c.names : nullptr);
     }
     std::cout.flush();
     return true;
@@ -49,17 +92,20 @@ int run_info(const info_options& opt) {
 
 subcommand add_info(CLI::App& parent) {
     auto opt = std::make_shared<info_options>();
-    auto* app = parent.add_subcommand("info", "List the tensors in .ten files");
+    auto* app = parent.add_subcommand("info", "List the tensors in .ten, .npy, .npz and .safetensors files");
     app->footer(
         "Lists the tensors of .ten files or single-part message buffers (any file\n"
         "name: the layout is the same): index, info (the tensor's name), dtype code,\n"
-        "shape, data bytes and SHA-256 of the data.\n"
+        "shape, data bytes and SHA-256 of the data. Files ending in .npy, .npz and\n"
+        ".safetensors list a name column instead of the info (and in JSON a \"name\"\n"
+        "per tensor), and a .safetensors file's __metadata__ (JSON: \"metadata\").\n"
         "A file that cannot be read or decoded gives one line on stderr,\n"
         "'FILE: error: CLASS: message' (CLASS such as truncated, bad_magic, io_error),\n"
         "and the exit status is 1 once the other files are done; otherwise 0.\n"
         "Examples:\n"
         "  tenbin info batch.ten\n"
-        "  tenbin info --json *.ten > summary.jsonl");
+        "  tenbin info --json *.ten > summary.jsonl\n"
+        "  tenbin info model.safetensors");
     app->add_option("FILE", opt->files, "Files to describe ('-' reads standard input)")
         ->required();
     app->add_flag("--json", opt->json,
