@@ -178,6 +178,12 @@ std::vector<tensor> load_any(const std::string& path) {
     return load_mmap(path, opt);
 }
 
+named_file load_named(const std::string& path) {
+    if (format_of(path) != file_format::safetensors) return {tenbin::load_any(path), {}};
+    safetensors_contents st = load_safetensors_with_metadata(path);
+    return {std::move(st.tensors), std::move(st.metadata)};
+}
+
 // ---- ZeroMQ sockets -----------------------------------------------------------
 
 int timeout_ms(double seconds) {

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <tenbin/core.hpp>
+#include <tenbin/formats.hpp>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -89,6 +90,15 @@ std::string one_line(std::string_view text);
 /// The tensors of a .ten file or single-part buffer under any name (mapped,
 /// no copy); "-" reads standard input as a stream. Throws tenbin::error.
 std::vector<tensor> load_any(const std::string& path);
+
+/// A file of a format `tenbin::format_of` knows: its named tensors, and a
+/// .safetensors file's __metadata__ (empty for the other formats).
+struct named_file {
+    std::vector<named_tensor> tensors;
+    safetensors_metadata metadata;
+};
+/// Loads `path` by its extension (`tenbin::load_any`), keeping the metadata.
+named_file load_named(const std::string& path);
 
 /// Seconds as ZeroMQ milliseconds; 0 (or less) means "wait forever" (-1).
 int timeout_ms(double seconds);

@@ -56,14 +56,9 @@ int run_convert(const convert_options& opt) {
         return exit_failed;
     }
     try {
-        if (is_safetensors(opt.in) && is_safetensors(opt.out)) {
-            safetensors_contents in = load_safetensors_with_metadata(opt.in);
-            tensors = std::move(in.tensors);
-            metadata = std::move(in.metadata);
-        } else {
-            tensors = tenbin::load_any(opt.in);
-        }
-        metadata = merged(std::move(metadata), opt.metadata);
+        named_file in = load_named(opt.in);
+        tensors = std::move(in.tensors);
+        if (is_safetensors(opt.out)) metadata = merged(std::move(in.metadata), opt.metadata);
     } catch (...) {
         print_current_error(opt.in);
         return exit_failed;

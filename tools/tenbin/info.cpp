@@ -2,8 +2,6 @@
 // of .npy, .npz and .safetensors files, are.
 #include "common.hpp"
 
-#include <tenbin/formats.hpp>
-
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -30,17 +28,11 @@ struct contents {
 contents read_contents(const std::string& file) {
     const std::optional<file_format> format = file == "-" ? std::nullopt : format_of(file);
     if (!format || *format == file_format::ten) return {load_any(file), std::nullopt, {}};
+    named_file named = load_named(file);
     contents out;
-    std::vector<named_tensor> named;
-    if (*format == file_format::safetensors) {
-        safetensors_contents st = load_safetensors_with_metadata(file);
-        named = std::move(st.tensors);
-        out.metadata = std::move(st.metadata);
-    } else {
-        named = tenbin::load_any(file);
-    }
+    out.metadata = std::move(named.metadata);
     out.names.emplace();
-    for (named_tensor& n : named) {
+    for (named_tensor& n : named.tensors) {
         out.names->push_back(std::move(n.name));
         out.tensors.push_back(std::move(n.value));
     }
