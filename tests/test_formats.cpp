@@ -1,15 +1,19 @@
 // Conversion formats: .npy, .npz, .safetensors, load_any/save_any, and
 // NumPy reading what we write and the other way round.
 #include "support.hpp"
+#include "../lib/io/formats_detail.hpp"
 
 #include <doctest/doctest.h>
 #include <tenbin/formats.hpp>
 #include <tenbin/io.hpp>
 
 #include <algorithm>
+#include <array>
+#include <chrono>
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <ostream>
 #include <string>
 
 #include <spawn.h>
@@ -767,4 +771,275 @@ TEST_CASE("we read the .npy and .npz files NumPy writes") {
         CAPTURE(file);
         CHECK(error_class([&] { load_any(dir.path / file); }) == cls.get<std::string>());
     }
+}
+
+// ---- .npz with ZIP64 ------------------------------------------------------------------
+
+namespace {
+
+constexpr std::uint64_t ff = 0xffffffff;
+
+std::uint64_t le(bytes_view v, std::uint64_t at, std::size_t n) {
+    REQUIRE(at + n <= v.size());
+    return detail::get_le(v.data() + at, n);
+}
+
+// What ZIP64 changes in a local or central header: "made by" (central
+// only), "version needed", the size and offset fields (offset: central
+// only), and the values of its ZIP64 extra field (none without one).
+struct zip_entry {
+    std::uint64_t made_by, version, csize, usize, offset;
+    std::vector<std::uint64_t> wide;
+    bool operator==(const zip_entry&) const = default;
+};
+
+std::ostream& operator<<(std::ostream& out, const zip_entry& e) {
+    out << std::hex << "{made by " << e.made_by << ", version " << e.version << ", sizes " << e.csize << " "
+        << e.usize << ", offset " << e.offset << ", ZIP64 extra:";
+    for (std::uint64_t w : e.wide) out << " " << w;
+    return out << "}" << std::dec;
+}
+
+// The values of the extra field of `len` bytes at `at`, which must be a
+// single ZIP64 field when not empty.
+std::vector<std::uint64_t> zip64_values(bytes_view v, std::uint64_t at, std::uint64_t len) {
+    std::vector<std::uint64_t> out;
+    if (len == 0) return out;
+    CHECK(le(v, at, 2) == 1);
+    CHECK(le(v, at + 2, 2) == len - 4);
+    for (std::uint64_t q = at + 4; q + 8 <= at + len; q += 8) out.push_back(le(v, q, 8));
+    return out;
+}
+
+zip_entry local_at(bytes_view v, std::uint64_t at) {
+    REQUIRE(le(v, at, 4) == 0x04034b50);
+    return {0, le(v, at + 4, 2), le(v, at + 18, 4), le(v, at + 22, 4), 0,
+            zip64_values(v, at + 30 + le(v, at + 26, 2), le(v, at + 28, 2))};
+}
+
+zip_entry central_at(bytes_view v, std::uint64_t at) {
+    REQUIRE(le(v, at, 4) == 0x02014b50);
+    return {le(v, at + 4, 2), le(v, at + 6, 2), le(v, at + 20, 4), le(v, at + 24, 4), le(v, at + 42, 4),
+            zip64_values(v, at + 46 + le(v, at + 28, 2), le(v, at + 30, 2))};
+}
+
+// Checks the records after the central directory of `count` entries at
+// `cd_offset`: when `zip64`, a ZIP64 end record (right after the directory)
+// with the real values and its locator; then the classic end record, whose
+// count, size and offset fields hold `classic`.
+void check_end(bytes_view v, std::uint64_t count, std::uint64_t cd_offset, bool zip64,
+               std::array<std::uint64_t, 3> classic) {
+    const std::uint64_t end = v.size() - 22;
+    REQUIRE(le(v, end, 4) == 0x06054b50);
+    CHECK(le(v, end + 8, 2) == classic[0]);
+    CHECK(le(v, end + 10, 2) == classic[0]);
+    CHECK(le(v, end + 12, 4) == classic[1]);
+    CHECK(le(v, end + 16, 4) == classic[2]);
+    CHECK((le(v, end - 20, 4) == 0x07064b50) == zip64);
+    if (!zip64) return;
+    const std::uint64_t locator = end - 20, record = locator - 56;
+    CHECK(le(v, locator + 4, 4) == 0);  // the record's disk
+    CHECK(le(v, locator + 8, 8) == record);
+    CHECK(le(v, locator + 16, 4) == 1);  // disks
+    CHECK(le(v, record, 4) == 0x06064b50);
+    CHECK(le(v, record + 4, 8) == 44);
+    CHECK(le(v, record + 12, 2) == 45);
+    CHECK(le(v, record + 14, 2) == 45);
+    CHECK(le(v, record + 16, 8) == 0);  // disks
+    CHECK(le(v, record + 24, 8) == count);
+    CHECK(le(v, record + 32, 8) == count);
+    CHECK(le(v, record + 40, 8) == record - cd_offset);
+    CHECK(le(v, record + 48, 8) == cd_offset);
+}
+
+nlohmann::json digest(const std::string& name, const tensor& t) {
+    return {{"name", name},
+            {"dtype", std::string(code(t.dtype()))},
+            {"shape", t.shape()},
+            {"sha256", sha256_hex(t.data().bytes())}};
+}
+
+// NumPy reads the archive `file` in `dir`: np.load lists `names` and gives
+// `spot` (some of them) as they are; Python's zipfile (and unzip, when
+// installed) find every CRC-32 right.
+void check_python_reads(const fs::path& dir, const std::string& file, const std::vector<std::string>& names,
+                        const std::vector<named_tensor>& spot) {
+    auto tensors = nlohmann::json::array();
+    for (const auto& n : spot) tensors.push_back(digest(n.name, n.value));
+    nlohmann::json expected;
+    expected["npz_spot"][file] = {{"names", names}, {"tensors", tensors}};
+    std::ofstream(dir / "expected.json") << expected.dump();
+    CHECK(run_peer("check", dir) == 0);
+}
+
+}  // namespace
+
+TEST_CASE("npz: ZIP64 wherever a field would overflow (limits lowered to small archives)") {
+    const std::vector<named_tensor> three = {{"a", patterned(dtype::u1, {100}, 1)},
+                                             {"b", patterned(dtype::u1, {300}, 2)},
+                                             {"c", patterned(dtype::f4, {2, 3}, 3)}};
+    const std::vector<std::byte> plain = encode_npz(three);
+    const auto locals = find_sig(plain, 0x04034b50), centrals = find_sig(plain, 0x02014b50);
+    REQUIRE(locals.size() == 3);
+    REQUIRE(centrals.size() == 3);
+    const std::uint64_t cd_offset = centrals[0], cd_size = plain.size() - 22 - cd_offset;
+    std::vector<std::uint64_t> sizes;
+    for (std::size_t c : centrals) sizes.push_back(le(plain, c + 20, 4));
+    auto write = [&](const detail::npz_limits& limits) { return detail::plan_npz(three, limits).concat(); };
+    // The ZIP format's own limits: no ZIP64 byte.
+    CHECK(write({}) == plain);
+    check_end(plain, 3, cd_offset, false, {3, cd_size, cd_offset});
+
+    std::vector<std::byte> v;
+    SUBCASE("a member as large as the limit: its sizes in ZIP64 extra fields") {
+        CHECK(write({.member_size = sizes[1] + 1}) == plain);
+        v = write({.member_size = sizes[1]});
+        const auto l = find_sig(v, 0x04034b50), c = find_sig(v, 0x02014b50);
+        REQUIRE(l.size() == 3);
+        REQUIRE(c.size() == 3);
+        CHECK(local_at(v, l[0]) == local_at(plain, locals[0]));
+        CHECK(local_at(v, l[1]) == zip_entry{0, 45, ff, ff, 0, {sizes[1], sizes[1]}});
+        CHECK(local_at(v, l[2]) == local_at(plain, locals[2]));
+        CHECK(l[2] == locals[2] + 20);
+        CHECK(central_at(v, c[0]) == central_at(plain, centrals[0]));
+        CHECK(central_at(v, c[1]) == zip_entry{0x032d, 45, ff, ff, l[1], {sizes[1], sizes[1]}});
+        CHECK(central_at(v, c[2]) == zip_entry{0x0314, 20, sizes[2], sizes[2], l[2], {}});
+        check_end(v, 3, c[0], false, {3, cd_size + 20, c[0]});
+    }
+    SUBCASE("a local header at the offset limit: the offset in its central ZIP64 extra field") {
+        v = write({.offset = locals[2]});
+        // The members are as before; so is b, below the limit.
+        CHECK(std::equal(plain.begin(), plain.begin() + static_cast<std::ptrdiff_t>(cd_offset), v.begin()));
+        const auto c = find_sig(v, 0x02014b50);
+        REQUIRE(c.size() == 3);
+        CHECK(c[0] == cd_offset);
+        CHECK(central_at(v, c[1]) == central_at(plain, centrals[1]));
+        CHECK(central_at(v, c[2]) == zip_entry{0x032d, 45, sizes[2], sizes[2], ff, {locals[2]}});
+        // The central directory lies beyond the limit too.
+        check_end(v, 3, cd_offset, true, {3, cd_size + 12, ff});
+    }
+    // A limit the value reaches adds a ZIP64 end record and sets the
+    // classic one's fields to `classic`, leaving all before them as it was;
+    // one above the value changes nothing.
+    auto end_records_only = [&](const detail::npz_limits& reached, const detail::npz_limits& above,
+                                std::array<std::uint64_t, 3> classic) {
+        CHECK(write(above) == plain);
+        v = write(reached);
+        CHECK(std::equal(plain.begin(), plain.end() - 22, v.begin()));
+        check_end(v, 3, cd_offset, true, classic);
+    };
+    SUBCASE("the central directory at the offset limit: a ZIP64 end record") {
+        end_records_only({.offset = cd_offset}, {.offset = cd_offset + 1}, {3, cd_size, ff});
+    }
+    SUBCASE("as many members as the limit: a ZIP64 end record") {
+        end_records_only({.members = 3}, {.members = 4}, {0xffff, cd_size, cd_offset});
+    }
+    SUBCASE("a central directory as large as the limit: a ZIP64 end record") {
+        end_records_only({.directory_size = cd_size}, {.directory_size = cd_size + 1}, {3, ff, cd_offset});
+    }
+    SUBCASE("everything at once") {
+        v = write({.members = 1, .member_size = 1, .offset = 1, .directory_size = 1});
+        const auto l = find_sig(v, 0x04034b50), c = find_sig(v, 0x02014b50);
+        REQUIRE(l.size() == 3);
+        REQUIRE(c.size() == 3);
+        for (std::size_t i = 0; i < 3; ++i) {
+            CAPTURE(i);
+            CHECK(local_at(v, l[i]) == zip_entry{0, 45, ff, ff, 0, {sizes[i], sizes[i]}});
+            // The first member's offset, 0, is below the limit.
+            std::vector<std::uint64_t> wide = {sizes[i], sizes[i]};
+            if (i > 0) wide.push_back(l[i]);
+            CHECK(central_at(v, c[i]) == zip_entry{0x032d, 45, ff, ff, i > 0 ? ff : 0, wide});
+        }
+        check_end(v, 3, c[0], true, {0xffff, ff, ff});
+        every_prefix_fails(v, [](const buffer& b) { decode_npz(b); });
+    }
+
+    // Whatever the case, NumPy, zipfile and unzip read the archive, and so
+    // do we.
+    temp_dir dir;
+    std::ofstream(dir.path / "zip64.npz", std::ios::binary)
+        .write(reinterpret_cast<const char*>(v.data()), static_cast<std::streamsize>(v.size()));
+    check_python_reads(dir.path, "zip64.npz", {"a", "b", "c"}, three);
+    check_same(decode_npz(buffer::copy(v)), three);
+}
+
+TEST_CASE("npz: 65535 members take a ZIP64 end record, which NumPy reads") {
+    std::vector<named_tensor> many;
+    many.reserve(0xffff);
+    for (std::uint32_t i = 0; i < 0xffff; ++i) {
+        tensor t = tensor::zeros(dtype::u4, {});
+        std::memcpy(t.data().writable_bytes().data(), &i, 4);
+        many.push_back({"", std::move(t)});
+    }
+    // One fewer needs no ZIP64.
+    const std::vector<std::byte> fewer = encode_npz(std::span(many).first(0xfffe));
+    const std::uint64_t fewer_cd = find_sig(fewer, 0x02014b50).at(0);
+    check_end(fewer, 0xfffe, fewer_cd, false, {0xfffe, fewer.size() - 22 - fewer_cd, fewer_cd});
+
+    const std::vector<std::byte> v = encode_npz(many);
+    const std::uint64_t cd_offset = find_sig(v, 0x02014b50).at(0);
+    const std::uint64_t cd_size = v.size() - 22 - 20 - 56 - cd_offset;
+    check_end(v, 0xffff, cd_offset, true, {0xffff, cd_size, cd_offset});
+
+    std::vector<std::string> names;
+    for (std::size_t i = 0; i < many.size(); ++i) names.push_back(numbered("arr_", i));
+    temp_dir dir;
+    save_npz(dir.path / "many.npz", many);
+    CHECK(same_bytes(read_file(dir.path / "many.npz").bytes(), v));
+    check_python_reads(dir.path, "many.npz", names,
+                       {{names[0], many[0].value}, {names[0x1234], many[0x1234].value},
+                        {names[0xfffe], many[0xfffe].value}});
+
+    const auto back = decode_npz(buffer::copy(v));
+    REQUIRE(back.size() == 0xffff);
+    std::size_t wrong = 0;
+    for (std::size_t i = 0; i < back.size(); ++i)
+        if (back[i].name != names[i] || !same_bytes(back[i].value.data().bytes(), many[i].value.data().bytes()))
+            ++wrong;
+    CHECK(wrong == 0);
+}
+
+TEST_CASE("npz: a real archive beyond 4 GiB (only with TENBIN_BIG_TESTS=1)") {
+    const char* big_tests = std::getenv("TENBIN_BIG_TESTS");
+    if (!big_tests || std::string_view(big_tests) != "1") {
+        MESSAGE("SKIPPED: set TENBIN_BIG_TESTS=1 to write and read a 4 GiB .npz (needs 9 GiB of memory and of /tmp)");
+        return;
+    }
+    using clock = std::chrono::steady_clock;
+    auto seconds = [](clock::time_point from) { return std::chrono::duration<double>(clock::now() - from).count(); };
+    auto t0 = clock::now();
+    const std::int64_t n = (std::int64_t{1} << 32) + 4096;
+    const std::vector<named_tensor> list = {{"big", patterned(dtype::u1, {n}, 7)},
+                                            {"after", patterned(dtype::i4, {5}, 8)}};
+    MESSAGE("made " << n << " bytes in " << seconds(t0) << " s");
+    temp_dir dir;
+    const fs::path file = dir.path / "big.npz";
+    t0 = clock::now();
+    save_npz(file, list);
+    MESSAGE("save_npz: " << seconds(t0) << " s");
+    {
+        const buffer whole = map_file(file);
+        const bytes_view v = whole.bytes();
+        std::vector<std::uint64_t> sizes;
+        for (const auto& t : list) sizes.push_back(detail::npy_header(t.value.view()).size() + t.value.nbytes());
+        // big.npy: sizes in ZIP64 extra fields; after.npy lies beyond 4 GiB,
+        // and so does the central directory.
+        const std::uint64_t after = 30 + 7 + 20 + sizes[0], cd_offset = after + 30 + 9 + sizes[1];
+        CHECK(local_at(v, 0) == zip_entry{0, 45, ff, ff, 0, {sizes[0], sizes[0]}});
+        CHECK(local_at(v, after) == zip_entry{0, 20, sizes[1], sizes[1], 0, {}});
+        CHECK(central_at(v, cd_offset) == zip_entry{0x032d, 45, ff, ff, 0, {sizes[0], sizes[0]}});
+        CHECK(central_at(v, cd_offset + 46 + 7 + 20) == zip_entry{0x032d, 45, sizes[1], sizes[1], ff, {after}});
+        check_end(v, 2, cd_offset, true, {2, 46 + 7 + 20 + 46 + 9 + 12, ff});
+    }
+    t0 = clock::now();
+    const auto back = load_npz(file);
+    REQUIRE(back.size() == 2);
+    CHECK(back[0].name == "big");
+    CHECK(back[1].name == "after");
+    check_same(back[0].value, list[0].value);
+    check_same(back[1].value, list[1].value);
+    MESSAGE("load_npz and compare: " << seconds(t0) << " s");
+    t0 = clock::now();
+    check_python_reads(dir.path, "big.npz", {"big", "after"}, list);
+    MESSAGE("NumPy, zipfile and unzip: " << seconds(t0) << " s");
 }

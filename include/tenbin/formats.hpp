@@ -11,7 +11,9 @@
 //                 at a multiple of 64; then the data, C order.
 //   .npz          a ZIP archive with one member "NAME.npy" per tensor. Only
 //                 stored (uncompressed) members are read or written, with
-//                 their CRC-32 checked; ZIP64 records are read, not written.
+//                 their CRC-32 checked. ZIP64 records are read, and written
+//                 (as Python's zipfile writes them) only where a field would
+//                 overflow: 65535 members or more, 4 GiB or more.
 //   .safetensors  uint64 N, N bytes of JSON header
 //                   {"NAME": {"dtype": "F32", "shape": [3, 5],
 //                             "data_offsets": [BEGIN, END]}, ...,
@@ -98,10 +100,12 @@ void save_npy(const std::filesystem::path& path, const tensor_view& t);
 std::vector<named_tensor> decode_npz(const buffer& bytes, const format_options& opt = {});
 /// The bytes of an uncompressed .npz archive (as `np.savez` would, with
 /// fixed timestamps) holding each tensor as "NAME.npy". An empty name
-/// becomes "arr_<index>" (NumPy's name for positional arrays). Throws
-/// bad_argument for duplicate names, names with NUL or invalid UTF-8, and
-/// unsupported for an archive needing ZIP64 (a member or offset of 4 GiB
-/// or more, 65535 members or more).
+/// becomes "arr_<index>" (NumPy's name for positional arrays). An archive
+/// of 65535 members or more, with a member of 4 GiB or more, or with
+/// members or its central directory at 4 GiB or beyond gets the ZIP64
+/// records these need, as Python's zipfile writes them; other archives
+/// have none. Throws bad_argument for duplicate names, names with NUL or
+/// invalid UTF-8, and names too long for a zip member (64 KiB).
 std::vector<std::byte> encode_npz(std::span<const named_tensor> tensors);
 /// Maps the file and decodes it (see `decode_npz`). Errors name the file.
 std::vector<named_tensor> load_npz(const std::filesystem::path& path, const format_options& opt = {});

@@ -36,7 +36,19 @@ std::vector<std::byte> npy_header(const tensor_view& t);
 // The npy decoder over a part of a larger buffer (an npz member).
 tensor decode_npy_part(const buffer& bytes, const format_options& opt);
 
-byte_plan plan_npz(std::span<const named_tensor> tensors);
+// The values from which an .npz writer needs ZIP64: a member count, or a
+// member size, local header or central directory offset, or central
+// directory size, that is at least its limit. The defaults are the ZIP
+// format's (16- and 32-bit fields, whose largest value means "see ZIP64");
+// tests lower them to write every ZIP64 structure into small archives.
+struct npz_limits {
+    std::uint64_t members = 0xffff;
+    std::uint64_t member_size = 0xffffffff;
+    std::uint64_t offset = 0xffffffff;
+    std::uint64_t directory_size = 0xffffffff;
+};
+
+byte_plan plan_npz(std::span<const named_tensor> tensors, const npz_limits& limits = {});
 byte_plan plan_safetensors(std::span<const named_tensor> tensors, const safetensors_metadata& metadata);
 
 // Writes the plan to `path` (created or truncated), then closes it, checking.

@@ -1,7 +1,12 @@
 // NumPy .npz archives: ZIP files of stored .npy members. Reading walks the
 // central directory and checks every member's local header, range and CRC-32
-// against it; writing produces stored members, a central directory and the
-// end record (no ZIP64, which only archives of 4 GiB or more need).
+// against it. Writing produces stored members, a central directory and the
+// end record, with ZIP64 structures where, and only where, a field would
+// overflow (as Python's zipfile writes them): a member of 4 GiB or more, a
+// local header or the central directory at 4 GiB or beyond, a central
+// directory of 4 GiB or more, 65535 members or more (the largest 16- and
+// 32-bit values themselves mean "see ZIP64"). Other archives have no ZIP64
+// bytes.
 #include "io/formats_detail.hpp"
 
 #include <zlib.h>
@@ -265,6 +270,19 @@ std::vector<member> read_directory(const reader& r, const format_options& opt) {
     return members;
 }
 
+// A ZIP64 extra field (id 1) holding `values`, or nothing for no values.
+std::vector<std::byte> zip64_extra(const std::vector<std::uint64_t>& values) {
+    std::vector<std::byte> out;
+    if (values.empty()) return out;
+    put_le(out, 1, 2);
+    put_le(out, 8 * values.size(), 2);
+    for (std::uint64_t v : values) put_le(out, v, 8);
+    return out;
+}
+
+// A 32-bit field holding `v`, or 0xFFFFFFFF when `v` goes to a ZIP64 record.
+std::uint64_t field32(std::uint64_t v, bool zip64) { return zip64 ? 0xffffffff : v; }
+
 }  // namespace
 
 std::vector<named_tensor> decode_npz(const buffer& bytes, const format_options& opt) {
@@ -287,11 +305,8 @@ std::vector<named_tensor> decode_npz(const buffer& bytes, const format_options& 
 
 namespace detail {
 
-byte_plan plan_npz(std::span<const named_tensor> tensors) {
+byte_plan plan_npz(std::span<const named_tensor> tensors, const npz_limits& limits) {
     const std::vector<std::string> names = output_names(tensors);
-    if (tensors.size() >= 0xffff)
-        throw_error(errc::unsupported, str(tensors.size()) +
-                                           " members need ZIP64, which tenbin does not write (at most 65534)");
     byte_plan plan;
     std::vector<std::byte> central;
     std::uint64_t offset = 0;
@@ -303,60 +318,85 @@ byte_plan plan_npz(std::span<const named_tensor> tensors) {
         if (file.size() > 0xffff)
             throw_error(errc::bad_argument, "tensor " + str(i) + ": name of " + str(names[i].size()) +
                                                 " bytes is too long for a zip member");
-        if (size >= 0xffffffff || offset >= 0xffffffff)
-            throw_error(errc::unsupported, "member " + in_quotes(file) +
-                                               " lies beyond 4 GiB or is as large: that needs ZIP64, "
-                                               "which tenbin does not write");
+        // A size or offset its 32-bit field cannot hold goes to a ZIP64 extra
+        // field: both sizes in the local header's; the sizes, the offset or
+        // both, in that order, in the central header's.
+        const bool big = size >= limits.member_size, far = offset >= limits.offset;
+        std::vector<std::uint64_t> wide;
+        if (big) wide = {size, size};
+        const std::vector<std::byte> local_extra = zip64_extra(wide);
+        if (far) wide.push_back(offset);
+        const std::vector<std::byte> central_extra = zip64_extra(wide);
         const std::uint32_t crc = crc32_of(crc32_of(0, npy), v.data);
         const bool utf8 = std::any_of(file.begin(), file.end(), [](char c) {
             return static_cast<unsigned char>(c) >= 0x80;
         });
         const std::uint16_t flags = utf8 ? flag_utf8 : 0;
         // Fields shared by the local and the central header, from
-        // "version needed" on.
-        auto common = [&](std::vector<std::byte>& out) {
-            put_le(out, 20, 2);  // version needed: 2.0
+        // "version needed" to the extra field's length.
+        auto common = [&](std::vector<std::byte>& out, const std::vector<std::byte>& extra) {
+            put_le(out, extra.empty() ? 20 : 45, 2);  // version needed: 2.0, or 4.5 for ZIP64
             put_le(out, flags, 2);
             put_le(out, 0, 2);  // stored
             put_le(out, dos_time, 2);
             put_le(out, dos_date, 2);
             put_le(out, crc, 4);
-            put_le(out, size, 4);
-            put_le(out, size, 4);
+            put_le(out, field32(size, big), 4);
+            put_le(out, field32(size, big), 4);
             put_le(out, file.size(), 2);
-            put_le(out, 0, 2);  // extra
+            put_le(out, extra.size(), 2);
         };
         std::vector<std::byte> local;
-        local.reserve(local_size + file.size() + npy.size());
+        local.reserve(local_size + file.size() + local_extra.size() + npy.size());
         put_le(local, local_sig, 4);
-        common(local);
+        common(local, local_extra);
         put_text(local, file);
+        local.insert(local.end(), local_extra.begin(), local_extra.end());
         local.insert(local.end(), npy.begin(), npy.end());
 
         put_le(central, central_sig, 4);
-        put_le(central, 0x0314, 2);  // made by: Unix, 2.0
-        common(central);
+        put_le(central, 0x0300 | (central_extra.empty() ? 20 : 45), 2);  // made by: Unix, 2.0 or 4.5
+        common(central, central_extra);
         put_le(central, 0, 2);  // comment
         put_le(central, 0, 2);  // disk
         put_le(central, 0, 2);  // internal attributes
         put_le(central, std::uint64_t{0100644} << 16, 4);  // a regular file, rw-r--r--
-        put_le(central, offset, 4);
+        put_le(central, field32(offset, far), 4);
         put_text(central, file);
+        central.insert(central.end(), central_extra.begin(), central_extra.end());
 
-        offset += local_size + file.size() + size;
+        offset += local.size() + v.data.size();
         plan.add_owned(std::move(local));
         plan.add_view(v.data);
     }
-    if (offset >= 0xffffffff || central.size() >= 0xffffffff)
-        throw_error(errc::unsupported, "an archive of 4 GiB or more needs ZIP64, which tenbin does not write");
-    const std::uint64_t cd_size = central.size();
+    const std::uint64_t count = tensors.size(), cd_size = central.size();
+    const bool many = count >= limits.members, long_cd = cd_size >= limits.directory_size,
+               far_cd = offset >= limits.offset;
+    if (many || long_cd || far_cd) {
+        // The ZIP64 end record, right after the central directory, and the
+        // locator that points at it.
+        put_le(central, zip64_end_sig, 4);
+        put_le(central, zip64_end_size - 12, 8);  // the bytes after this field
+        put_le(central, 45, 2);                   // made by: 4.5
+        put_le(central, 45, 2);                   // version needed: 4.5
+        put_le(central, 0, 4);                    // this disk
+        put_le(central, 0, 4);                    // the central directory's disk
+        put_le(central, count, 8);                // entries on this disk
+        put_le(central, count, 8);                // entries in all
+        put_le(central, cd_size, 8);
+        put_le(central, offset, 8);
+        put_le(central, zip64_locator_sig, 4);
+        put_le(central, 0, 4);  // the ZIP64 end record's disk
+        put_le(central, offset + cd_size, 8);
+        put_le(central, 1, 4);  // disks in all
+    }
     put_le(central, end_sig, 4);
     put_le(central, 0, 2);
     put_le(central, 0, 2);
-    put_le(central, tensors.size(), 2);
-    put_le(central, tensors.size(), 2);
-    put_le(central, cd_size, 4);
-    put_le(central, offset, 4);
+    put_le(central, many ? 0xffff : count, 2);
+    put_le(central, many ? 0xffff : count, 2);
+    put_le(central, field32(cd_size, long_cd), 4);
+    put_le(central, field32(offset, far_cd), 4);
     put_le(central, 0, 2);  // comment
     plan.add_owned(std::move(central));
     return plan;

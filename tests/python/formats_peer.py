@@ -8,14 +8,22 @@
                               safetensors reader, and compares
 
 A tensor in expected.json: {"name", "dtype" (tenbin code), "shape", "hex"
-(little-endian C-order data bytes)}. Exits 0 when everything matches, else
+(little-endian C-order data bytes)}. Archives too large to list that way are
+under "npz_spot": {"names": every member's name, in order, "tensors": some
+of them as {"name", "dtype", "shape", "sha256" (of the bytes "hex" would
+show)}}. Every archive must also pass Python's zipfile.testzip and, when
+unzip is installed, `unzip -tqq`. Exits 0 when everything matches, else
 prints what differs and exits 1.
 """
 
+import hashlib
 import json
 import os
+import shutil
 import struct
+import subprocess
 import sys
+import zipfile
 
 import numpy as np
 
@@ -36,6 +44,33 @@ def code_of(dtype):
 def describe(name, arr):
     le = np.ascontiguousarray(arr).astype(arr.dtype.newbyteorder("<"))
     return {"name": name, "dtype": code_of(arr.dtype), "shape": list(arr.shape), "hex": le.tobytes().hex()}
+
+
+def digest(name, arr):
+    le = np.ascontiguousarray(arr).astype(arr.dtype.newbyteorder("<"), copy=False)
+    return {"name": name, "dtype": code_of(arr.dtype), "shape": list(arr.shape),
+            "sha256": hashlib.sha256(le.reshape(-1).view(np.uint8)).hexdigest()}
+
+
+def check_zip(path):
+    """What Python's zipfile and Info-ZIP's unzip find wrong with the archive
+    at `path` (CRC-32s, structure), as a list of failures."""
+    failures = []
+    members = 0
+    try:
+        with zipfile.ZipFile(path) as zf:
+            members = len(zf.infolist())
+            bad = zf.testzip()
+        if bad is not None:
+            failures.append(f"{path}: zipfile.testzip finds {bad} corrupt")
+    except (zipfile.BadZipFile, OSError) as e:
+        failures.append(f"{path}: zipfile: {e}")
+    # unzip warns (exit status 1) about an empty archive.
+    if members and shutil.which("unzip"):
+        run = subprocess.run(["unzip", "-tqq", path], capture_output=True, text=True)
+        if run.returncode != 0:
+            failures.append(f"{path}: unzip -tqq exits {run.returncode}: {(run.stdout + run.stderr)[:300]}")
+    return failures
 
 
 def patterned(code, shape, seed):
@@ -129,8 +164,21 @@ def check(folder):
             if a.read() != b.read():
                 failures.append(f"{file}: bytes differ from np.save's")
     for file, want in expected.get("npz", {}).items():
-        with np.load(os.path.join(folder, file)) as z:
-            compare(file, [describe(k, z[k]) for k in z.files], want)
+        try:
+            with np.load(os.path.join(folder, file)) as z:
+                compare(file, [describe(k, z[k]) for k in z.files], want)
+        except Exception as e:
+            failures.append(f"{file}: np.load: {type(e).__name__}: {e}")
+        failures += check_zip(os.path.join(folder, file))
+    for file, want in expected.get("npz_spot", {}).items():
+        try:
+            with np.load(os.path.join(folder, file)) as z:
+                compare(file + " names", z.files, want["names"])
+                for t in want["tensors"]:
+                    compare(file + " " + t["name"], digest(t["name"], z[t["name"]]), t)
+        except Exception as e:
+            failures.append(f"{file}: np.load: {type(e).__name__}: {e}")
+        failures += check_zip(os.path.join(folder, file))
     for file, want in expected.get("safetensors", {}).items():
         got, metadata = read_safetensors(os.path.join(folder, file))
         compare(file, [describe(k, a) for k, a in got], want)
