@@ -243,6 +243,57 @@ TEST_CASE("a loader prefetches in order and keeps its queue within bounds") {
     CHECK(l.stats().messages() == 40);
 }
 
+TEST_CASE("messages already waiting are queued together, in order, errors in place") {
+    // The loader takes what is waiting on its socket in one go (one lock,
+    // one wake-up): order and errors must survive that. Everything is sent
+    // before the loader binds (inproc queues for a late bind), so its
+    // first receive finds all of it waiting.
+    auto ctx = std::make_shared<zmq::context_t>(1);
+    // One sending socket: a PULL socket keeps order only within one pipe.
+    zmq::socket_t tx(*ctx, zmq::socket_type::push);
+    tx.connect("inproc://burst");
+    const std::set<int> bad = {2, 3, 13};
+    for (int i = 0; i < 20; ++i) {
+        if (bad.count(i))
+            tx.send(zmq::str_buffer("garbage"), zmq::send_flags::none);
+        else
+            REQUIRE(zsend_multipart(tx, batch_of(3, i)));
+    }
+    loader_options lo;
+    lo.queue_messages = 32;
+    loader l(ctx, strings{"zpull+inproc://burst"}, lo);
+    for (int i = 0; i < 20; ++i) {
+        CAPTURE(i);
+        if (bad.count(i))
+            CHECK(error_class([&] { l.next(5000ms); }) != "no error");
+        else
+            CHECK(seed_of(*l.next(5000ms)) == i);
+    }
+    CHECK(l.malformed() == 3);
+    CHECK(l.stats().messages() == 17);
+    CHECK(l.peak_queued_messages() > 1);  // they were queued together
+}
+
+TEST_CASE("try_recv takes a waiting message and never blocks") {
+    auto ctx = std::make_shared<zmq::context_t>(1);
+    connection_options ro = quick();
+    ro.recv_timeout = 60000ms;  // try_recv must not wait for it
+    connection rx(ctx, strings{"zpull+inproc://try"}, ro);
+    connection tx(ctx, strings{"zpush+inproc://try"}, quick());
+    const auto t0 = std::chrono::steady_clock::now();
+    CHECK(!rx.try_recv());
+    CHECK(std::chrono::steady_clock::now() - t0 < 30s);
+    REQUIRE(tx.send(batch_of(3, 4)));
+    std::optional<std::vector<tensor>> got;
+    for (int i = 0; i < 1000 && !got; ++i) {
+        got = rx.try_recv();
+        if (!got) std::this_thread::sleep_for(1ms);
+    }
+    REQUIRE(got);
+    CHECK(seed_of(*got) == 4);
+    CHECK(rx.stats().messages() == 1);
+}
+
 TEST_CASE("the byte bound holds with messages larger than it, one at a time") {
     loader_options lo;
     lo.queue_messages = 100;

@@ -174,6 +174,9 @@ public:
     /// Throws the codec's errors for malformed messages; the connection
     /// stays usable (the rest of a bad message is drained).
     std::optional<std::vector<tensor>> recv();
+    /// Receives one message if one is waiting now; nothing otherwise.
+    /// Throws as recv() does.
+    std::optional<std::vector<tensor>> try_recv();
     /// Sends every tensor list `source` yields (tensorcom's serve);
     /// returns how many messages were sent.
     template <class Source>
@@ -206,6 +209,8 @@ public:
     void close();
 
 private:
+    std::optional<std::vector<tensor>> receive(zmq::recv_flags flags);
+
     std::shared_ptr<zmq::context_t> context_;
     zmq::socket_t socket_;
     connection_options opt_;
@@ -247,10 +252,13 @@ struct loader_options {
     connection_options connection{};
     /// Bounds on the decoded messages waiting for the consumer. The queue
     /// accepts a message that exceeds `queue_bytes` only when it is empty,
-    /// so one oversized message cannot stall the loader.
-    std::size_t queue_messages = 8;
+    /// so one oversized message cannot stall the loader. A full queue is
+    /// refilled once the consumer has taken it down to half (in one go:
+    /// each refill wakes the loader thread once), so small messages want
+    /// a deep queue; `queue_bytes` bounds it for large ones.
+    std::size_t queue_messages = 64;
     /// Bound on the tensor bytes waiting in the queue.
-    std::uint64_t queue_bytes = std::uint64_t{1} << 30;
+    std::uint64_t queue_bytes = std::uint64_t{512} << 20;
     /// Run on the loader thread on each received batch before queueing.
     std::function<std::vector<tensor>(std::vector<tensor>)> transform{};
     /// Malformed messages are skipped (counted in `malformed()`) instead of
@@ -291,7 +299,6 @@ public:
     /// batches can still be taken.
     void close();
 
-    /// Range-for over batches; ends once next() returns nothing.
     /// Range-for over batches; ends once the loader is closed and drained.
     using iterator = detail::batch_iterator<loader, &loader::next>;
     /// Takes the first batch (blocking as next() does).

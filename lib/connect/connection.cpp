@@ -119,8 +119,12 @@ bool connection::send(tensor_span tensors) {
     return sent;
 }
 
-std::optional<std::vector<tensor>> connection::recv() {
+std::optional<std::vector<tensor>> connection::recv() { return receive(zmq::recv_flags::none); }
+std::optional<std::vector<tensor>> connection::try_recv() { return receive(zmq::recv_flags::dontwait); }
+
+std::optional<std::vector<tensor>> connection::receive(zmq::recv_flags flags) {
     recv_options ro;
+    ro.flags = flags;
     ro.decode.limits = opt_.limits;
     ro.decode.expect_infos = opt_.expect_infos;
     if (topic_applies(opt_, endpoints_.front().kind)) ro.envelope = envelope_spec::topic();

@@ -1,5 +1,6 @@
 #include <tenbin/connect.hpp>
 
+#include <atomic>
 #include <condition_variable>
 #include <exception>
 #include <mutex>
@@ -21,41 +22,108 @@ std::uint64_t data_bytes(const std::vector<tensor>& batch) {
 }  // namespace
 
 struct loader::state {
+    // A batch, or an error to raise in the consumer.
+    using item = std::variant<std::vector<tensor>, std::exception_ptr>;
+    // A received item and its tensor bytes, on its way to the queue.
+    struct arrival {
+        item what;
+        std::uint64_t bytes = 0;
+    };
+
     loader_options opt;
     std::vector<std::string> urls;
     std::shared_ptr<zmq::context_t> context;
 
     mutable std::mutex mutex;
-    std::condition_variable changed;  // queue, stop, started or finished changed
-    // A batch, or an error to raise in the consumer.
-    std::deque<std::variant<std::vector<tensor>, std::exception_ptr>> queue;
+    // For the consumer (and endpoints()): queued, stop, started or finished
+    // changed.
+    std::condition_variable changed;
+    // For the loader thread: the queue went down to its refill mark, or stop.
+    std::condition_variable drained;
+    std::deque<item> queue;
     std::uint64_t queued_bytes = 0;
     std::size_t peak_messages = 0;
     std::uint64_t peak_bytes = 0;
     std::uint64_t malformed = 0;
     statistics stats;
     std::vector<endpoint> endpoints;
-    bool started = false;   // the socket is bound/connected (or failed)
-    bool stop = false;      // close() was called
-    bool finished = false;  // the thread has ended
+    bool started = false;            // the socket is bound/connected (or failed)
+    std::atomic<bool> stop = false;  // close() was called (set under the mutex; read without it to leave the loop)
+    bool finished = false;           // the thread has ended
     std::thread thread;
 
     void run();
-    void push(std::variant<std::vector<tensor>, std::exception_ptr> item, std::uint64_t bytes);
+    template <class Receive>
+    bool receive_into(std::vector<arrival>& got, Receive&& receive);
+    std::size_t queue_all(std::vector<arrival>& got);
+    bool has_room(std::uint64_t bytes) const {
+        return queue.empty() || (queue.size() < opt.queue_messages && queued_bytes + bytes <= opt.queue_bytes);
+    }
+    // A full queue is refilled once the consumer has taken it down to half
+    // (perf: refilling each freed place made the two threads wake each
+    // other for every message or few, and a wake-up of an idle core costs
+    // microseconds: a loader of small messages ran at 0.1x of receiving on
+    // the consumer's thread).
+    std::size_t refill_mark() const { return opt.queue_messages / 2; }
+    bool refill(std::uint64_t bytes) const {
+        return queue.empty() || (queue.size() <= refill_mark() && queued_bytes + bytes <= opt.queue_bytes);
+    }
 };
 
-void loader::state::push(std::variant<std::vector<tensor>, std::exception_ptr> item, std::uint64_t bytes) {
+// Receives one message by `receive` and adds it to `got`: its batch
+// (transformed), or the error to raise in the consumer. False when nothing
+// came (a skipped malformed message counts as something).
+template <class Receive>
+bool loader::state::receive_into(std::vector<arrival>& got, Receive&& receive) {
+    std::optional<std::vector<tensor>> batch;
+    // The exception leaves its handler before it is queued: this thread's
+    // reference to it is dropped before the consumer can take it (through
+    // the mutex), so the consumer frees it. Queueing from inside the
+    // handler was correct, but the reference counts live in libstdc++,
+    // which ThreadSanitizer does not see, so it reported the exception
+    // freed here as racing with the consumer's reading it.
+    std::exception_ptr failure;
+    try {
+        batch = receive();
+        if (!batch) return false;
+        if (opt.transform) batch = opt.transform(std::move(*batch));
+    } catch (const error&) {
+        failure = std::current_exception();
+    }
+    if (failure) {
+        // A bad message (or transform failure) costs that message only:
+        // zrecv drained it, the socket is at a message boundary.
+        std::lock_guard lock(mutex);
+        ++malformed;
+        if (!opt.skip_malformed) got.emplace_back().what.emplace<std::exception_ptr>(std::move(failure));
+        return true;
+    }
+    arrival& a = got.emplace_back();
+    a.bytes = data_bytes(*batch);
+    a.what = std::move(*batch);
+    return true;
+}
+
+// Queues what was received, in order, under one lock and with one wake-up
+// of the consumer (perf: three locks and a wake-up a message). Waits for
+// room as needed (see refill); returns the room left for more messages.
+std::size_t loader::state::queue_all(std::vector<arrival>& got) {
     std::unique_lock lock(mutex);
-    changed.wait(lock, [&] {
-        return stop || queue.empty() ||
-               (queue.size() < opt.queue_messages && queued_bytes + bytes <= opt.queue_bytes);
-    });
-    if (stop) return;
-    queue.push_back(std::move(item));
-    queued_bytes += bytes;
-    peak_messages = std::max(peak_messages, queue.size());
-    peak_bytes = std::max(peak_bytes, queued_bytes);
+    for (arrival& a : got) {
+        if (!has_room(a.bytes)) {
+            changed.notify_all();  // the consumer may take what is queued meanwhile
+            drained.wait(lock, [&] { return stop || refill(a.bytes); });
+        }
+        if (stop) break;
+        if (std::holds_alternative<std::vector<tensor>>(a.what)) stats.add(a.bytes);
+        queue.push_back(std::move(a.what));
+        queued_bytes += a.bytes;
+        peak_messages = std::max(peak_messages, queue.size());
+        peak_bytes = std::max(peak_bytes, queued_bytes);
+    }
+    got.clear();
     changed.notify_all();
+    return opt.queue_messages > queue.size() ? opt.queue_messages - queue.size() : 0;
 }
 
 void loader::state::run() {
@@ -70,43 +138,16 @@ void loader::state::run() {
             started = true;
             changed.notify_all();
         }
-        for (;;) {
-            {
-                std::lock_guard lock(mutex);
-                if (stop) break;
+        // One message waited for, then those already waiting, as many as
+        // the queue had room for: never more in hand than that room, or
+        // one when it is full (as before batching).
+        std::vector<arrival> got;
+        std::size_t room = opt.queue_messages;
+        while (!stop.load(std::memory_order_relaxed)) {
+            if (!receive_into(got, [&] { return conn.recv(); })) continue;
+            for (std::size_t taken = 1; taken < room && receive_into(got, [&] { return conn.try_recv(); }); ++taken) {
             }
-            std::optional<std::vector<tensor>> batch;
-            // The exception leaves its handler before it is queued: this
-            // thread's reference to it is dropped before the consumer can
-            // take it (through the mutex), so the consumer frees it.
-            // Queueing from inside the handler was correct, but the
-            // reference counts live in libstdc++, which ThreadSanitizer does
-            // not see, so it reported the exception freed here as racing
-            // with the consumer's reading it.
-            std::exception_ptr failure;
-            try {
-                batch = conn.recv();
-                if (!batch) continue;
-                if (opt.transform) batch = opt.transform(std::move(*batch));
-            } catch (const error&) {
-                failure = std::current_exception();
-            }
-            if (failure) {
-                // A bad message (or transform failure) costs that message
-                // only: zrecv drained it, the socket is at a message boundary.
-                std::unique_lock lock(mutex);
-                ++malformed;
-                if (opt.skip_malformed) continue;
-                lock.unlock();
-                push(std::move(failure), 0);
-                continue;
-            }
-            const std::uint64_t bytes = data_bytes(*batch);
-            {
-                std::lock_guard lock(mutex);
-                stats.add(bytes);
-            }
-            push(std::move(*batch), bytes);
+            room = queue_all(got);
         }
     } catch (...) {
         fatal = std::current_exception();
@@ -150,6 +191,7 @@ void loader::close() {
     std::lock_guard lock(state_->mutex);
     state_->stop = true;
     state_->changed.notify_all();
+    state_->drained.notify_all();
 }
 
 std::optional<std::vector<tensor>> loader::next() {
@@ -170,13 +212,11 @@ std::optional<std::vector<tensor>> loader::next(std::chrono::milliseconds timeou
     }
     auto item = std::move(s.queue.front());
     s.queue.pop_front();
-    if (auto* batch = std::get_if<std::vector<tensor>>(&item)) {
-        s.queued_bytes -= data_bytes(*batch);
-        s.changed.notify_all();
-        return std::move(*batch);
-    }
-    s.changed.notify_all();
-    std::rethrow_exception(std::get<std::exception_ptr>(item));
+    auto* batch = std::get_if<std::vector<tensor>>(&item);
+    if (batch) s.queued_bytes -= data_bytes(*batch);
+    if (s.queue.size() <= s.refill_mark()) s.drained.notify_one();
+    if (!batch) std::rethrow_exception(std::get<std::exception_ptr>(item));
+    return std::move(*batch);
 }
 
 statistics loader::stats() const {
