@@ -120,6 +120,11 @@ workload make_workload(const std::string& set, std::uint64_t bytes, bool with_en
     return w;
 }
 
+// Messages a second for small messages, else GB/s of tensor data.
+double throughput(const workload& w, form f, int count, double seconds) {
+    return f == form::small ? count / seconds : static_cast<double>(w.payload) * count / seconds / 1e9;
+}
+
 // ---- one message, both ways -----------------------------------------------------
 
 zmq::socket_ref ref(void* s) { return zmq::socket_ref(zmq::from_handle, s); }
@@ -202,15 +207,21 @@ tenbin::bytes_view expected_frame(form f, const workload& w, std::size_t i) {
     return i % 2 == 0 ? tenbin::bytes_view(w.headers[i / 2]) : w.tensors[i / 2].data().bytes();
 }
 
+// What tenbin received must be what was sent: sizes always, bytes when
+// `verify` (the first message of a run).
+void check_received(const std::vector<tenbin::tensor>& got, const workload& w, bool verify) {
+    if (got.size() != w.tensors.size()) fail("received the wrong number of tensors");
+    for (std::size_t k = 0; k < w.tensors.size(); ++k) {
+        if (got[k].nbytes() != w.tensors[k].nbytes()) fail("received a tensor of the wrong size");
+        if (verify && !(got[k].view() == w.tensors[k].view())) fail("received tensor differs");
+    }
+}
+
 void recv_one(void* s, impl which, form f, const workload& w, bool verify) {
     if (which == impl::tenbin) {
         auto m = f == form::single ? tenbin::zrecv_single(ref(s)) : tenbin::zrecv_multipart(ref(s));
         if (!m) fail("tenbin receive timed out");
-        if (m->tensors.size() != w.tensors.size()) fail("received the wrong number of tensors");
-        for (std::size_t k = 0; k < w.tensors.size(); ++k) {
-            if (m->tensors[k].nbytes() != w.tensors[k].nbytes()) fail("received a tensor of the wrong size");
-            if (verify && !(m->tensors[k].view() == w.tensors[k].view())) fail("received tensor differs");
-        }
+        check_received(m->tensors, w, verify);
         return;
     }
     // Frame i of a [header, data] message as the decoding variants check
@@ -273,15 +284,22 @@ void recv_one(void* s, impl which, form f, const workload& w, bool verify) {
     if (bad || frames != want) fail("raw receive got other frames than were sent");
 }
 
-// The receiver side of one repetition: returns the seconds for `count`
-// messages after the warmup ones.
-double receive_run(void* s, impl which, form f, const workload& w, int warmup, int count,
-                   const std::function<void()>& ready) {
-    for (int i = 0; i < warmup; ++i) recv_one(s, which, f, w, i == 0);
+// The receiver side of one repetition: takes `warmup` messages by
+// `take_one(verify)` (verifying the first), calls `ready`, and returns the
+// seconds `count` more take.
+template <class Take>
+double timed_receive(int warmup, int count, const std::function<void()>& ready, Take&& take_one) {
+    for (int i = 0; i < warmup; ++i) take_one(i == 0);
     const auto t0 = clock_type::now();
     ready();
-    for (int i = 0; i < count; ++i) recv_one(s, which, f, w, false);
+    for (int i = 0; i < count; ++i) take_one(false);
     return seconds_since(t0);
+}
+
+// The same for recv_one.
+double receive_run(void* s, impl which, form f, const workload& w, int warmup, int count,
+                   const std::function<void()>& ready) {
+    return timed_receive(warmup, count, ready, [&](bool verify) { recv_one(s, which, f, w, verify); });
 }
 
 void send_run(void* s, impl which, form f, const workload& w, int warmup, int count,
@@ -293,10 +311,13 @@ void send_run(void* s, impl which, form f, const workload& w, int warmup, int co
 
 // ---- sockets ------------------------------------------------------------------
 
-void* context() {
-    static void* ctx = zmq_ctx_new();
+// One context (one I/O thread) for every socket of this process, the
+// loader's included.
+std::shared_ptr<zmq::context_t> shared_context() {
+    static const auto ctx = std::make_shared<zmq::context_t>();
     return ctx;
 }
+void* context() { return shared_context()->handle(); }
 
 void set_int(void* s, int option, int value) {
     check_zmq(zmq_setsockopt(s, option, &value, sizeof value), "zmq_setsockopt");
@@ -357,21 +378,41 @@ struct socket_pair {
     }
 };
 
-// One repetition with the sender on a thread of this process.
-double run_threads(socket_pair& p, impl sender_impl, impl receiver_impl, form f, const workload& w, int warmup,
-                   int count) {
+// What a consumer does at the least with a batch: reads every byte of it
+// (as 64-bit words, into a sum the compiler must keep).
+void read_through(const std::vector<tenbin::tensor>& batch) {
+    static volatile std::uint64_t sink = 0;
+    std::uint64_t sum = 0;
+    for (const tenbin::tensor& t : batch) {
+        const tenbin::bytes_view b = t.data().bytes();
+        std::size_t i = 0;
+        for (; i + 8 <= b.size(); i += 8) {
+            std::uint64_t word;
+            std::memcpy(&word, b.data() + i, 8);
+            sum += word;
+        }
+        for (; i < b.size(); ++i) sum += static_cast<std::uint64_t>(b[i]);
+    }
+    sink = sink + sum;
+}
+
+// One repetition with the sender on a thread of this process sending from
+// `push`; `receive(ready)` receives here and returns its seconds, calling
+// `ready` once the warmup messages are in.
+double run_sender_thread(void* push, impl sender_impl, form f, const workload& w, int warmup, int count,
+                         const std::function<double(const std::function<void()>&)>& receive) {
     std::atomic<int> go{0};
     std::exception_ptr err;
     std::thread sender([&] {
         try {
-            send_run(p.push, sender_impl, f, w, warmup, count, [&] { go.wait(0); });
+            send_run(push, sender_impl, f, w, warmup, count, [&] { go.wait(0); });
         } catch (...) {
             err = std::current_exception();
         }
     });
     double s = 0;
     try {
-        s = receive_run(p.pull, receiver_impl, f, w, warmup, count, [&] {
+        s = receive([&] {
             go.store(1);
             go.notify_one();
         });
@@ -384,6 +425,13 @@ double run_threads(socket_pair& p, impl sender_impl, impl receiver_impl, form f,
     sender.join();
     if (err) std::rethrow_exception(err);
     return s;
+}
+
+double run_threads(socket_pair& p, impl sender_impl, impl receiver_impl, form f, const workload& w, int warmup,
+                   int count) {
+    return run_sender_thread(p.push, sender_impl, f, w, warmup, count, [&](const std::function<void()>& ready) {
+        return receive_run(p.pull, receiver_impl, f, w, warmup, count, ready);
+    });
 }
 
 double run_threads(socket_pair& p, impl which, form f, const workload& w, int warmup, int count) {
@@ -474,7 +522,7 @@ int peer_main(const std::map<std::string, std::string>& args) {
         });
         zmq_close(s);  // default linger: everything queued is delivered first
     }
-    zmq_ctx_term(context());
+    shared_context()->close();
     return 0;
 }
 
@@ -526,9 +574,7 @@ struct suite {
             const int warmup = 2;
             for (const std::string& transport : transports) {
                 if (!wanted(name_of(f), transport)) continue;
-                auto to_rate = [&](double sec, int count) {
-                    return small ? count / sec : static_cast<double>(w.payload) * count / sec / 1e9;
-                };
+                auto to_rate = [&](double sec, int count) { return throughput(w, f, count, sec); };
                 std::pair<double, double> m;
                 if (transport == "tcp-2proc") {
                     const peer tp{peer_kind::tenbin, cfg.malloc_mode}, rp{peer_kind::raw, cfg.malloc_mode};
@@ -566,8 +612,7 @@ struct suite {
         // GB/s of `n` messages of `wl` from `sender` to `receiver`.
         auto rate = [&](const workload& wl, int n, impl sender, impl receiver) {
             return [&, n, sender, receiver] {
-                return static_cast<double>(wl.payload) * n / run_threads(p, sender, receiver, form::multi, wl, warmup, n) /
-                       1e9;
+                return throughput(wl, form::multi, n, run_threads(p, sender, receiver, form::multi, wl, warmup, n));
             };
         };
         const std::vector<double> m = interleave_all(
@@ -600,6 +645,73 @@ struct suite {
              "both sides tenbin, 8 tensors of 128 KiB"});
     }
 
+    // ---- the loader: receiving and decoding on a thread of its own ----
+    // zsend_multipart from a thread to a tenbin::loader whose batches are
+    // taken here, against receiving here. With a consumer that does nothing
+    // else this is what the hop to the consumer costs (its queue, locks and
+    // wake-ups); with one that reads every byte of each batch (a trainer
+    // does more) it is what prefetching gains, receiving while the consumer
+    // works. The loader keeps its socket for all repetitions, as a trainer
+    // does.
+    void loader(const std::vector<std::uint64_t>& sizes) {
+        const std::string transport = "tcp";
+        if (!wanted("loader", transport)) return;
+        const int warmup = 2;
+        for (const std::uint64_t size : sizes) {
+            const bool small = size == 0;
+            const form f = small ? form::small : form::multi;
+            const workload w = small ? make_workload("small", 0) : make_workload("quad", size);
+            const int hwm = hwm_for(w.payload);
+            tenbin::loader_options opt;
+            opt.connection.recv_hwm = hwm;
+            opt.reuse_allocations = false;  // as --malloc says
+            tenbin::loader l(shared_context(), std::vector<std::string>{"zpull://127.0.0.1:*"}, opt);
+            void* push = sender_socket(l.endpoints().at(0).address, hwm);
+            socket_pair p(transport, hwm);
+            // Seconds for `count` messages from a tenbin sender on `to`,
+            // each taken by `take()` and checked, and read when `reads`.
+            auto run = [&](void* to, int count, bool reads, auto take) {
+                return run_sender_thread(to, impl::tenbin, f, w, warmup, count, [&](const std::function<void()>& ready) {
+                    return timed_receive(warmup, count, ready, [&](bool verify) {
+                        const std::vector<tenbin::tensor> batch = take();
+                        check_received(batch, w, verify);
+                        if (reads) read_through(batch);
+                    });
+                });
+            };
+            auto via_loader = [&](int count, bool reads) {
+                return run(push, count, reads, [&] {
+                    auto batch = l.next(std::chrono::seconds(120));
+                    if (!batch) fail("the loader closed");
+                    return std::move(*batch);
+                });
+            };
+            auto via_zrecv = [&](int count, bool reads) {
+                return run(p.push, count, reads, [&] {
+                    auto m = tenbin::zrecv_multipart(ref(p.pull));
+                    if (!m) fail("tenbin receive timed out");
+                    return std::move(m->tensors);
+                });
+            };
+            const int count = calibrate(cfg, [&](int c) { return via_loader(c, false); }, w.payload);
+            auto rate = [&](auto seconds) { return [&, seconds] { return throughput(w, f, count, seconds()); }; };
+            const std::vector<double> m = interleave_all(
+                cfg.reps, {rate([&] { return via_loader(count, false); }),
+                           rate([&] { return run_threads(p, impl::raw, f, w, warmup, count); }),
+                           rate([&] { return via_zrecv(count, false); }), rate([&] { return via_loader(count, true); }),
+                           rate([&] { return via_zrecv(count, true); })});
+            const char* unit = small ? "msg/s" : "GB/s";
+            const std::string what = small ? "64 f4 a message, zsend_multipart to loader::next" : "zsend_multipart to loader::next";
+            add({"loader", transport, w.payload, m[0], m[1], unit, "raw libzmq received on the consumer's thread", what});
+            add({"loader vs zrecv", transport, w.payload, m[0], m[2], unit, "zrecv_multipart on the consumer's thread",
+                 what});
+            add({"loader, consumer reads", transport, w.payload, m[3], m[4], unit,
+                 "zrecv_multipart on the consumer's thread, which reads", "the consumer reads every byte of each batch"});
+            set_int(push, ZMQ_LINGER, 0);
+            zmq_close(push);
+        }
+    }
+
     // ---- 6: the tensorcom-style Python peer, two processes over tcp ----
     void python(form f, const std::vector<std::uint64_t>& sizes) {
         if (!wanted(std::string(name_of(f)) + " vs python", "tcp-2proc")) return;
@@ -608,7 +720,7 @@ struct suite {
             const workload w = make_workload("quad", size, false);
             const int count = calibrate(
                 cfg, [&](int c) { return run_processes(cfg, tp, tp, f, w, 2, c); }, w.payload);
-            auto rate = [&](double sec) { return static_cast<double>(w.payload) * count / sec / 1e9; };
+            auto rate = [&](double sec) { return throughput(w, f, count, sec); };
             // Python is slower: fewer repetitions keep the run short.
             const auto m = interleave(
                 std::max(3, cfg.reps - 2), [&] { return rate(run_processes(cfg, tp, tp, f, w, 2, count)); },
@@ -909,6 +1021,7 @@ int run(int argc, char** argv) {
     s.streams(form::single, sizes, transports);
     s.streams(form::small, {0}, transports);
     s.anatomy(MiB);
+    s.loader(cfg.quick ? std::vector<std::uint64_t>{0, MiB} : std::vector<std::uint64_t>{0, 64 * KiB, MiB, 16 * MiB});
     s.codec();
     s.files();
     const std::vector<std::uint64_t> py_sizes =
@@ -918,7 +1031,7 @@ int run(int argc, char** argv) {
     s.batch();
     std::cout << "total " << seconds_since(t0) << " s" << std::endl;
     if (args.count("json")) write_json(args["json"], s.results);
-    zmq_ctx_term(context());
+    shared_context()->close();
     return 0;
 }
 
