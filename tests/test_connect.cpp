@@ -274,6 +274,47 @@ TEST_CASE("messages already waiting are queued together, in order, errors in pla
     CHECK(l.peak_queued_messages() > 1);  // they were queued together
 }
 
+TEST_CASE("a loader takes off its socket no more than its queue has room for, in bytes too") {
+    // Messages the loader has taken off its socket but not queued are
+    // memory outside both bounds, the queue's and the socket's high-water
+    // mark. 40 kB batches wait on the socket before the loader binds
+    // (inproc queues for a late bind); with room for two of them, the
+    // loader may queue two and hold one more. How many it took off shows
+    // in what the sender can add afterwards: binding adds the receiver's
+    // high-water mark to the pipe, and libzmq lets a writer refill what
+    // its reader has taken only in steps of half the mark.
+    auto ctx = std::make_shared<zmq::context_t>(1);
+    zmq::socket_t tx(*ctx, zmq::socket_type::push);
+    tx.set(zmq::sockopt::sndhwm, 50);
+    tx.connect("inproc://hand");
+    auto fill = [&](int from) {
+        int n = 0;
+        for (int idle = 0; idle < 20;) {
+            if (zsend_multipart(tx, batch_of(10000, from + n), {.flags = zmq::send_flags::dontwait})) {
+                ++n;
+                idle = 0;
+            } else {
+                ++idle;
+                std::this_thread::sleep_for(10ms);
+            }
+        }
+        return n;
+    };
+    const int before = fill(0);
+    loader_options lo;
+    lo.queue_messages = 64;
+    lo.queue_bytes = 100000;
+    lo.connection.recv_hwm = 50;
+    loader l(ctx, strings{"zpull+inproc://hand"}, lo);
+    (void)l.endpoints();
+    std::this_thread::sleep_for(300ms);
+    CHECK(l.queued_messages() == 2);
+    const int after = fill(before);
+    MESSAGE("sent " << before << " before the loader, " << after << " after");
+    CHECK(after < 50 + 10);  // it took off a few, not the 50 waiting
+    for (int i = 0; i < before + after; ++i) CHECK(seed_of(*l.next(5000ms)) == i);
+}
+
 TEST_CASE("try_recv takes a waiting message and never blocks") {
     auto ctx = std::make_shared<zmq::context_t>(1);
     connection_options ro = quick();

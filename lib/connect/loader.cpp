@@ -55,7 +55,12 @@ struct loader::state {
     void run();
     template <class Receive>
     bool receive_into(std::vector<arrival>& got, Receive&& receive);
-    std::size_t queue_all(std::vector<arrival>& got);
+    // Room left in the queue, in messages and in tensor bytes.
+    struct room_left {
+        std::size_t messages;
+        std::uint64_t bytes;
+    };
+    room_left queue_all(std::vector<arrival>& got);
     bool has_room(std::uint64_t bytes) const {
         return queue.empty() || (queue.size() < opt.queue_messages && queued_bytes + bytes <= opt.queue_bytes);
     }
@@ -106,8 +111,8 @@ bool loader::state::receive_into(std::vector<arrival>& got, Receive&& receive) {
 
 // Queues what was received, in order, under one lock and with one wake-up
 // of the consumer (perf: three locks and a wake-up a message). Waits for
-// room as needed (see refill); returns the room left for more messages.
-std::size_t loader::state::queue_all(std::vector<arrival>& got) {
+// room as needed (see refill); returns the room left.
+loader::state::room_left loader::state::queue_all(std::vector<arrival>& got) {
     std::unique_lock lock(mutex);
     for (arrival& a : got) {
         if (!has_room(a.bytes)) {
@@ -123,7 +128,8 @@ std::size_t loader::state::queue_all(std::vector<arrival>& got) {
     }
     got.clear();
     changed.notify_all();
-    return opt.queue_messages > queue.size() ? opt.queue_messages - queue.size() : 0;
+    return {opt.queue_messages > queue.size() ? opt.queue_messages - queue.size() : 0,
+            opt.queue_bytes > queued_bytes ? opt.queue_bytes - queued_bytes : 0};
 }
 
 void loader::state::run() {
@@ -138,14 +144,23 @@ void loader::state::run() {
             started = true;
             changed.notify_all();
         }
-        // One message waited for, then those already waiting, as many as
-        // the queue had room for: never more in hand than that room, or
-        // one when it is full (as before batching).
+        // One message waited for, then those already waiting while the
+        // queue had room for them, in messages and in bytes: never more in
+        // hand than that room, or one message when it is full (as before
+        // batching). What stays on the socket counts against its
+        // high-water mark instead.
         std::vector<arrival> got;
-        std::size_t room = opt.queue_messages;
+        room_left room{opt.queue_messages, opt.queue_bytes};
+        auto in_hand = [&] {
+            std::uint64_t n = 0;
+            for (const arrival& a : got) n += a.bytes;
+            return n;
+        };
         while (!stop.load(std::memory_order_relaxed)) {
             if (!receive_into(got, [&] { return conn.recv(); })) continue;
-            for (std::size_t taken = 1; taken < room && receive_into(got, [&] { return conn.try_recv(); }); ++taken) {
+            for (std::size_t taken = 1; taken < room.messages && in_hand() < room.bytes &&
+                                        receive_into(got, [&] { return conn.try_recv(); });
+                 ++taken) {
             }
             room = queue_all(got);
         }
