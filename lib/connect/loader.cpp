@@ -61,18 +61,19 @@ struct loader::state {
         std::uint64_t bytes;
     };
     room_left queue_all(std::vector<arrival>& got);
-    bool has_room(std::uint64_t bytes) const {
-        return queue.empty() || (queue.size() < opt.queue_messages && queued_bytes + bytes <= opt.queue_bytes);
+    // Whether a message of `bytes` may join the queue while it holds fewer
+    // than `messages`.
+    bool fits(std::uint64_t bytes, std::size_t messages) const {
+        return queue.empty() || (queue.size() < messages && queued_bytes + bytes <= opt.queue_bytes);
     }
+    bool has_room(std::uint64_t bytes) const { return fits(bytes, opt.queue_messages); }
     // A full queue is refilled once the consumer has taken it down to half
     // (perf: refilling each freed place made the two threads wake each
     // other for every message or few, and a wake-up of an idle core costs
     // microseconds: a loader of small messages ran at 0.1x of receiving on
     // the consumer's thread).
     std::size_t refill_mark() const { return opt.queue_messages / 2; }
-    bool refill(std::uint64_t bytes) const {
-        return queue.empty() || (queue.size() <= refill_mark() && queued_bytes + bytes <= opt.queue_bytes);
-    }
+    bool refill(std::uint64_t bytes) const { return fits(bytes, refill_mark() + 1); }
 };
 
 // Receives one message by `receive` and adds it to `got`: its batch
