@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs tenbin from SOURCE_ROOT into a temporary prefix, then builds and
-# runs three consumer programs against it: a CMake project using
-# find_package(tenbin), a plain Makefile using pkg-config, and a meson
+# runs consumer programs against it: a CMake project using
+# find_package(tenbin), a plain Makefile using pkg-config, the same program
+# against the build tree's uninstalled pkg-config file, and a meson
 # project using tenbin as a subproject. Exits non-zero on the first failure.
 #
 #   tests/consumers/run.sh SOURCE_ROOT
@@ -54,6 +55,16 @@ env -u LD_LIBRARY_PATH "$work/make/consumer-static"
 if ldd "$work/make/consumer-static" | grep -q libtenbin; then
     echo "consumer-static links libtenbin.so"; exit 1
 fi
+
+step "pkg-config from the build tree (tenbin-uninstalled.pc), uninstalled"
+# pkg-config prefers NAME-uninstalled.pc: what a user building against a
+# build directory gets.
+mkdir -p "$work/uninstalled"
+# shellcheck disable=SC2046
+"${CXX:-c++}" -std=c++20 -o "$work/uninstalled/consumer" "$here/make/consumer.cpp" \
+    $(PKG_CONFIG_PATH="$work/build/meson-uninstalled" pkg-config --cflags --libs tenbin)
+LD_LIBRARY_PATH="$work/build/lib" "$work/uninstalled/consumer"
+ran=$((ran + 1))
 
 if command -v cmake >/dev/null; then
     for kind in shared static; do
