@@ -74,9 +74,20 @@ TEST_CASE("plain endpoints need a kind; options override binding") {
 
 TEST_CASE("malformed URLs say what is wrong") {
     for (const char* bad : {"", "zpush", "://x", "zfoo://h:1", "zpush+udp://h:1", "zpush://", "zpush://host",
-                            "zpush://host:", "zpush://:80", "zpush://h:1/path", "tcp+ipc://x", "zpub+ipc://"}) {
+                            "zpush://host:", "zpush://:80", "zpush://h:1/path",
+                            "zpush://h:99999", "zpush://h:65536", "zpush://h:-5", "zpush://h:abc", "zpush://h:+80",
+                            "zpush://h:123456", "zpush://h: 80", "tcp+ipc://x", "zpub+ipc://"}) {
         CAPTURE(bad);
         CHECK(error_class([&] { parse_url(bad, {.kind = socket_kind::push}); }) == "bad_url");
+    }
+    for (const char* good : {"zpush://h:0", "zpush://h:65535", "zpull://*:*", "zpush://[::1]:80"}) {
+        CAPTURE(good);
+        CHECK_NOTHROW(parse_url(good));
+    }
+    try {
+        parse_url("zpush://127.0.0.1:99999");
+    } catch (const error& e) {
+        CHECK(std::string(e.what()).find("port '99999' is not a number from 0 to 65535") != std::string::npos);
     }
     try {
         parse_url("zfoo://h:1");
