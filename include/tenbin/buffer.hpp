@@ -70,11 +70,18 @@ public:
     bytes_view bytes() const noexcept { return {data_, size_}; }
 
     /// Writable access; throws `error(errc::unsupported)` for read-only
-    /// memory (borrowed bytes, file mappings).
+    /// memory (borrowed bytes, file mappings, received frames).
     mutable_bytes writable_bytes() const;
     /// False for read-only memory (borrowed bytes, file mappings, received
     /// frames); `writable_bytes` then throws.
     bool writable() const noexcept { return writable_; }
+    /// The same bytes and keeper, read-only: for handing out memory that
+    /// must not change.
+    buffer read_only() const& {
+        buffer b = *this;
+        b.writable_ = false;
+        return b;
+    }
 
     /// True when the buffer owns (or shares) its memory; false for `borrow`.
     bool owned() const noexcept { return keeper_ != nullptr; }

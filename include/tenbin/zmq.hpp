@@ -170,7 +170,8 @@ bool zsend_multipart(zmq::socket_ref socket, tensor_span tensors, const send_opt
 /// them. A tensor whose bytes are not aligned for
 /// its dtype (libzmq places frames at arbitrary offsets) is copied into
 /// aligned storage instead, so `values<T>()` always works on received
-/// tensors.
+/// tensors; the copy is read-only too, so writing fails alike whatever the
+/// size or transport.
 std::optional<message> zrecv(zmq::socket_ref socket, const recv_options& opt = {});
 
 /// Receives one single-part message: a message with more than one tenbin

@@ -89,7 +89,7 @@ buffer buffer::share(keeper_type keeper, mutable_bytes bytes, bool writable) {
 mutable_bytes buffer::writable_bytes() const {
     if (!writable_)
         throw error(errc::unsupported, "buffer of " + std::to_string(size_) +
-                                           " bytes is read-only (borrowed or mapped); clone it to write");
+                                           " bytes is read-only (borrowed, mapped or received); clone it to write");
     return {data_, size_};
 }
 

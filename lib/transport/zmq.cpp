@@ -519,9 +519,14 @@ std::optional<message> receive(zmq::socket_ref socket, const recv_options& opt, 
         throw error(e.code(), where + ": " + e.what());
     }
 
-    // libzmq gives no alignment guarantee; typed access needs one.
+    // libzmq gives no alignment guarantee; typed access needs one. The
+    // copy is read-only like every received tensor, so code that writes to
+    // one fails alike for every size and transport.
     for (tensor& t : out.tensors)
-        if (!t.data().aligned_to(itemsize(t.dtype()))) t = t.aligned();
+        if (!t.data().aligned_to(itemsize(t.dtype()))) {
+            const tensor copy = t.clone();
+            t = tensor(copy.dtype(), copy.shape(), copy.data().read_only(), copy.info());
+        }
     return out;
 }
 
