@@ -118,6 +118,45 @@ TEST_CASE("single-part connections, plain endpoints and infos") {
     CHECK(seed_of(*rx.recv()) == 5);
 }
 
+TEST_CASE("connections and loaders made without a context meet over inproc") {
+    // Each made its own context before, so these never met.
+    for (int round = 0; round < 2; ++round) {  // the shared context ends with its last user, then comes anew
+        CAPTURE(round);
+        connection rx("zpull+inproc://meet", quick());
+        connection tx("zpush+inproc://meet", quick());
+        REQUIRE(tx.send(batch_of(4, 11 + round)));
+        const auto got = rx.recv();
+        REQUIRE(got);
+        CHECK(seed_of(*got) == 11 + round);
+    }
+    loader_options lo;
+    lo.connection = quick();
+    loader l("zpull+inproc://meet-loader", lo);
+    connection tx("zpush+inproc://meet-loader", quick());
+    REQUIRE(tx.send(batch_of(4, 13)));
+    const auto got = l.next(5000ms);
+    REQUIRE(got);
+    CHECK(seed_of(*got) == 13);
+}
+
+TEST_CASE("sending on a receiving socket, or the reverse, is refused with a clear error") {
+    connection rx("zpull://127.0.0.1:*", quick());
+    connection tx(strings{"zpush://" + rx.endpoints()[0].address.substr(6)}, quick());
+    CHECK(error_class([&] { rx.send(batch_of(2, 1)); }) == "bad_argument");
+    CHECK(error_class([&] { (void)tx.recv(); }) == "bad_argument");
+    CHECK(error_class([&] { (void)tx.try_recv(); }) == "bad_argument");
+    try {
+        rx.send(batch_of(2, 1));
+    } catch (const error& e) {
+        CHECK(std::string(e.what()).find("is a pull socket, which cannot send") != std::string::npos);
+    }
+    // The refused calls left both usable.
+    REQUIRE(tx.send(batch_of(2, 5)));
+    CHECK(seed_of(*rx.recv()) == 5);
+    CHECK(error_class([] { loader l("zpush://127.0.0.1:*"); }) == "bad_url");
+    CHECK(error_class([] { loader l("zpub://127.0.0.1:*"); }) == "bad_url");
+}
+
 TEST_CASE("heartbeats are set on the socket, and must be positive") {
     connection_options o = quick();
     o.heartbeat = 250ms;

@@ -150,8 +150,10 @@ class connection {
 public:
     /// Opens the socket and binds/connects every endpoint. Throws bad_url,
     /// or zmq::error_t when ZeroMQ refuses an endpoint (address in use...).
-    /// The connection owns a ZeroMQ context unless one is given (inproc
-    /// endpoints need one context shared by both sides).
+    /// Without a context given, a connection with an inproc endpoint uses
+    /// one process-wide context, shared with every other such connection
+    /// and loader alive (inproc endpoints meet only within one context);
+    /// any other gets a context, and so a libzmq I/O thread, of its own.
     explicit connection(std::string_view url, connection_options opt = {});
     /// The same on several URLs (each brace-expanded) sharing one socket.
     explicit connection(std::span<const std::string> urls, connection_options opt = {});
@@ -168,11 +170,13 @@ public:
     ~connection();
 
     /// Sends one message. Returns false when the send timeout expired.
-    /// Throws bad_argument for 64-bit dtypes unless allow64, wrong infos.
+    /// Throws bad_argument for 64-bit dtypes unless allow64, wrong infos,
+    /// or a socket that cannot send (zpull, zsub).
     bool send(tensor_span tensors);
     /// Receives one message (either form). Returns nothing on timeout.
     /// Throws the codec's errors for malformed messages; the connection
-    /// stays usable (the rest of a bad message is drained).
+    /// stays usable (the rest of a bad message is drained). Throws
+    /// bad_argument on a socket that cannot receive (zpush, zpub).
     std::optional<std::vector<tensor>> recv();
     /// Receives one message if one is waiting now; nothing otherwise.
     /// Throws as recv() does.
@@ -277,7 +281,9 @@ struct loader_options {
 class loader {
 public:
     /// Starts the loader thread on the URLs (each brace-expanded). Throws
-    /// bad_url, or zmq::error_t when an endpoint is refused.
+    /// bad_url (also for URLs of a socket that cannot receive: zpush,
+    /// zpub), or zmq::error_t when an endpoint is refused. Without a
+    /// context given, one is chosen as for `connection`.
     loader(std::span<const std::string> urls, loader_options opt = {});
     /// The same on one URL.
     explicit loader(std::string_view url, loader_options opt = {});

@@ -1,10 +1,13 @@
 #include <tenbin/connect.hpp>
 
+#include "connect/connect_detail.hpp"
+
 #include <malloc.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <mutex>
 
 namespace tenbin {
 
@@ -22,7 +25,32 @@ bool topic_applies(const connection_options& opt, socket_kind kind) {
     return !opt.topic.empty() && (kind == socket_kind::pub || kind == socket_kind::sub);
 }
 
+// Sending on a pull socket (or receiving on a push one) would fail in
+// libzmq as "Operation not supported": say what is wrong instead.
+void check_direction(const endpoint& ep, bool can, const char* what) {
+    if (!can)
+        throw error(errc::bad_argument, "this connection's socket (" + ep.address + ") is a " +
+                                            std::string(name(ep.kind)) + " socket, which cannot " + what);
+}
+
 }  // namespace
+
+std::shared_ptr<zmq::context_t> detail::default_context(std::span<const std::string> urls, const url_options& opt) {
+    const std::vector<endpoint> eps = parse_urls(urls, opt);
+    const bool inproc = std::any_of(eps.begin(), eps.end(), [](const endpoint& e) {
+        return e.address.rfind("inproc://", 0) == 0;
+    });
+    if (!inproc) return std::make_shared<zmq::context_t>(1);
+    static std::mutex m;
+    static std::weak_ptr<zmq::context_t> shared;
+    const std::lock_guard lock(m);
+    std::shared_ptr<zmq::context_t> ctx = shared.lock();
+    if (!ctx) {
+        ctx = std::make_shared<zmq::context_t>(1);
+        shared = ctx;
+    }
+    return ctx;
+}
 
 zmq::socket_type zmq_socket_type(socket_kind kind) noexcept {
     switch (kind) {
@@ -52,7 +80,7 @@ connection::connection(std::string_view url, connection_options opt)
     : connection(std::vector<std::string>{std::string(url)}, std::move(opt)) {}
 
 connection::connection(std::span<const std::string> urls, connection_options opt)
-    : connection(std::make_shared<zmq::context_t>(1), urls, std::move(opt)) {}
+    : connection(detail::default_context(urls, {.kind = opt.kind, .bind = opt.bind}), urls, std::move(opt)) {}
 
 connection::connection(std::shared_ptr<zmq::context_t> context, std::span<const std::string> urls,
                        connection_options opt)
@@ -101,6 +129,7 @@ connection& connection::operator=(connection&&) noexcept = default;
 connection::~connection() = default;
 
 bool connection::send(tensor_span tensors) {
+    check_direction(endpoints_.front(), detail::can_send(endpoints_.front().kind), "send");
     if (!opt_.allow64) check_no64(tensors);
     std::vector<tensor> renamed;
     if (!opt_.infos.empty()) {
@@ -123,6 +152,7 @@ std::optional<std::vector<tensor>> connection::recv() { return receive(zmq::recv
 std::optional<std::vector<tensor>> connection::try_recv() { return receive(zmq::recv_flags::dontwait); }
 
 std::optional<std::vector<tensor>> connection::receive(zmq::recv_flags flags) {
+    check_direction(endpoints_.front(), detail::can_receive(endpoints_.front().kind), "receive");
     recv_options ro;
     ro.flags = flags;
     ro.decode.limits = opt_.limits;

@@ -1,5 +1,7 @@
 #include <tenbin/connect.hpp>
 
+#include "connect/connect_detail.hpp"
+
 #include <atomic>
 #include <condition_variable>
 #include <exception>
@@ -184,12 +186,16 @@ loader::loader(std::string_view url, loader_options opt)
     : loader(std::vector<std::string>{std::string(url)}, std::move(opt)) {}
 
 loader::loader(std::span<const std::string> urls, loader_options opt)
-    : loader(std::make_shared<zmq::context_t>(1), urls, std::move(opt)) {}
+    : loader(detail::default_context(urls, {.kind = opt.connection.kind, .bind = opt.connection.bind}), urls,
+             std::move(opt)) {}
 
 loader::loader(std::shared_ptr<zmq::context_t> context, std::span<const std::string> urls, loader_options opt)
     : state_(std::make_shared<state>()) {
     // Parse now so that a bad URL fails in the caller's thread.
-    (void)parse_urls(urls, {.kind = opt.connection.kind, .bind = opt.connection.bind});
+    const socket_kind kind = parse_urls(urls, {.kind = opt.connection.kind, .bind = opt.connection.bind}).front().kind;
+    if (!detail::can_receive(kind))
+        throw error(errc::bad_url, "a loader receives, but '" + urls.front() + "' makes a " +
+                                       std::string(name(kind)) + " socket, which cannot");
     if (opt.reuse_allocations) reuse_large_allocations();
     state_->stats = statistics(opt.connection.stats_horizon);
     state_->opt = std::move(opt);
