@@ -106,4 +106,15 @@ std::string error_class(F&& f) {
     return "no error";
 }
 
+// The same as "class: what()", to check what an error says.
+template <class F>
+std::string error_text(F&& f) {
+    try {
+        f();
+    } catch (const tenbin::error& e) {
+        return std::string(tenbin::name(e.code())) + ": " + e.what();
+    }
+    return "no error";
+}
+
 }  // namespace test_support

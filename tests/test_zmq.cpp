@@ -28,6 +28,7 @@
 using namespace tenbin;
 using namespace std::chrono_literals;
 using test_support::error_class;
+using test_support::error_text;
 using test_support::le64;
 using test_support::numbered;
 using test_support::str64;
@@ -295,6 +296,31 @@ TEST_CASE("DEALER/ROUTER: the router sees the identity and replies with it") {
             check_same(answer->tensors, reply);
         }
     }
+}
+
+TEST_CASE("a forgotten envelope and the wrong form get errors that say what to do") {
+    zmq::context_t ctx;
+    auto router = make_socket(ctx, zmq::socket_type::router);
+    auto dealer = make_socket(ctx, zmq::socket_type::dealer);
+    link(router, dealer, transport::inproc);
+    const std::vector<tensor> request{patterned(dtype::f4, {3}, "a", 1), patterned(dtype::u1, {2}, "b", 2)};
+    REQUIRE(zsend_multipart(dealer, request));
+    const std::string envelope = error_text([&] { (void)zrecv(router); });
+    CHECK(envelope.rfind("odd_chunk_count: multipart message of 5 tenbin frames", 0) == 0);
+    CHECK(envelope.find("see recv_options::envelope") != std::string::npos);
+
+    auto pull = make_socket(ctx, zmq::socket_type::pull);
+    auto push = make_socket(ctx, zmq::socket_type::push);
+    link(pull, push, transport::inproc);
+    REQUIRE(zsend_multipart(push, request));
+    CHECK(error_text([&] { (void)zrecv_single(pull); }) ==
+          "odd_chunk_count: multipart message of 4 tenbin frames: not single-part, which is one tenbin frame "
+          "(zrecv accepts either form)");
+    REQUIRE(zsend_single(push, request));
+    const std::string single = error_text([&] { (void)zrecv_multipart(pull); });
+    CHECK(single.rfind("odd_chunk_count: single-part message of ", 0) == 0);
+    CHECK(single.find("not multipart") != std::string::npos);
+    CHECK(single.find("recv_options::envelope") == std::string::npos);
 }
 
 TEST_CASE("PAIR carries messages both ways") {

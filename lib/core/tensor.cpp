@@ -1,5 +1,7 @@
 #include <tenbin/tensor.hpp>
 
+#include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <string>
 
@@ -45,15 +47,23 @@ std::uint64_t element_count(std::span<const std::int64_t> shape) {
     return n;
 }
 
+namespace {
+
+std::string hex_address(const void* p) {
+    char text[2 + 2 * sizeof(std::uintptr_t) + 1];
+    std::snprintf(text, sizeof text, "0x%jx", static_cast<std::uintmax_t>(reinterpret_cast<std::uintptr_t>(p)));
+    return text;
+}
+
+}  // namespace
+
 void check_typed_access(dtype have, dtype want, const std::byte* data, std::size_t size) {
     if (have != want)
         throw_error(errc::bad_argument, "tensor holds " + std::string(code(have)) +
                                             ", not " + std::string(code(want)));
     if (reinterpret_cast<std::uintptr_t>(data) % itemsize(want) != 0)
-        throw_error(errc::unsupported, "tensor data at address " +
-                                           std::to_string(reinterpret_cast<std::uintptr_t>(data)) +
-                                           " is not aligned for " + std::string(code(want)) +
-                                           "; use tensor::aligned()");
+        throw_error(errc::unsupported, "tensor data at address " + hex_address(data) + " is not aligned for " +
+                                           std::string(code(want)) + "; use tensor::aligned()");
     if (size % itemsize(want) != 0)
         throw_error(errc::data_size_mismatch, std::to_string(size) +
                                                   " bytes are not a whole number of " +

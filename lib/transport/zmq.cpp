@@ -503,20 +503,24 @@ std::optional<message> receive(zmq::socket_ref socket, const recv_options& opt, 
         if (n == 1) {
             const std::size_t size = frames[skip].size();
             if (want == form::multipart && size != 0)
-                fail(errc::odd_chunk_count, "1 tenbin frame of " + str(size) +
-                                                " bytes: a header without data, or a single-part message "
-                                                "(zrecv accepts either form)");
+                fail(errc::odd_chunk_count, "not multipart: a header without its data, or a single-part message "
+                                            "(zrecv accepts either form)");
             out.tensors = decode_buffer(tenbin_frames.take(0), opt.decode);
         } else {
             if (want == form::single)
-                fail(errc::odd_chunk_count, str(n) + " tenbin frames: a single-part message has one "
-                                                     "(zrecv accepts either form)");
+                fail(errc::odd_chunk_count, "not single-part, which is one tenbin frame "
+                                            "(zrecv accepts either form)");
             out.tensors = detail::decode_list_from(tenbin_frames, opt.decode);
         }
     } catch (const error& e) {
         const std::string where = n == 1 ? "single-part message of " + str(frames[skip].size()) + " bytes"
                                          : "multipart message of " + str(n) + " tenbin frames";
-        throw error(e.code(), where + ": " + e.what());
+        // An odd frame count is most often a frame the envelope should
+        // have taken (a ROUTER's identity, a PUB topic).
+        const bool hint = e.code() == errc::odd_chunk_count && n > 1 && n % 2 == 1 &&
+                          opt.envelope.how == envelope_spec::kind::none;
+        throw error(e.code(), where + ": " + e.what() +
+                                  (hint ? " (a ROUTER identity or PUB topic in front? see recv_options::envelope)" : ""));
     }
 
     // libzmq gives no alignment guarantee; typed access needs one. The
