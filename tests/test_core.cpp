@@ -276,7 +276,11 @@ TEST_CASE("encoders accept tensors, views, single tensors and braced lists") {
     const buffer from_list = encode_buffer(list);
     CHECK(same_bytes(encode_buffer(views).bytes(), from_list.bytes()));
     CHECK(same_bytes(encode_buffer({a, b}).bytes(), from_list.bytes()));
+    CHECK(same_bytes(encode_buffer({a.view(), b.view()}).bytes(), from_list.bytes()));
     CHECK(decode_buffer(encode_buffer(a)).size() == 1);
+    CHECK(same_bytes(encode_buffer(a.view()).bytes(), encode_buffer(a).bytes()));
+    CHECK(encode_buffer({}).size() == 0);
+    CHECK(decode_list(encode_list({})).empty());
 
     std::vector<std::byte> out(encoded_size(list));
     encode_buffer_into(list, out);

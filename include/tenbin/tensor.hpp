@@ -176,6 +176,8 @@ static_assert(sizeof(tensor) <= 120);
 /// list. It refers to the caller's list: use it as a parameter only.
 class tensor_span {
 public:
+    /// The empty list (also what `{}` gives).
+    tensor_span() noexcept = default;
     /// Borrows a span of tensors.
     tensor_span(std::span<const tensor> t) noexcept : tensors_(t.data()), size_(t.size()) {}
     /// Borrows a span of views.
@@ -188,6 +190,8 @@ public:
     tensor_span(const R& r) noexcept : tensor_span(std::span(std::ranges::data(r), std::ranges::size(r))) {}
     /// Borrows one tensor as a list of one.
     tensor_span(const tensor& one) noexcept : tensors_(&one), size_(1) {}
+    /// Borrows one view as a list of one.
+    tensor_span(const tensor_view& one) noexcept : views_(&one), size_(1) {}
     // A braced list lives until the end of the call it is written in, which
     // is as long as a parameter needs it.
 #if defined(__GNUC__) && !defined(__clang__)
@@ -196,6 +200,8 @@ public:
 #endif
     /// Borrows a braced list `{a, b}` for the duration of the call.
     tensor_span(std::initializer_list<tensor> l) noexcept : tensors_(l.begin()), size_(l.size()) {}
+    /// Borrows a braced list of views `{a.view(), b.view()}` the same way.
+    tensor_span(std::initializer_list<tensor_view> l) noexcept : views_(l.begin()), size_(l.size()) {}
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif
