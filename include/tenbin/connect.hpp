@@ -72,7 +72,7 @@ public:
     double recent_rate() const;
     /// Bytes per second over the last `horizon` messages.
     double recent_throughput() const;
-    /// "12.5 msg/s, 96.1 MB/s (recent: ...)".
+    /// "120 msgs, 12.5 msg/s, 96.1 MB/s (recent 13.0 msg/s, 99.8 MB/s)".
     std::string summary() const;
 
 private:

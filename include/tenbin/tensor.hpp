@@ -88,8 +88,8 @@ public:
     static tensor zeros(tenbin::dtype t, shape_t shape, std::string_view info = {});
     /// A deep copy of a view into fresh aligned storage.
     static tensor copy_of(const tensor_view& v);
-    /// A tensor over `values` taken from the vector without a copy.
-    /// `shape` defaults to one dimension of `values.size()`.
+    /// A tensor over `values` taken from the vector without a copy, in
+    /// `shape` (whose elements must number `values.size()`).
     template <element T>
     static tensor from_vector(std::vector<T>&& values, shape_t shape, std::string_view info = {}) {
         return tensor(dtype_of<T>, std::move(shape), buffer::adopt(std::move(values)), info);
