@@ -61,16 +61,20 @@ private:
     std::ostream& os_;
 };
 
-/// Reads from a std::istream (which must outlive the source).
+/// Reads from a std::istream (which must outlive the source). For a
+/// seekable stream (a file, a string stream) it reports `remaining()`, so
+/// a truncated input gets the same error as from `load`.
 class istream_source final : public source {
 public:
-    /// Reads from `is`, which must outlive the source. A stream in a bad state
-    /// throws io_error.
-    explicit istream_source(std::istream& is) : is_(is) {}
+    /// Reads from `is`, which must outlive the source, from its current
+    /// position. A stream in a bad state throws io_error.
+    explicit istream_source(std::istream& is);
     std::size_t read_some(mutable_bytes out) override;
+    std::optional<std::uint64_t> remaining() const override { return remaining_; }
 
 private:
     std::istream& is_;
+    std::optional<std::uint64_t> remaining_;
 };
 
 /// Writes to a POSIX file descriptor with writev (gathered, no copy),

@@ -85,6 +85,20 @@ void ostream_sink::flush() {
     if (!os_) throw error(errc::io_error, "ostream flush failed");
 }
 
+istream_source::istream_source(std::istream& is) : is_(is) {
+    // A stream that cannot seek (a pipe, std::cin) says -1 and stays as it was.
+    if (!is_.good()) return;
+    const std::istream::pos_type at = is_.tellg();
+    if (at == std::istream::pos_type(-1)) return;
+    if (is_.seekg(0, std::ios::end)) {
+        const std::istream::pos_type end = is_.tellg();
+        if (end != std::istream::pos_type(-1) && end >= at)
+            remaining_ = static_cast<std::uint64_t>(end - at);
+    }
+    is_.clear();
+    is_.seekg(at);
+}
+
 std::size_t istream_source::read_some(mutable_bytes out) {
     if (out.empty()) return 0;
     if (is_.bad()) throw error(errc::io_error, "istream is in a bad state");
@@ -93,6 +107,7 @@ std::size_t istream_source::read_some(mutable_bytes out) {
              static_cast<std::streamsize>(std::min(out.size(), max_io_call)));
     const auto n = static_cast<std::size_t>(is_.gcount());
     if (is_.bad()) throw error(errc::io_error, "istream read failed after " + str(n) + " bytes");
+    if (remaining_) *remaining_ -= std::min<std::uint64_t>(*remaining_, n);
     return n;
 }
 
