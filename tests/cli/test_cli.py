@@ -235,6 +235,51 @@ class Arguments(unittest.TestCase):
                 self.assertNotIn(r.returncode, (0, 1, 2, 3))
                 self.assertNotEqual(r.stderr, b"")
 
+    def test_number_options_of_every_command_are_checked(self):
+        # Refused as recv has always refused a negative timeout: CLI11's usage
+        # status, naming the option. NaN is no number.
+        usage = run("recv", "tcp://127.0.0.1:1", "--timeout", "-1").returncode
+        self.assertNotIn(usage, (0, 1, 2, 3))
+        port = free_port()
+        cases = [
+            (["send", f"zpush://127.0.0.1:{port}", "-f", vec("f4_matrix.ten")],
+             [("--count", "0"), ("--delay", "-1"), ("--timeout", "-1"), ("--timeout", "nan"), ("--linger", "-1"),
+              ("--heartbeat-ms", "-1")]),
+            (["recv", f"zpull://127.0.0.1:{port}"], [("--count", "0"), ("--timeout", "nan")]),
+            (["serve", f"zpush://127.0.0.1:{port}", "--synthetic", "f4:3"],
+             [("--count", "-1"), ("--rate", "-5"), ("--delay", "-2"), ("--timeout", "-1"), ("--timeout", "nan"),
+              ("--report", "-1"), ("--heartbeat-ms", "-1")]),
+            (["monitor", f"zsub://127.0.0.1:{port}"],
+             [("--interval", "0"), ("--interval", "-1"), ("--interval", "nan"), ("--count", "-1"),
+              ("--timeout", "-1")]),
+            (["stat", f"zsub://127.0.0.1:{port}"],
+             [("--count", "0"), ("--count", "-1"), ("--timeout", "-1"), ("--timeout", "nan")]),
+        ]
+        for command, bad in cases:
+            for option, value in bad:
+                with self.subTest(command=command[0], option=option, value=value):
+                    r = run(*command, option, value, timeout=10)
+                    self.assertEqual(r.returncode, usage, r.stderr)
+                    self.assertIn(option.encode(), r.stderr)
+
+    def test_help_of_every_socket_command_tells_its_defaults(self):
+        # What a plain endpoint makes when no --socket is given.
+        plain = {"send": "PUSH socket that connects", "recv": "PULL socket that binds",
+                 "serve": "PUSH socket that connects", "monitor": "SUB socket that connects",
+                 "stat": "SUB socket that connects"}
+        for command, socket_text in plain.items():
+            with self.subTest(command=command):
+                r = run(command, "--help")
+                self.assertEqual(r.returncode, 0)
+                text = r.stdout.decode()
+                flat = " ".join(text.split())
+                # One name for the positional argument; every command has the footer.
+                self.assertRegex(text, rf"Usage: tenbin {command} \[OPTIONS\] URL(\.\.\.)?\n")
+                self.assertIn(f"a plain endpoint (tcp://, ipc://, inproc://) makes a {socket_text}", flat)
+                self.assertNotIn("needs it", flat)
+                self.assertIn("Exit status: 0 ", flat)
+                self.assertRegex(text, rf"\nExamples:\n  tenbin {command} ")
+
     def test_bad_url_and_bad_file(self):
         r = run("recv", "nonsense://x", "--timeout", "1")
         self.assertEqual(r.returncode, 1)
@@ -404,6 +449,37 @@ class Timeouts(unittest.TestCase):
         self.assertLess(time.monotonic() - t0, 10)
         self.assertEqual(ERROR_LINE.match(r.stderr.decode().strip())["cls"], "timeout")
 
+    def test_a_timeout_on_a_plain_endpoint_says_what_socket_it_made(self):
+        # serve and stat both connect on a plain endpoint (PUSH, SUB): neither
+        # hears the other, and each says what it did.
+        endpoint = free_tcp_endpoint()
+        stat = start("stat", endpoint, "--count", "1", "--timeout", "1")
+        serve = start("serve", endpoint, "--synthetic", "f4:3", "--count", "1", "--timeout", "1", "--report", "0")
+        results = {"serve": finish(serve), "stat": finish(stat)}
+        results["send"] = finish(start("send", endpoint, "-f", vec("f4_matrix.ten"), "--timeout", "0.5"))
+        results["recv"] = finish(start("recv", endpoint, "--timeout", "0.5"))
+        results["monitor"] = finish(start("monitor", endpoint, "--timeout", "0.5", "--interval", "5"))
+        expect = {
+            "serve": ("message 1 could not be sent within 1 s (no receiver?)", "PUSH socket connected to", "PULL"),
+            "stat": ("0 of 1 messages within 1 s", "SUB socket connected to", "PUB"),
+            "send": ("message 1 of 1 could not be sent within 0.5 s", "PUSH socket connected to", "PULL"),
+            "recv": ("received 0 of 1 messages; nothing arrived within 0.5 s", "PULL socket bound to", "PUSH"),
+            "monitor": ("nothing for 0.5 s", "SUB socket connected to", "PUB"),
+        }
+        for command, (prefix, did, peer) in expect.items():
+            with self.subTest(command=command):
+                code, _, err = results[command]
+                self.assertEqual(code, 2, err)
+                m = ERROR_LINE.match(err.strip())
+                self.assertIsNotNone(m, err)
+                self.assertEqual((m["where"], m["cls"]), (f"tenbin {command}", "timeout"))
+                self.assertTrue(m["msg"].startswith(prefix), m["msg"])
+                self.assertIn(f"{did} {endpoint} and needs a {peer}", m["msg"])
+        # A tensorcom URL says what it makes: no hint.
+        code, _, err = finish(start("stat", f"zsub://127.0.0.1:{free_port()}", "--count", "1", "--timeout", "0.5"))
+        self.assertEqual(code, 2, err)
+        self.assertNotIn("hint", err)
+
     @unittest.skipIf(zmq is None, "pyzmq is not available")
     def test_req_without_reply_exits_2(self):
         # A ROUTER that takes the request but never answers.
@@ -467,6 +543,26 @@ class Pipelines(unittest.TestCase):
         code, _, err = finish(start("recv", "zfoo://127.0.0.1:1"))
         self.assertEqual(code, 1)
         self.assertIn("unknown scheme", err)
+        for args in (["serve", "zpull://127.0.0.1:1", "--synthetic", "f4:3"], ["monitor", "zpush://127.0.0.1:1"],
+                     ["stat", "zpush://127.0.0.1:1"]):
+            with self.subTest(args=args):
+                code, _, err = finish(start(*args, "--timeout", "1"))
+                self.assertEqual(code, 1, err)
+                self.assertIn("bad_url", err)
+                self.assertIn("makes a", err)
+
+    def test_pair_commands_meet_on_a_plain_endpoint(self):
+        # A receiving PAIR binds (as recv's always has), a sending one connects.
+        for receiver in ("recv", "monitor", "stat"):
+            with self.subTest(receiver=receiver):
+                endpoint = free_tcp_endpoint()
+                r = start(receiver, endpoint, "--socket", "pair", "--count", "2", "--timeout", "20", "--json")
+                code, _, err = finish(start("serve", endpoint, "--socket", "pair", "--synthetic", "f4:3",
+                                            "--count", "2", "--timeout", "5", "--report", "0"))
+                self.assertEqual(code, 0, err)
+                code, out, err = finish(r)
+                self.assertEqual(code, 0, err)
+                self.assertTrue(out, err)
 
     def test_serve_sends_its_files_in_turn(self):
         port = free_port()
@@ -534,6 +630,14 @@ class Pipelines(unittest.TestCase):
         self.assertEqual(code, 2, err)
         self.assertIn("timeout", err)
 
+    def test_monitor_times_out_on_time_whatever_the_interval(self):
+        t0 = time.monotonic()
+        code, out, err = finish(start("monitor", f"zpull://127.0.0.1:{free_port()}", "--interval", "10",
+                                      "--timeout", "0.5"))
+        self.assertEqual(code, 2, err)
+        self.assertLess(time.monotonic() - t0, 5)
+        self.assertEqual(len(out.splitlines()), 1, out)
+
     def test_stat_gives_exact_statistics_of_known_data(self):
         # f4_matrix.ten holds -1.875, -1.625, ..., 1.625 (15 values, step 0.25).
         values = [-1.875 + 0.25 * i for i in range(15)]
@@ -568,6 +672,68 @@ class Pipelines(unittest.TestCase):
         self.assertTrue(0 <= lo < 0.05 and 0.95 < hi < 1, out)
         lo, hi = float(rows["b"][4]), float(rows["b"][5])
         self.assertTrue(0 <= lo <= 10 and 245 <= hi <= 255, out)
+
+    def stat_of(self, files, count, *args):
+        """What `tenbin stat` says of `count` messages that serve sends from `files` in turn."""
+        port = free_port()
+        stat = start("stat", f"zpull://127.0.0.1:{port}", "--count", str(count), "--timeout", "20", *args)
+        sources = [a for f in files for a in ("-f", vec(f))]
+        code, _, err = finish(start("serve", f"zpush://127.0.0.1:{port}", *sources, "--count", str(count),
+                                    "--report", "0"))
+        self.assertEqual(code, 0, err)
+        code, out, err = finish(stat)
+        self.assertEqual(code, 0, err)
+        return out
+
+    def test_stat_keeps_tensors_of_different_layouts_apart(self):
+        # Two files of different tensors, in turn: each tensor's statistics are
+        # those of its own file, a row per layout, in the order they came.
+        alone = [json.loads(self.stat_of([f], 1, "--json"))["tensors"] for f in ("buf_batch.bin", "i2_u2_pair.ten")]
+        mixed = json.loads(self.stat_of(["buf_batch.bin", "i2_u2_pair.ten"], 4, "--json"))
+        self.assertEqual(mixed["messages"], 4)
+        layout = lambda ts: [(t["index"], t["info"], t["dtype"], t["shape"]) for t in ts]
+        want = alone[0] + alone[1]
+        self.assertEqual(layout(mixed["tensors"]), layout(want))
+        for got, one in zip(mixed["tensors"], want):
+            self.assertEqual((got["messages"], got["count"], got["nan"]), (2, 2 * one["count"], 0))
+            self.assertEqual((got["min"], got["max"]), (one["min"], one["max"]))
+            self.assertAlmostEqual(got["mean"], one["mean"], delta=1e-9 * max(1, abs(one["mean"])))
+            self.assertAlmostEqual(got["std"], one["std"], delta=1e-9 * max(1, abs(one["std"])))
+
+    def test_stat_table_has_a_row_per_layout(self):
+        # The same tensor name, dtype and position, but another shape: a row of its own.
+        port = free_port()
+        stat = start("stat", f"zpull://127.0.0.1:{port}", "--count", "3", "--timeout", "20")
+        for spec, count in (("input=f4:2,3;target=i4:2", "2"), ("input=f4:2,3,4;target=i2:5", "1")):
+            code, _, err = finish(start("serve", f"zpush://127.0.0.1:{port}", "--synthetic", spec, "--count", count,
+                                        "--report", "0"))
+            self.assertEqual(code, 0, err)
+        code, out, err = finish(stat)
+        self.assertEqual(code, 0, err)
+        lines = out.splitlines()
+        self.assertEqual(len(lines), 6, out)  # count, heading, 4 layouts
+        self.assertEqual(lines[0], "3 messages")
+        self.assertEqual(lines[1].split(), ["index", "info", "dtype", "shape", "min", "max", "mean", "std", "msgs"])
+        row = re.compile(r"^ *(\d+) (\S+) +(\S+) +(\[[0-9, ]*\]) +(\S+) +(\S+) +(\S+) +(\S+) +(\d+)$")
+        rows = [row.match(line) for line in lines[2:]]
+        self.assertTrue(all(rows), out)
+        self.assertEqual([r.group(1, 2, 3, 4, 9) for r in rows],
+                         [("0", "input", "f4", "[2, 3]", "2"), ("1", "target", "i4", "[2]", "2"),
+                          ("0", "input", "f4", "[2, 3, 4]", "1"), ("1", "target", "i2", "[5]", "1")])
+        for r in (rows[0], rows[2]):  # synthetic floats are in [0, 1)
+            self.assertTrue(0 <= float(r[5]) <= float(r[6]) < 1, out)
+
+    def test_stat_of_tensors_without_values(self):
+        # zero_size.ten: f4 [0, 4], i8 [3, 0, 2] and an unnamed u1 [0].
+        result = json.loads(self.stat_of(["zero_size.ten"], 1, "--json"))
+        for t in result["tensors"]:
+            self.assertEqual((t["count"], t["nan"]), (0, 0))
+            self.assertFalse({"min", "max", "mean", "std"} & set(t), t)
+        lines = self.stat_of(["zero_size.ten"], 1).splitlines()
+        self.assertEqual(len(lines), 5, lines)
+        for line, (info, dtype, shape) in zip(lines[2:], [("none", "f4", r"\[0, 4\]"), ("empty", "i8", r"\[3, 0, 2\]"),
+                                                          ("-", "u1", r"\[0\]")]):
+            self.assertRegex(line, rf"^ *\d+ {info} +{dtype} +{shape} +- +- +- +- +1$")
 
 
 class Convert(unittest.TestCase):
@@ -741,6 +907,14 @@ class Convert(unittest.TestCase):
             f.write(struct.pack("<Q", 1 << 40) + b"{}")
         m = self.error(self.convert(self.path("bad.safetensors"), self.path("x.ten")))
         self.assertEqual((m["where"], m["cls"]), (self.path("bad.safetensors"), "length_beyond_end"))
+
+    def test_help_says_that_out_is_kept_without_force(self):
+        r = run("convert", "--help")
+        self.assertEqual(r.returncode, 0)
+        text = r.stdout.decode()
+        (out_line,) = [line for line in text.splitlines() if line.startswith("  OUT ")]
+        self.assertIn("replaced only with --force", out_line)
+        self.assertIn("An existing OUT is never replaced without --force", " ".join(text.split()))
 
     def test_output_is_replaced_only_with_force(self):
         out = self.path("a.safetensors")

@@ -192,4 +192,27 @@ int timeout_ms(double seconds) {
     return ms >= static_cast<double>(INT_MAX) ? -1 : static_cast<int>(ms);
 }
 
+// ---- checking options ---------------------------------------------------------
+
+namespace {
+
+CLI::Validator number_check(bool zero_allowed) {
+    return CLI::Validator(
+        [zero_allowed](std::string& text) -> std::string {
+            double value = 0;
+            if (!CLI::detail::lexical_cast(text, value) || !std::isfinite(value))
+                return "'" + text + "' is not a number";
+            if (value < 0 || (!zero_allowed && value == 0))
+                return "'" + text + "' is out of range: give a number " +
+                       (zero_allowed ? "of 0 or more" : "greater than 0");
+            return {};
+        },
+        zero_allowed ? "NONNEGATIVE" : "POSITIVE");
+}
+
+}  // namespace
+
+const CLI::Validator nonnegative = number_check(true);
+const CLI::Validator positive = number_check(false);
+
 }  // namespace tenbin::cli

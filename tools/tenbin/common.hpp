@@ -103,4 +103,12 @@ named_file load_named(const std::string& path);
 /// Seconds as ZeroMQ milliseconds; 0 (or less) means "wait forever" (-1).
 int timeout_ms(double seconds);
 
+// ---- checking options ---------------------------------------------------------
+
+/// CLI11 checks for number options (counts, seconds, rates): a finite
+/// number >= 0 (shown as NONNEGATIVE) or > 0 (POSITIVE). Unlike CLI11's own
+/// they refuse NaN, and say what is wrong in a few words.
+extern const CLI::Validator nonnegative;
+extern const CLI::Validator positive;
+
 }  // namespace tenbin::cli

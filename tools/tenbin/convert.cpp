@@ -97,7 +97,7 @@ subcommand add_convert(CLI::App& parent) {
     auto opt = std::make_shared<convert_options>();
     auto* app = parent.add_subcommand("convert", "Convert between .ten, .npy, .npz and .safetensors files");
     app->add_option("IN", opt->in, "Input file")->required();
-    app->add_option("OUT", opt->out, "Output file")->required();
+    app->add_option("OUT", opt->out, "Output file; one that exists is replaced only with --force")->required();
     app->add_option("-m,--metadata", opt->metadata,
                     "KEY=VALUE for a .safetensors OUT's __metadata__ (repeatable), e.g. format=pt")
         ->type_name("KEY=VALUE")
@@ -105,7 +105,8 @@ subcommand add_convert(CLI::App& parent) {
                                                                                             : std::string(); },
                                "", "key_value"))
         ->allow_extra_args(false);
-    app->add_flag("-f,--force", opt->force, "Replace OUT when it exists");
+    app->add_flag("-f,--force", opt->force, "Replace OUT when it exists (without it, an existing OUT is kept and\n"
+                                            "convert fails with status 1)");
     app->add_flag("-q,--quiet", opt->quiet, "Print nothing on success");
     app->footer(
         "Formats go by extension: .ten and .ten.zst (tenbin), .npy (one tensor, no\n"
@@ -115,7 +116,8 @@ subcommand add_convert(CLI::App& parent) {
         "unnamed tensors become arr_0, arr_1, ... in .npz and .safetensors.\n"
         "A .safetensors file's __metadata__ carries over to a .safetensors OUT;\n"
         "--metadata adds or replaces entries (Hugging Face loaders want format=pt).\n"
-        "OUT is not replaced without --force, and never when it is IN.\n"
+        "An existing OUT is never replaced without --force (running the same\n"
+        "conversion twice fails the second time), and never when it is IN.\n"
         "On failure: one line 'FILE: error: CLASS: message' on stderr, exit status 1.\n"
         "Examples:\n"
         "  tenbin convert batch.ten batch.npz\n"

@@ -6,6 +6,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <sstream>
@@ -35,13 +36,13 @@ std::string layout(const std::vector<tensor>& tensors) {
 
 int run_monitor(const monitor_cli_options& opt) {
     using clock = std::chrono::steady_clock;
-    connection_options co = connection_options_for(opt.socket, opt.urls.front(), tenbin::socket_kind::sub);
+    connection_options co = connection_options_for(opt.socket, opt.urls.front());
     co.allow64 = true;
-    // Wake at least once per interval to report, even when nothing comes.
-    co.recv_timeout = std::chrono::milliseconds(std::max(10, timeout_ms(opt.interval)));
-    connection conn(opt.urls, co);
-    for (const endpoint& ep : conn.endpoints())
-        if (ep.bind) std::cerr << "tenbin monitor: " << name(ep.kind) << " bound to " << ep.address << "\n";
+    // Wake at least once per interval to report, even when nothing comes,
+    // and in time for --timeout.
+    const double wake = opt.timeout > 0 ? std::min(opt.interval, opt.timeout) : opt.interval;
+    co.recv_timeout = std::chrono::milliseconds(std::max(10, timeout_ms(wake)));
+    connection conn = open_connection(opt.socket, opt.urls, co, "tenbin monitor");
 
     const bool live = !opt.json && ::isatty(STDOUT_FILENO) == 1;
     std::size_t total = 0, window_messages = 0, malformed = 0;
@@ -92,7 +93,8 @@ int run_monitor(const monitor_cli_options& opt) {
         if (clock::now() - window_start >= std::chrono::duration<double>(opt.interval)) report(false);
         if (opt.timeout > 0 && clock::now() - last_arrival > std::chrono::duration<double>(opt.timeout)) {
             report(true);
-            std::cerr << "tenbin monitor: error: timeout: nothing for " << opt.timeout << " s\n";
+            std::cerr << "tenbin monitor: error: timeout: nothing for " << opt.timeout << " s"
+                      << plain_endpoint_hint(opt.urls, conn.endpoints()) << "\n";
             return exit_timeout;
         }
     }
@@ -106,15 +108,32 @@ subcommand add_monitor(CLI::App& parent) {
     auto opt = std::make_shared<monitor_cli_options>();
     CLI::App* app = parent.add_subcommand(
         "monitor", "Watch a stream: messages/s, MB/s and tensor layout per interval (tensormon)");
-    app->add_option("urls", opt->urls, "tensorcom URLs or ZeroMQ endpoints (one socket on all; braces expand)")
+    app->add_option("URL", opt->urls,
+                    "tensorcom URLs or ZeroMQ endpoints (one socket on all; braces expand;\n"
+                    "see --socket)")
         ->required();
-    app->add_option("--count,-n", opt->count, "stop after this many messages (0: until interrupted)")
+    app->add_option("--count,-n", opt->count, "Stop after this many messages (0: until interrupted)")
+        ->check(nonnegative)
         ->capture_default_str();
-    app->add_flag("--json", opt->json, "one JSON line per interval");
-    app->add_option("--interval", opt->interval, "seconds between reports")->capture_default_str();
-    app->add_option("--timeout", opt->timeout, "exit with status 2 after this many seconds without a message (0: never)")
+    app->add_flag("--json", opt->json, "One JSON line per interval");
+    app->add_option("--interval", opt->interval, "Seconds between reports")->check(positive)->capture_default_str();
+    app->add_option("--timeout", opt->timeout, "Exit with status 2 after this many seconds without a message (0: never)")
+        ->check(nonnegative)
         ->capture_default_str();
-    add_socket_choice(*app, opt->socket, {"sub", "pull", "pair"});
+    add_socket_choice(*app, opt->socket, {"sub", "pull", "pair"}, tenbin::socket_kind::sub, true);
+    app->footer(
+        "Every --interval seconds, prints the messages so far, the messages and MB\n"
+        "per second over the interval and the layout of the last message (on a\n"
+        "terminal, one line rewritten in place); with --json, one line per interval\n"
+        "{\"messages\", \"rate\", \"mbps\", \"malformed\", \"tensors\"}. A malformed\n"
+        "message is reported on stderr and not counted.\n" +
+        plain_endpoint_note(opt->socket) +
+        "Exit status: 0 --count messages arrived, 1 error (bad URL, ...), 2 nothing\n"
+        "arrived for --timeout seconds, 3 --count arrived but some were malformed.\n"
+        "Examples:\n"
+        "  tenbin monitor zsub://localhost:7881                      (SUB connects)\n"
+        "  tenbin monitor 'zsub://trainer:78{80..83}' --interval 5 --json\n"
+        "  tenbin monitor 'tcp://*:5555' --socket pull -n 1000       (PULL binds)");
     return {app, [opt] { return run_monitor(*opt); }};
 }
 

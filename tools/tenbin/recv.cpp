@@ -65,8 +65,7 @@ void print_malformed(const tenbin::error& e, std::size_t number, bool json) {
 }
 
 int run_recv(const recv_cli_options& opt) {
-    const auto endpoints = resolve_endpoints(opt.socket, opt.url, {"pull", "sub", "router", "rep", "pair"},
-                                             tenbin::socket_kind::pull, true);
+    const auto endpoints = resolve_endpoints(opt.socket, {opt.url});
     const zmq::socket_type type = zmq_socket_type(endpoints.front().kind);
 
     zmq::context_t context;
@@ -96,7 +95,7 @@ int run_recv(const recv_cli_options& opt) {
             limit << opt.timeout << " s";
             std::cerr << "tenbin recv: error: " << name(errc::timeout) << ": received " << i - 1
                       << " of " << opt.count << " messages; nothing arrived within " << limit.str()
-                      << std::endl;
+                      << plain_endpoint_hint({opt.url}, endpoints) << std::endl;
             return exit_timeout;
         }
         print_message(*m, i, opt.json);
@@ -110,34 +109,38 @@ int run_recv(const recv_cli_options& opt) {
 subcommand add_recv(CLI::App& parent) {
     auto opt = std::make_shared<recv_cli_options>();
     auto* app = parent.add_subcommand("recv", "Receive ZeroMQ messages of tensors and describe them");
+    app->add_option("URL", opt->url,
+                    "tensorcom URL (zpull://host:port, ...) or ZeroMQ endpoint, e.g.\n"
+                    "tcp://*:5555 or ipc:///tmp/t.sock (see --socket)")
+        ->required();
+    app->add_option("-n,--count", opt->count, "How many messages to receive")
+        ->check(positive)
+        ->capture_default_str();
+    app->add_option("--timeout", opt->timeout,
+                    "Seconds to wait for each message before giving up with exit status 2;\n"
+                    "0 waits forever")
+        ->check(nonnegative)
+        ->capture_default_str();
+    app->add_flag("--json", opt->json,
+                  "One JSON line per message: {\"tensors\": [{\"info\", \"dtype\", \"shape\", "
+                  "\"nbytes\", \"sha256\"}, ...]}, or {\"error\": CLASS, \"message\": TEXT} "
+                  "for a malformed one");
+    add_socket_choice(*app, opt->socket, {"pull", "sub", "router", "rep", "pair"}, tenbin::socket_kind::pull,
+                      true);
     app->footer(
         "Receives --count messages, multipart or single-part (either is accepted, as\n"
         "Python tensorcom sends them), and describes each: a table, or with --json\n"
         "one line per message. A malformed message is reported (stderr, or a JSON\n"
         "error line on stdout) and counts as received; receiving goes on.\n"
         "A SUB socket subscribes to everything; REP (and ROUTER, to REQ peers)\n"
-        "answers each message with one empty frame.\n"
+        "answers each message with one empty frame.\n" +
+        plain_endpoint_note(opt->socket) +
         "Exit status: 0 all messages arrived and decoded, 1 error (bad URL, ...),\n"
         "2 timed out waiting for a message (even if some were malformed),\n"
         "3 all arrived but some were malformed.\n"
         "Examples:\n"
         "  tenbin recv 'tcp://*:5555' -n 100 --json                 (PULL binds)\n"
         "  tenbin recv tcp://localhost:5556 --socket sub --timeout 0   (SUB connects)");
-    app->add_option("URL", opt->url, "ZeroMQ endpoint, e.g. tcp://*:5555 or ipc:///tmp/t.sock")
-        ->required();
-    app->add_option("-n,--count", opt->count, "How many messages to receive")
-        ->check(CLI::PositiveNumber)
-        ->capture_default_str();
-    app->add_option("--timeout", opt->timeout,
-                    "Seconds to wait for each message before giving up with exit status 2;\n"
-                    "0 waits forever")
-        ->check(CLI::NonNegativeNumber)
-        ->capture_default_str();
-    app->add_flag("--json", opt->json,
-                  "One JSON line per message: {\"tensors\": [{\"info\", \"dtype\", \"shape\", "
-                  "\"nbytes\", \"sha256\"}, ...]}, or {\"error\": CLASS, \"message\": TEXT} "
-                  "for a malformed one");
-    add_socket_choice(*app, opt->socket, {"pull", "sub", "router", "rep", "pair"});
     return {app, [opt] { return run_recv(*opt); }};
 }
 

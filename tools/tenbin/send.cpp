@@ -55,8 +55,7 @@ int run_send(const send_cli_options& opt) {
         return exit_failed;
     }
 
-    const auto endpoints = resolve_endpoints(opt.socket, opt.url, {"push", "pub", "dealer", "req", "pair"},
-                                             tenbin::socket_kind::push, false);
+    const auto endpoints = resolve_endpoints(opt.socket, {opt.url});
     const tenbin::socket_kind kind = endpoints.front().kind;
     const bool is_req = kind == tenbin::socket_kind::req;
     const double delay = opt.delay.value_or(kind == tenbin::socket_kind::pub ? 1.0 : 0.0);
@@ -84,7 +83,8 @@ int run_send(const send_cli_options& opt) {
         if (!sent) {
             std::cerr << where << ": error: " << name(errc::timeout) << ": message " << i + 1
                       << " of " << opt.count << " could not be sent within "
-                      << seconds_text(opt.timeout) << " (is a receiver there?)" << std::endl;
+                      << seconds_text(opt.timeout) << " (is a receiver there?)"
+                      << plain_endpoint_hint({opt.url}, endpoints) << std::endl;
             return exit_timeout;
         }
         if (is_req && !await_reply(socket)) {
@@ -106,43 +106,47 @@ int run_send(const send_cli_options& opt) {
 subcommand add_send(CLI::App& parent) {
     auto opt = std::make_shared<send_cli_options>();
     auto* app = parent.add_subcommand("send", "Send the tensors of a file as ZeroMQ messages");
+    app->add_option("URL", opt->url,
+                    "tensorcom URL (zpush://host:port, ...) or ZeroMQ endpoint, e.g.\n"
+                    "tcp://localhost:5555 or ipc:///tmp/t.sock (see --socket)")
+        ->required();
+    app->add_option("-f,--file", opt->file, "File whose tensors make the message ('-' = stdin)")
+        ->required();
+    app->add_option("-n,--count", opt->count, "How many times to send the message")
+        ->check(positive)
+        ->capture_default_str();
+    app->add_flag("--single", opt->single,
+                  "Send one frame holding the chunked buffer instead of a multipart message");
+    add_socket_choice(*app, opt->socket, {"push", "pub", "dealer", "req", "pair"}, tenbin::socket_kind::push,
+                      false);
+    app->add_option("--delay", opt->delay,
+                    "Seconds to wait after bind/connect before the first message, so that\n"
+                    "subscribers can join (default: 1 for pub, 0 otherwise)")
+        ->check(nonnegative);
+    app->add_option("--timeout", opt->timeout,
+                    "Seconds to wait for a message to be accepted (and for each reply with\n"
+                    "--socket req); 0 waits forever")
+        ->check(nonnegative)
+        ->capture_default_str();
+    app->add_option("--linger", opt->linger,
+                    "Seconds queued messages may take to leave at exit before they are\n"
+                    "dropped (0 = drop at once)")
+        ->check(nonnegative)
+        ->capture_default_str();
+    app->add_flag("-v,--verbose", opt->verbose, "Report each message sent on stderr");
     app->footer(
         "Sends the tensors of a .ten file (or single-part buffer) as one ZeroMQ\n"
         "message, --count times: multipart [header, data, header, data, ...] or,\n"
         "with --single, one frame holding the whole chunked buffer. Both are what\n"
         "Python tensorcom sends and receives. A REQ socket waits for a reply to each\n"
-        "message. At exit, queued messages get --linger seconds to leave.\n"
+        "message. At exit, queued messages get --linger seconds to leave.\n" +
+        plain_endpoint_note(opt->socket) +
         "Exit status: 0 sent, 1 error (unreadable file, bad URL, ...),\n"
         "2 timed out (no receiver took a message within --timeout, or no reply).\n"
         "Examples:\n"
         "  tenbin send tcp://localhost:5555 -f batch.ten -n 100     (PUSH connects)\n"
         "  tenbin send 'tcp://*:5556' --socket pub -f batch.ten     (PUB binds)\n"
         "  tenbin send ipc:///tmp/tensors.sock --single -f batch.ten");
-    app->add_option("URL", opt->url, "ZeroMQ endpoint, e.g. tcp://localhost:5555 or ipc:///tmp/t.sock")
-        ->required();
-    app->add_option("-f,--file", opt->file, "File whose tensors make the message ('-' = stdin)")
-        ->required();
-    app->add_option("-n,--count", opt->count, "How many times to send the message")
-        ->check(CLI::PositiveNumber)
-        ->capture_default_str();
-    app->add_flag("--single", opt->single,
-                  "Send one frame holding the chunked buffer instead of a multipart message");
-    add_socket_choice(*app, opt->socket, {"push", "pub", "dealer", "req", "pair"});
-    app->add_option("--delay", opt->delay,
-                    "Seconds to wait after bind/connect before the first message, so that\n"
-                    "subscribers can join (default: 1 for pub, 0 otherwise)")
-        ->check(CLI::NonNegativeNumber);
-    app->add_option("--timeout", opt->timeout,
-                    "Seconds to wait for a message to be accepted (and for each reply with\n"
-                    "--socket req); 0 waits forever")
-        ->check(CLI::NonNegativeNumber)
-        ->capture_default_str();
-    app->add_option("--linger", opt->linger,
-                    "Seconds queued messages may take to leave at exit before they are\n"
-                    "dropped (0 = drop at once)")
-        ->check(CLI::NonNegativeNumber)
-        ->capture_default_str();
-    app->add_flag("-v,--verbose", opt->verbose, "Report each message sent on stderr");
     return {app, [opt] { return run_send(*opt); }};
 }
 

@@ -108,14 +108,13 @@ int run_serve(const serve_cli_options& opt) {
         for (std::uint64_t seed = 0; seed < 2; ++seed) batches.push_back(synthetic_batch(opt.synthetic, seed));
     if (batches.empty()) throw error(errc::bad_argument, "nothing to send: give --file or --synthetic");
 
-    connection_options co = connection_options_for(opt.socket, opt.url, tenbin::socket_kind::push);
+    connection_options co = connection_options_for(opt.socket, opt.url);
     co.multipart = !opt.single;
     co.allow64 = true;  // the files or specs say what to send
     if (!opt.infos.empty()) co.infos = split(opt.infos, ',');
     co.send_timeout = std::chrono::milliseconds(std::max(0, timeout_ms(opt.timeout)));
     if (timeout_ms(opt.timeout) < 0) co.send_timeout.reset();
-    connection conn(opt.url, co);
-    report_bound_endpoints(conn, "tenbin serve");
+    connection conn = open_connection(opt.socket, {opt.url}, co, "tenbin serve");
 
     const bool pub = conn.endpoints().front().kind == tenbin::socket_kind::pub;
     const double delay = opt.delay.value_or(pub ? 1.0 : 0.0);
@@ -130,7 +129,8 @@ int run_serve(const serve_cli_options& opt) {
         if (!conn.send(batches[i % batches.size()])) {
             report.finish(conn.stats());
             std::cerr << "tenbin serve: error: timeout: message " << i + 1 << " could not be sent within "
-                      << opt.timeout << " s (no receiver?)\n";
+                      << opt.timeout << " s (no receiver?)" << plain_endpoint_hint({opt.url}, conn.endpoints())
+                      << "\n";
             return exit_timeout;
         }
         report.update(conn.stats());
@@ -145,21 +145,41 @@ subcommand add_serve(CLI::App& parent) {
     auto opt = std::make_shared<serve_cli_options>();
     CLI::App* app = parent.add_subcommand(
         "serve", "Send batches from .ten files or synthetic ones, at a rate (tensorcom serve)");
-    app->add_option("url", opt->url, "tensorcom URL (zpush://host:port, zpub+ipc:///path, ...) or ZeroMQ endpoint")
+    app->add_option("URL", opt->url,
+                    "tensorcom URL (zpush://host:port, zpub+ipc:///path, ...) or ZeroMQ endpoint\n"
+                    "(see --socket)")
         ->required();
-    app->add_option("--file,-f", opt->files, "a .ten file to send (repeat for several; sent in turn)");
+    app->add_option("--file,-f", opt->files, "A .ten file to send (repeat for several; sent in turn)");
     app->add_option("--synthetic", opt->synthetic,
-                    "made-up batches, e.g. \"f2:256,3,224,224;i4:256\" (NAME=DTYPE:DIMS to name a tensor)");
-    app->add_option("--count,-n", opt->count, "messages to send (0: until interrupted)")->capture_default_str();
-    app->add_option("--rate", opt->rate, "messages per second (0: as fast as possible)")->capture_default_str();
-    app->add_flag("--single", opt->single, "send single-part messages (default: multipart)");
-    app->add_option("--infos", opt->infos, "comma-separated infos to send instead of the tensors' own");
-    app->add_option("--delay", opt->delay, "seconds to wait before the first message (default: 1 for pub, else 0)");
-    app->add_option("--timeout", opt->timeout, "seconds a send may wait for a receiver (0: forever)")
+                    "Made-up batches, e.g. \"f2:256,3,224,224;i4:256\" (NAME=DTYPE:DIMS to name a tensor)");
+    app->add_option("--count,-n", opt->count, "Messages to send (0: until interrupted)")
+        ->check(nonnegative)
         ->capture_default_str();
-    app->add_option("--report", opt->report, "seconds between progress reports on stderr (0: none)")
+    app->add_option("--rate", opt->rate, "Messages per second (0: as fast as possible)")
+        ->check(nonnegative)
         ->capture_default_str();
-    add_socket_choice(*app, opt->socket, {"push", "pub", "dealer", "pair"});
+    app->add_flag("--single", opt->single, "Send single-part messages (default: multipart)");
+    app->add_option("--infos", opt->infos, "Comma-separated infos to send instead of the tensors' own");
+    app->add_option("--delay", opt->delay, "Seconds to wait before the first message (default: 1 for pub, else 0)")
+        ->check(nonnegative);
+    app->add_option("--timeout", opt->timeout, "Seconds a send may wait for a receiver (0: forever)")
+        ->check(nonnegative)
+        ->capture_default_str();
+    app->add_option("--report", opt->report, "Seconds between progress reports on stderr (0: none)")
+        ->check(nonnegative)
+        ->capture_default_str();
+    add_socket_choice(*app, opt->socket, {"push", "pub", "dealer", "pair"}, tenbin::socket_kind::push, false);
+    app->footer(
+        "Sends the batches in turn, each --file's tensors and (with --synthetic) two\n"
+        "made-up batches of that layout, --count messages in all, paced to --rate\n"
+        "messages per second. Progress goes to stderr every --report seconds.\n" +
+        plain_endpoint_note(opt->socket) +
+        "Exit status: 0 sent, 1 error (unreadable file, bad URL, bad --synthetic, ...),\n"
+        "2 timed out (no receiver took a message within --timeout).\n"
+        "Examples:\n"
+        "  tenbin serve zpush://localhost:7880 -f a.ten -f b.ten --rate 100   (PUSH connects)\n"
+        "  tenbin serve zpub://*:7881 --synthetic 'x=f2:64,3,224,224;y=i4:64'   (PUB binds)\n"
+        "  tenbin serve tcp://localhost:5555 --synthetic f4:1000 -n 10          (PUSH connects)");
     return {app, [opt] { return run_serve(*opt); }};
 }
 

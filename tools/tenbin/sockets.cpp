@@ -1,54 +1,127 @@
 #include "sockets.hpp"
+#include "common.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <iostream>
 
 namespace tenbin::cli {
 
 namespace {
+
+std::string upper(std::string_view text) {
+    std::string out(text);
+    for (char& c : out) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    return out;
+}
+
+// "a", "a and b", "a, b and c".
+std::string listed(const std::vector<std::string>& words) {
+    std::string out;
+    for (std::size_t i = 0; i < words.size(); ++i)
+        out += (i == 0 ? "" : i + 1 == words.size() ? " and " : ", ") + words[i];
+    return out;
+}
+
+// Whether a plain endpoint of `kind` binds for this command when neither
+// --bind nor --connect is given.
+bool plain_binds(const socket_choice& choice, tenbin::socket_kind kind) {
+    return binds_by_default(kind) || (choice.receiving && kind == tenbin::socket_kind::pair);
+}
+
+// The socket kinds that talk to `kind`.
+std::string peers_of(tenbin::socket_kind kind) {
+    using k = tenbin::socket_kind;
+    switch (kind) {
+    case k::push: return "PULL";
+    case k::pull: return "PUSH";
+    case k::pub: return "SUB";
+    case k::sub: return "PUB";
+    case k::req: return "REP or ROUTER";
+    case k::rep: return "REQ or DEALER";
+    case k::dealer: return "ROUTER or REP";
+    case k::router: return "DEALER or REQ";
+    case k::pair: return "PAIR";
+    }
+    return "?";
+}
+
+// "this PUSH socket connected to tcp://... and needs a PULL that binds".
+std::string what_it_did(tenbin::socket_kind kind, bool bind, const std::string& where) {
+    return "this " + upper(name(kind)) + " socket " + (bind ? "bound to " : "connected to ") + where +
+           " and needs a " + peers_of(kind) + " that " + (bind ? "connects" : "binds");
+}
+
+}  // namespace
+
 bool is_plain_endpoint(const std::string& url) {
     return url.starts_with("tcp://") || url.starts_with("ipc://") || url.starts_with("inproc://");
 }
-}  // namespace
 
-void add_socket_choice(CLI::App& app, socket_choice& choice, const std::vector<std::string>& kinds) {
-    std::string names;
-    for (const auto& k : kinds) names += (names.empty() ? "" : "|") + k;
+void add_socket_choice(CLI::App& app, socket_choice& choice, std::vector<std::string> kinds,
+                       tenbin::socket_kind plain_default, bool receiving) {
+    choice.kinds = std::move(kinds);
+    choice.plain_default = plain_default;
+    choice.receiving = receiving;
+    std::vector<std::string> binding, connecting;
+    for (const auto& k : choice.kinds)
+        (plain_binds(choice, *parse_socket_kind(k)) ? binding : connecting).push_back(k);
+    std::string sides;
+    if (!binding.empty()) sides += listed(binding) + (binding.size() == 1 ? " binds" : " bind");
+    if (!binding.empty() && !connecting.empty()) sides += "; ";
+    if (!connecting.empty()) sides += listed(connecting) + (connecting.size() == 1 ? " connects" : " connect");
     app.add_option("--socket", choice.socket,
-                   "socket kind (" + names + "); a tensorcom URL implies it, a plain endpoint needs it")
-        ->check(CLI::IsMember(kinds));
-    auto* b = app.add_flag("--bind", choice.bind, "bind, whatever the URL's default");
-    auto* c = app.add_flag("--connect", choice.connect, "connect, whatever the URL's default");
+                   "Socket kind for a plain endpoint (tcp://, ipc://, inproc://), default " +
+                       std::string(name(plain_default)) + "\n(" + sides +
+                       "); a tensorcom URL (zpush://, zsub://, ...) implies it")
+        ->check(CLI::IsMember(choice.kinds));
+    auto* b = app.add_flag("--bind", choice.bind, "Bind, whatever the URL's or the kind's default");
+    auto* c = app.add_flag("--connect", choice.connect, "Connect, whatever the URL's or the kind's default");
     b->excludes(c);
     app.add_option("--heartbeat-ms", choice.heartbeat_ms,
-                   "ping each peer this often and drop one silent for three pings (a dead host, a cut "
+                   "Ping each peer this often and drop one silent for three pings (a dead host, a cut "
                    "network); 0: off")
-        ->check(CLI::NonNegativeNumber);
+        ->check(nonnegative);
 }
 
-connection_options connection_options_for(const socket_choice& choice, const std::string& url,
-                                          tenbin::socket_kind plain_default) {
+std::string plain_endpoint_note(const socket_choice& choice) {
+    const tenbin::socket_kind kind = choice.plain_default;
+    const bool bind = plain_binds(choice, kind);
+    return "Without --socket, a plain endpoint (tcp://, ipc://, inproc://) makes a\n" + upper(name(kind)) +
+           " socket that " + (bind ? "binds" : "connects") + ", so the peer must be a " + peers_of(kind) + " that " +
+           (bind ? "connects" : "binds") + "\n(--bind, --connect and --socket change that).\n";
+}
+
+connection_options connection_options_for(const socket_choice& choice, const std::string& url) {
     connection_options co;
+    const bool plain = is_plain_endpoint(url);
     if (!choice.socket.empty()) co.kind = parse_socket_kind(choice.socket);
-    else if (is_plain_endpoint(url)) co.kind = plain_default;
+    else if (plain) co.kind = choice.plain_default;
+    // parse_url binds a plain endpoint as tensorcom binds its kind; a
+    // receiving PAIR binds too (plain_binds).
+    if (plain && choice.receiving && co.kind == tenbin::socket_kind::pair) co.bind = true;
     if (choice.bind) co.bind = true;
     if (choice.connect) co.bind = false;
     if (choice.heartbeat_ms > 0) co.heartbeat = std::chrono::milliseconds(choice.heartbeat_ms);
     return co;
 }
 
-std::vector<endpoint> resolve_endpoints(const socket_choice& choice, const std::string& url,
-                                        const std::vector<std::string>& kinds,
-                                        tenbin::socket_kind plain_default, bool receiving) {
-    const connection_options co = connection_options_for(choice, url, plain_default);
-    const std::vector<std::string> urls{url};
+std::vector<endpoint> resolve_endpoints(const socket_choice& choice, const std::vector<std::string>& urls) {
+    const connection_options co = connection_options_for(choice, urls.front());
     std::vector<endpoint> eps = parse_urls(urls, {.kind = co.kind, .bind = co.bind});
     const std::string kind(name(eps.front().kind));
-    if (std::find(kinds.begin(), kinds.end(), kind) == kinds.end())
-        throw error(errc::bad_url, "'" + url + "' makes a " + kind + " socket, which cannot do this");
-    if (receiving && is_plain_endpoint(url) && !co.bind && eps.front().kind == tenbin::socket_kind::pair)
-        for (endpoint& ep : eps) ep.bind = true;
+    if (std::find(choice.kinds.begin(), choice.kinds.end(), kind) == choice.kinds.end())
+        throw error(errc::bad_url, "'" + urls.front() + "' makes a " + kind + " socket, which cannot do this");
     return eps;
+}
+
+std::string plain_endpoint_hint(const std::vector<std::string>& urls, const std::vector<endpoint>& endpoints) {
+    if (endpoints.empty() || std::none_of(urls.begin(), urls.end(), is_plain_endpoint)) return {};
+    const endpoint& ep = endpoints.front();
+    std::string where = ep.address;
+    if (endpoints.size() > 1) where += " (and " + std::to_string(endpoints.size() - 1) + " more)";
+    return "; hint: a plain endpoint, so " + what_it_did(ep.kind, ep.bind, where) +
+           " (see --socket, --bind, --connect)";
 }
 
 void attach(zmq::socket_t& socket, const socket_choice& choice, const std::vector<endpoint>& endpoints,
@@ -72,9 +145,13 @@ void attach(zmq::socket_t& socket, const socket_choice& choice, const std::vecto
     }
 }
 
-void report_bound_endpoints(const connection& conn, const std::string& who) {
+connection open_connection(const socket_choice& choice, const std::vector<std::string>& urls,
+                           const connection_options& co, const std::string& who) {
+    resolve_endpoints(choice, urls);  // throws for a kind the command cannot use
+    connection conn(urls, co);
     for (const endpoint& ep : conn.endpoints())
         if (ep.bind) std::cerr << who << ": " << name(ep.kind) << " bound to " << ep.address << "\n";
+    return conn;
 }
 
 }  // namespace tenbin::cli

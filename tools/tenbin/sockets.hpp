@@ -18,24 +18,41 @@ struct socket_choice {
     bool bind = false;
     bool connect = false;
     int heartbeat_ms = 0;  ///< 0: no heartbeats
+
+    // What the command can do (set by add_socket_choice):
+    std::vector<std::string> kinds;  ///< the socket kinds it allows
+    tenbin::socket_kind plain_default = tenbin::socket_kind::push;  ///< a plain endpoint's kind
+    bool receiving = false;  ///< it receives (else it sends)
 };
 
-/// Adds --socket (one of `kinds`), --bind, --connect and --heartbeat-ms.
-void add_socket_choice(CLI::App& app, socket_choice& choice, const std::vector<std::string>& kinds);
+/// Records what the command can do in `choice` (the socket kinds it allows,
+/// the kind a plain endpoint gets without --socket, whether it receives) and
+/// adds --socket (one of `kinds`), --bind, --connect and --heartbeat-ms.
+void add_socket_choice(CLI::App& app, socket_choice& choice, std::vector<std::string> kinds,
+                       tenbin::socket_kind plain_default, bool receiving);
 
-/// connection_options with kind and bind set from `choice`; when `url` is a
-/// plain endpoint and no --socket was given, the kind is `plain_default`.
-connection_options connection_options_for(const socket_choice& choice, const std::string& url,
-                                          tenbin::socket_kind plain_default);
+/// Whether `url` is a plain ZeroMQ endpoint (tcp://, ipc://, inproc://)
+/// rather than a tensorcom URL.
+bool is_plain_endpoint(const std::string& url);
 
-/// The endpoints `url` names (braces expand) for a socket that sends or,
-/// with `receiving`, receives. A tensorcom URL implies the kind, which must
-/// be one of `kinds`; a plain endpoint takes --socket or `plain_default`,
-/// and binds as tensorcom would for that kind (a receiving PAIR binds, so
-/// that two PAIR commands meet). Throws bad_url.
-std::vector<endpoint> resolve_endpoints(const socket_choice& choice, const std::string& url,
-                                        const std::vector<std::string>& kinds,
-                                        tenbin::socket_kind plain_default, bool receiving);
+/// "A plain endpoint (tcp://, ipc://, inproc://) makes a PUSH socket that
+/// connects ..." for a command's help footer, ending with a line break.
+std::string plain_endpoint_note(const socket_choice& choice);
+
+/// connection_options with kind and bind set from `choice`: when `url` is a
+/// plain endpoint and no --socket was given, the kind is the command's
+/// default; a plain endpoint binds as tensorcom would for the kind, and so
+/// does a receiving PAIR (so that two PAIR commands meet).
+connection_options connection_options_for(const socket_choice& choice, const std::string& url);
+
+/// The endpoints `urls` name (braces expand), as connection_options_for
+/// reads them; the kind must be one the command allows. Throws bad_url.
+std::vector<endpoint> resolve_endpoints(const socket_choice& choice, const std::vector<std::string>& urls);
+
+/// For a timeout message: when one of `urls` is a plain endpoint, what the
+/// socket did there and what peer it needs ("; hint: ..."), since a plain
+/// endpoint's defaults are easy to mismatch; empty for tensorcom URLs.
+std::string plain_endpoint_hint(const std::vector<std::string>& urls, const std::vector<endpoint>& endpoints);
 
 /// Sets the chosen heartbeats on `socket`, then binds or connects it to
 /// each endpoint; a refused address is bad_url (malformed) or io_error (in
@@ -43,8 +60,10 @@ std::vector<endpoint> resolve_endpoints(const socket_choice& choice, const std::
 void attach(zmq::socket_t& socket, const socket_choice& choice, const std::vector<endpoint>& endpoints,
             const std::string& who);
 
-/// Prints, on stderr, the endpoints the connection bound to a wildcard
-/// (tcp://host:*), so that a peer can be pointed at them.
-void report_bound_endpoints(const connection& conn, const std::string& who);
+/// The connection for `urls` with `co` (connection_options_for's, with the
+/// command's own settings added): the kind checked as resolve_endpoints
+/// does, each endpoint it bound reported on stderr as `who`.
+connection open_connection(const socket_choice& choice, const std::vector<std::string>& urls,
+                           const connection_options& co, const std::string& who);
 
 }  // namespace tenbin::cli

@@ -6,6 +6,7 @@
 
 #include <tenbin/connect.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -49,19 +50,22 @@ double element(const tensor& t, std::size_t i) {
     return 0;
 }
 
-// Running statistics of one tensor position over all messages (Welford's
-// update: stable for long runs). NaNs are counted apart.
+// Running statistics of the tensors of one layout (position in the message,
+// info, dtype and shape) over all messages (Welford's update: stable for long
+// runs). NaNs are counted apart.
 struct summary {
+    std::size_t index = 0;
     std::string info;
     dtype type = dtype::u1;
     shape_t shape;
-    std::uint64_t n = 0, nans = 0;
+    std::uint64_t messages = 0, n = 0, nans = 0;
     double min = std::numeric_limits<double>::infinity(), max = -min, mean = 0, m2 = 0;
 
+    bool holds(std::size_t i, const tensor& t) const {
+        return index == i && info == t.info() && type == t.dtype() && shape == t.shape();
+    }
     void add(const tensor& t) {
-        info = t.info();
-        type = t.dtype();
-        shape = t.shape();
+        ++messages;
         for (std::size_t i = 0; i < t.count(); ++i) {
             const double x = element(t, i);
             if (std::isnan(x)) {
@@ -80,12 +84,10 @@ struct summary {
 };
 
 int run_stat(const stat_cli_options& opt) {
-    connection_options co = connection_options_for(opt.socket, opt.urls.front(), tenbin::socket_kind::sub);
+    connection_options co = connection_options_for(opt.socket, opt.urls.front());
     co.allow64 = true;
     if (timeout_ms(opt.timeout) >= 0) co.recv_timeout = std::chrono::milliseconds(timeout_ms(opt.timeout));
-    connection conn(opt.urls, co);
-    for (const endpoint& ep : conn.endpoints())
-        if (ep.bind) std::cerr << "tenbin stat: " << name(ep.kind) << " bound to " << ep.address << "\n";
+    connection conn = open_connection(opt.socket, opt.urls, co, "tenbin stat");
 
     std::vector<summary> stats;
     std::size_t malformed = 0, received = 0;
@@ -101,12 +103,19 @@ int run_stat(const stat_cli_options& opt) {
         }
         if (!batch) {
             std::cerr << "tenbin stat: error: timeout: " << received << " of " << opt.count << " messages within "
-                      << opt.timeout << " s\n";
+                      << opt.timeout << " s" << plain_endpoint_hint(opt.urls, conn.endpoints()) << "\n";
             return exit_timeout;
         }
         ++received;
-        if (stats.size() < batch->size()) stats.resize(batch->size());
-        for (std::size_t i = 0; i < batch->size(); ++i) stats[i].add((*batch)[i]);
+        for (std::size_t i = 0; i < batch->size(); ++i) {
+            const tensor& t = (*batch)[i];
+            auto row = std::find_if(stats.begin(), stats.end(), [&](const summary& s) { return s.holds(i, t); });
+            if (row == stats.end()) {  // a new layout: a row of its own, in first-seen order
+                stats.push_back({.index = i, .info = std::string(t.info()), .type = t.dtype(), .shape = t.shape()});
+                row = std::prev(stats.end());
+            }
+            row->add(t);
+        }
         report.update(conn.stats());
     }
     report.finish(conn.stats());
@@ -115,23 +124,31 @@ int run_stat(const stat_cli_options& opt) {
         nlohmann::ordered_json j;
         j["messages"] = received;
         nlohmann::ordered_json ts = nlohmann::ordered_json::array();
-        for (std::size_t i = 0; i < stats.size(); ++i) {
-            const summary& s = stats[i];
-            nlohmann::ordered_json o{{"index", i},         {"info", s.info}, {"dtype", std::string(code(s.type))},
-                                     {"shape", s.shape},   {"count", s.n},   {"nan", s.nans}};
+        for (const summary& s : stats) {
+            nlohmann::ordered_json o{{"index", s.index}, {"info", s.info},         {"dtype", std::string(code(s.type))},
+                                     {"shape", s.shape}, {"messages", s.messages}, {"count", s.n},
+                                     {"nan", s.nans}};
             if (s.n) o.update({{"min", s.min}, {"max", s.max}, {"mean", s.mean}, {"std", s.stddev()}});
             ts.push_back(o);
         }
         j["tensors"] = ts;
         std::cout << json_line(j) << '\n';
     } else {
-        std::printf("%zu messages\n%5s %-8s %-5s %-18s %12s %12s %12s %12s\n", received, "index", "info", "dtype",
-                    "shape", "min", "max", "mean", "std");
-        for (std::size_t i = 0; i < stats.size(); ++i) {
-            const summary& s = stats[i];
-            std::printf("%5zu %-8s %-5s %-18s %12.6g %12.6g %12.6g %12.6g%s\n", i, s.info.c_str(),
-                        std::string(code(s.type)).c_str(), shape_text(s.shape).c_str(), s.min, s.max, s.mean,
-                        s.stddev(), s.nans ? (" (" + std::to_string(s.nans) + " NaN)").c_str() : "");
+        std::printf("%zu messages\n%5s %-8s %-5s %-18s %12s %12s %12s %12s %6s\n", received, "index", "info",
+                    "dtype", "shape", "min", "max", "mean", "std", "msgs");
+        // "-" where JSON has no value: a tensor without elements (or only NaNs).
+        auto number = [](const summary& s, double x) {
+            char text[32] = "-";
+            if (s.n) std::snprintf(text, sizeof text, "%.6g", x);
+            return std::string(text);
+        };
+        for (const summary& s : stats) {
+            const std::string nans = s.nans ? " (" + std::to_string(s.nans) + " NaN)" : "";
+            std::printf("%5zu %-8s %-5s %-18s %12s %12s %12s %12s %6llu%s\n", s.index,
+                        s.info.empty() ? "-" : s.info.c_str(), std::string(code(s.type)).c_str(),
+                        shape_text(s.shape).c_str(), number(s, s.min).c_str(), number(s, s.max).c_str(),
+                        number(s, s.mean).c_str(), number(s, s.stddev()).c_str(),
+                        static_cast<unsigned long long>(s.messages), nans.c_str());
         }
     }
     return malformed ? exit_malformed : exit_ok;
@@ -143,13 +160,33 @@ subcommand add_stat(CLI::App& parent) {
     auto opt = std::make_shared<stat_cli_options>();
     CLI::App* app = parent.add_subcommand(
         "stat", "Per-tensor min, max, mean and standard deviation over N messages (tensorstat)");
-    app->add_option("urls", opt->urls, "tensorcom URLs or ZeroMQ endpoints (one socket on all; braces expand)")
+    app->add_option("URL", opt->urls,
+                    "tensorcom URLs or ZeroMQ endpoints (one socket on all; braces expand;\n"
+                    "see --socket)")
         ->required();
-    app->add_option("--count,-n", opt->count, "messages to take")->capture_default_str();
-    app->add_flag("--json", opt->json, "print the result as one JSON line");
-    app->add_option("--timeout", opt->timeout, "seconds to wait for each message (0: forever); exit 2 after")
+    app->add_option("--count,-n", opt->count, "Messages to take")->check(positive)->capture_default_str();
+    app->add_flag("--json", opt->json, "Print the result as one JSON line");
+    app->add_option("--timeout", opt->timeout, "Seconds to wait for each message (0: forever); exit 2 after")
+        ->check(nonnegative)
         ->capture_default_str();
-    add_socket_choice(*app, opt->socket, {"sub", "pull", "pair"});
+    add_socket_choice(*app, opt->socket, {"sub", "pull", "pair"}, tenbin::socket_kind::sub, true);
+    app->footer(
+        "Takes --count messages and prints the min, max, mean and standard deviation\n"
+        "of each tensor's values over all of them (NaNs counted apart): a table, or\n"
+        "with --json one line {\"messages\", \"tensors\": [{\"index\", \"info\", \"dtype\",\n"
+        "\"shape\", \"messages\", \"count\", \"nan\", \"min\", \"max\", \"mean\", \"std\"}]}.\n"
+        "Each layout has a row of its own: tensors are merged only when they have\n"
+        "the same index in the message, info, dtype and shape (msgs: how many\n"
+        "messages had it). Without values (no elements, or only NaNs) a row shows\n"
+        "'-' and its JSON has no min, max, mean and std. A malformed message is\n"
+        "reported on stderr and not counted.\n" +
+        plain_endpoint_note(opt->socket) +
+        "Exit status: 0 all arrived, 1 error (bad URL, ...), 2 timed out waiting\n"
+        "for a message, 3 all arrived but some were malformed.\n"
+        "Examples:\n"
+        "  tenbin stat zsub://localhost:7881 -n 100                  (SUB connects)\n"
+        "  tenbin stat 'zsub://trainer:78{80..83}' --json\n"
+        "  tenbin stat 'tcp://*:5555' --socket pull -n 100           (PULL binds)");
     return {app, [opt] { return run_stat(*opt); }};
 }
 
