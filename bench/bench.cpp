@@ -13,7 +13,8 @@
 // the receiver has taken them all; the clock runs from then until the
 // receiver has the last of `count` more. Two-process cases re-execute this
 // program with the hidden `--peer` role flags (or the Python peer) and
-// signal "go" over the child's stdin.
+// signal "go" over the child's stdin; tenbin and raw libzmq take turns in
+// one pair of such processes, which stays up for all repetitions of a case.
 #include "harness.hpp"
 
 #include <tenbin/tenbin.hpp>
@@ -29,6 +30,7 @@
 #include <filesystem>
 #include <iostream>
 #include <map>
+#include <sstream>
 #include <thread>
 
 #include <fcntl.h>
@@ -460,12 +462,12 @@ struct peer {
 };
 
 std::vector<std::string> peer_argv(const config& cfg, const peer& p, const std::string& role, form f,
-                                   const workload& w, int warmup, int count) {
+                                   const workload& w, int warmup, int count, bool session = false) {
     std::vector<std::string> a;
     if (p.kind == peer_kind::python) {
         a = {cfg.python, cfg.python_peer, role};
     } else {
-        a = {cfg.self, "--peer", role, "--impl", p.kind == peer_kind::tenbin ? "tenbin" : "raw", "--malloc",
+        a = {cfg.self, "--peer", role, "--impl", session ? "session" : p.kind == peer_kind::tenbin ? "tenbin" : "raw", "--malloc",
              p.malloc_mode, "--hwm", std::to_string(hwm_for(w.payload))};
     }
     const std::vector<std::string> common = {"--form",   name_of(f),           "--set",   w.set,
@@ -475,27 +477,89 @@ std::vector<std::string> peer_argv(const config& cfg, const peer& p, const std::
     return a;
 }
 
-// One repetition with a receiving and a sending process over tcp loopback.
+// Both ends of a two-process case: child processes over tcp loopback.
+struct process_ends {
+    child receiver, sender;
+    process_ends(std::vector<std::string> ra, std::vector<std::string> sa)
+        : receiver(with(std::move(ra), {"--endpoint", "tcp://127.0.0.1:*"})),
+          sender(with(std::move(sa), {"--endpoint", bound_endpoint(receiver)})) {}
+
+    // One repetition's exchange once both ends know what to do: the
+    // receiver says "ready" after the warmup, the sender is told "go", the
+    // receiver reports the seconds of the rest.
+    double timed() {
+        if (const std::string l = receiver.read_line(); l != "ready") fail("receiver said " + l);
+        sender.write_line("go");
+        const std::string done = receiver.read_line();
+        if (done.rfind("seconds ", 0) != 0) fail("receiver said " + done);
+        return std::stod(done.substr(8));
+    }
+    void wait() {
+        receiver.wait();
+        sender.wait();
+    }
+
+private:
+    static std::vector<std::string> with(std::vector<std::string> argv, std::initializer_list<std::string> more) {
+        argv.insert(argv.end(), more);
+        return argv;
+    }
+    static std::string bound_endpoint(child& receiver) {
+        const std::string line = receiver.read_line();
+        if (line.rfind("endpoint ", 0) != 0) fail("receiver said " + line);
+        return line.substr(9);
+    }
+};
+
+// One repetition in two fresh processes: for peers that differ in more
+// than the code they run (Python, another malloc mode).
 double run_processes(const config& cfg, const peer& receiver, const peer& sender, form f, const workload& w,
                      int warmup, int count) {
-    auto ra = peer_argv(cfg, receiver, "recv", f, w, warmup, count);
-    ra.insert(ra.end(), {"--endpoint", "tcp://127.0.0.1:*"});
-    child r(ra);
-    const std::string bound = r.read_line();
-    if (bound.rfind("endpoint ", 0) != 0) fail("receiver said " + bound);
-    auto sa = peer_argv(cfg, sender, "send", f, w, warmup, count);
-    sa.insert(sa.end(), {"--endpoint", bound.substr(9)});
-    child s(sa);
-    if (const std::string l = r.read_line(); l != "ready") fail("receiver said " + l);
-    s.write_line("go");
-    const std::string done = r.read_line();
-    if (done.rfind("seconds ", 0) != 0) fail("receiver said " + done);
-    r.wait();
-    s.wait();
-    return std::stod(done.substr(8));
+    process_ends ends(peer_argv(cfg, receiver, "recv", f, w, warmup, count),
+                      peer_argv(cfg, sender, "send", f, w, warmup, count));
+    const double s = ends.timed();
+    ends.wait();
+    return s;
 }
 
-// The hidden `--peer send|recv` role: one side of run_processes.
+// A receiving and a sending process kept for all repetitions of a case,
+// as socket_pair is for threads: tenbin and raw libzmq take turns on one
+// connection between warm processes, and differ only in the code they
+// run. (Fresh processes per repetition measured cold heaps and a new
+// connection each time: the two-process ratios spread over +-15% from run
+// to run.) Each repetition is one "run IMPL WARMUP COUNT" line to both.
+class process_pair {
+public:
+    process_pair(const config& cfg, form f, const workload& w)
+        : ends_(peer_argv(cfg, {peer_kind::tenbin, cfg.malloc_mode}, "recv", f, w, 0, 0, true),
+                peer_argv(cfg, {peer_kind::tenbin, cfg.malloc_mode}, "send", f, w, 0, 0, true)) {}
+    process_pair(const process_pair&) = delete;
+    process_pair& operator=(const process_pair&) = delete;
+    ~process_pair() {
+        try {
+            ends_.receiver.write_line("quit");
+            ends_.sender.write_line("quit");
+            ends_.wait();
+        } catch (const std::exception& e) {
+            std::cerr << "tenbin-bench: peers did not stop cleanly: " << e.what() << std::endl;
+        }
+    }
+
+    double run(impl which, int warmup, int count) {
+        if (which != impl::tenbin && which != impl::raw) fail("peers run tenbin or raw");
+        const std::string line = std::string("run ") + (which == impl::tenbin ? "tenbin " : "raw ") +
+                                 std::to_string(warmup) + " " + std::to_string(count);
+        ends_.receiver.write_line(line);
+        ends_.sender.write_line(line);
+        return ends_.timed();
+    }
+
+private:
+    process_ends ends_;
+};
+
+// The hidden `--peer send|recv` role: one side of run_processes, or with
+// `--impl session` of a process_pair.
 int peer_main(const std::map<std::string, std::string>& args) {
     auto get = [&](const std::string& k) {
         auto it = args.find(k);
@@ -503,25 +567,46 @@ int peer_main(const std::map<std::string, std::string>& args) {
         return it->second;
     };
     if (get("malloc") == "reuse") tenbin::reuse_large_allocations();
-    const impl which = get("impl") == "raw" ? impl::raw : impl::tenbin;
     const form f = form_of(get("form"));
     const workload w = make_workload(get("set"), std::stoull(get("bytes")), f == form::single);
-    const int warmup = std::stoi(get("warmup")), count = std::stoi(get("count")), hwm = std::stoi(get("hwm"));
-    if (get("peer") == "recv") {
+    const int hwm = std::stoi(get("hwm"));
+    const bool recv = get("peer") == "recv";
+    void* s = nullptr;
+    if (recv) {
         std::string bound;
-        void* s = receiver_socket(get("endpoint"), hwm, bound);
+        s = receiver_socket(get("endpoint"), hwm, bound);
         std::cout << "endpoint " << bound << std::endl;
-        const double sec = receive_run(s, which, f, w, warmup, count, [] { std::cout << "ready" << std::endl; });
-        std::cout << "seconds " << sec << std::endl;
-        zmq_close(s);
     } else {
-        void* s = sender_socket(get("endpoint"), hwm);
-        send_run(s, which, f, w, warmup, count, [] {
-            std::string line;
-            if (!std::getline(std::cin, line) || line != "go") fail("sender expected go");
-        });
-        zmq_close(s);  // default linger: everything queued is delivered first
+        s = sender_socket(get("endpoint"), hwm);
     }
+    auto read_line = [] {
+        std::string line;
+        if (!std::getline(std::cin, line)) fail("peer's stdin closed");
+        return line;
+    };
+    auto run_once = [&](impl which, int warmup, int count) {
+        if (recv) {
+            const double sec = receive_run(s, which, f, w, warmup, count, [] { std::cout << "ready" << std::endl; });
+            std::cout << "seconds " << sec << std::endl;
+        } else {
+            send_run(s, which, f, w, warmup, count, [&] {
+                if (read_line() != "go") fail("sender expected go");
+            });
+        }
+    };
+    auto impl_of = [](const std::string& name) { return name == "raw" ? impl::raw : impl::tenbin; };
+    if (get("impl") != "session") {
+        run_once(impl_of(get("impl")), std::stoi(get("warmup")), std::stoi(get("count")));
+    } else {
+        for (std::string line; (line = read_line()) != "quit";) {
+            std::istringstream in(line);
+            std::string verb, name;
+            int warmup = 0, count = 0;
+            if (!(in >> verb >> name >> warmup >> count) || verb != "run") fail("peer got \"" + line + "\"");
+            run_once(impl_of(name), warmup, count);
+        }
+    }
+    zmq_close(s);  // the sender's default linger: everything queued is delivered first
     shared_context()->close();
     return 0;
 }
@@ -577,12 +662,12 @@ struct suite {
                 auto to_rate = [&](double sec, int count) { return throughput(w, f, count, sec); };
                 std::pair<double, double> m;
                 if (transport == "tcp-2proc") {
-                    const peer tp{peer_kind::tenbin, cfg.malloc_mode}, rp{peer_kind::raw, cfg.malloc_mode};
+                    process_pair p(cfg, f, w);
                     const int count = calibrate(
-                        cfg, [&](int c) { return run_processes(cfg, tp, tp, f, w, warmup, c); }, w.payload);
+                        cfg, [&](int c) { return p.run(impl::tenbin, warmup, c); }, w.payload);
                     m = interleave(
-                        cfg.reps, [&] { return to_rate(run_processes(cfg, tp, tp, f, w, warmup, count), count); },
-                        [&] { return to_rate(run_processes(cfg, rp, rp, f, w, warmup, count), count); });
+                        cfg.reps, [&] { return to_rate(p.run(impl::tenbin, warmup, count), count); },
+                        [&] { return to_rate(p.run(impl::raw, warmup, count), count); });
                 } else {
                     socket_pair p(transport, hwm_for(w.payload));
                     const int count = calibrate(
