@@ -206,6 +206,10 @@ TEST_CASE("typed access refuses misaligned bytes; aligned() copies them") {
     CHECK(error_class([&] { (void)t.values<float>(); }) == "unsupported");
     tensor a = t.aligned();
     CHECK(a.values<float>()[0] == 1.0f);
+    CHECK_FALSE(a.data().writable());  // borrowed bytes were read-only; so is their copy
+    const buffer owned = buffer::allocate(8);
+    const tensor writable(dtype::f4, {1}, buffer::share(owned.keeper(), owned.writable_bytes().subspan(1, 4)));
+    CHECK(writable.aligned().data().writable());
     tensor already = tensor::zeros(dtype::f4, {4});
     CHECK(already.aligned().data().data() == already.data().data());
 }

@@ -129,7 +129,8 @@ public:
     /// A copy into fresh aligned, writable storage.
     tensor clone() const { return copy_of(view()); }
     /// This tensor when its bytes are aligned for its dtype, else a copy
-    /// that is. Received frames are not always aligned (see zmq.hpp).
+    /// that is, writable only if this tensor is. Received frames are not
+    /// always aligned (see zmq.hpp).
     tensor aligned() const;
 
     /// A view of this tensor, valid while the tensor exists and is unchanged.

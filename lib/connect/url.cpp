@@ -195,6 +195,23 @@ std::vector<std::string> brace_expand(std::string_view pattern) {
     return out;
 }
 
+namespace {
+
+// 0 to 65535 in decimal digits, or "*". libzmq reads a port with atoi and
+// keeps 16 bits of it: 99999 would bind 34463 and -5 65531.
+bool valid_port(std::string_view port) {
+    if (port == "*") return true;
+    if (port.empty() || port.size() > 5) return false;
+    unsigned value = 0;
+    for (char c : port) {
+        if (c < '0' || c > '9') return false;
+        value = value * 10 + static_cast<unsigned>(c - '0');
+    }
+    return value <= 65535;
+}
+
+}  // namespace
+
 endpoint parse_url(std::string_view url, const url_options& opt) {
     const std::size_t sep = url.find("://");
     if (sep == std::string_view::npos || sep == 0) bad_url(url, "expected SCHEME://ADDRESS");
@@ -242,12 +259,8 @@ endpoint parse_url(std::string_view url, const url_options& opt) {
         const std::size_t colon = address.rfind(':');
         if (colon == std::string_view::npos || colon == 0 || colon + 1 == address.size())
             bad_url(url, "a tcp address is HOST:PORT");
-        // libzmq reads a port with atoi and keeps 16 bits of it: 99999
-        // would bind 34463 and -5 65531.
         const std::string_view port = address.substr(colon + 1);
-        if (port != "*" && !(port.size() <= 5 && std::all_of(port.begin(), port.end(), [](char c) {
-                                 return c >= '0' && c <= '9';
-                             }) && std::stoul(std::string(port)) <= 65535))
+        if (!valid_port(port))
             bad_url(url, "port '" + std::string(port) + "' is not a number from 0 to 65535 (or * to bind any)");
     }
     if (address.empty()) bad_url(url, "the address is empty");

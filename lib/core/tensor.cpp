@@ -116,7 +116,13 @@ tensor tensor::with_info(std::string_view info) const {
 }
 
 tensor tensor::aligned() const {
-    return data_.aligned_to(itemsize(dtype_)) ? *this : clone();
+    if (data_.aligned_to(itemsize(dtype_))) return *this;
+    // The copy keeps this tensor's access, so whether writing works never
+    // depends on where the bytes happened to lie (received frames, borrowed
+    // bytes).
+    tensor copy = clone();
+    if (!data_.writable()) copy.data_ = copy.data_.read_only();
+    return copy;
 }
 
 std::vector<tensor> with_infos(tensor_span tensors, std::span<const std::string> infos) {

@@ -524,13 +524,9 @@ std::optional<message> receive(zmq::socket_ref socket, const recv_options& opt, 
     }
 
     // libzmq gives no alignment guarantee; typed access needs one. The
-    // copy is read-only like every received tensor, so code that writes to
-    // one fails alike for every size and transport.
+    // copy stays read-only, like every received tensor.
     for (tensor& t : out.tensors)
-        if (!t.data().aligned_to(itemsize(t.dtype()))) {
-            const tensor copy = t.clone();
-            t = tensor(copy.dtype(), copy.shape(), copy.data().read_only(), copy.info());
-        }
+        if (!t.data().aligned_to(itemsize(t.dtype()))) t = t.aligned();
     return out;
 }
 
