@@ -14,9 +14,14 @@ using detail::throw_error;
 
 std::string describe(DLDataType t) {
     static constexpr const char* codes[] = {"int", "uint", "float", "opaque handle", "bfloat", "complex"};
-    std::string code = t.code < std::size(codes) ? codes[t.code] : "code " + std::to_string(t.code);
-    std::string s = code + std::to_string(t.bits);
-    if (t.lanes != 1) s += "x" + std::to_string(t.lanes);
+    // Appended, not "code " + std::to_string(...): see io/files.cpp.
+    std::string s = t.code < std::size(codes) ? codes[t.code] : "code ";
+    if (t.code >= std::size(codes)) s += std::to_string(t.code);
+    s += std::to_string(t.bits);
+    if (t.lanes != 1) {
+        s += 'x';
+        s += std::to_string(t.lanes);
+    }
     return s;
 }
 

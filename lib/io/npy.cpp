@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstring>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -40,7 +41,10 @@ std::pair<dtype, bool> parse_descr(std::string_view d) {
         }
     }
     std::string known;
-    for (dtype t : all_dtypes) known += (known.empty() ? "" : " ") + std::string(descr(t));
+    for (dtype t : all_dtypes) {
+        if (!known.empty()) known += ' ';
+        known += descr(t);
+    }
     throw_error(errc::unsupported, "dtype " + in_quotes(d) + " is not one tenbin carries (" + known +
                                        ", or '>' for big endian)");
 }
@@ -238,15 +242,13 @@ std::vector<std::byte> npy_header(const tensor_view& t) {
         prefix = 12;
         padlen = 64 - (prefix + hlen) % 64;
     }
-    std::vector<std::byte> out;
-    out.reserve(prefix + hlen + padlen);
-    put_text(out, std::string_view(npy_magic, 6));
-    out.push_back(static_cast<std::byte>(v1 ? 1 : 2));
-    out.push_back(std::byte{0});
-    put_le(out, hlen + padlen, v1 ? 2 : 4);
-    put_text(out, dict);
-    out.insert(out.end(), padlen, std::byte{' '});
-    out.push_back(std::byte{'\n'});
+    std::vector<std::byte> out(prefix + hlen + padlen, std::byte{' '});
+    std::memcpy(out.data(), npy_magic, 6);
+    out[6] = static_cast<std::byte>(v1 ? 1 : 2);
+    out[7] = std::byte{0};
+    for (std::size_t i = 8; i < prefix; ++i) out[i] = static_cast<std::byte>(((hlen + padlen) >> (8 * (i - 8))) & 0xff);
+    std::memcpy(out.data() + prefix, dict.data(), dict.size());
+    out.back() = std::byte{'\n'};  // the spaces between are the padding
     return out;
 }
 
