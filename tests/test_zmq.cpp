@@ -306,8 +306,9 @@ TEST_CASE("a forgotten envelope and the wrong form get errors that say what to d
     const std::vector<tensor> request{patterned(dtype::f4, {3}, "a", 1), patterned(dtype::u1, {2}, "b", 2)};
     REQUIRE(zsend_multipart(dealer, request));
     const std::string envelope = error_text([&] { (void)zrecv(router); });
-    CHECK(envelope.rfind("odd_chunk_count: multipart message of 5 tenbin frames", 0) == 0);
-    CHECK(envelope.find("see recv_options::envelope") != std::string::npos);
+    CHECK(envelope ==
+          "odd_chunk_count: multipart message of 5 tenbin frames: an odd frame count: the last frame (4, a header) "
+          "has no data after it (a ROUTER identity or PUB topic in front? see recv_options::envelope)");
 
     auto pull = make_socket(ctx, zmq::socket_type::pull);
     auto push = make_socket(ctx, zmq::socket_type::push);

@@ -240,7 +240,8 @@ std::vector<tensor> decode_list_with(Frames& frames, const decode_options& opt) 
     const limits& lim = opt.limits;
     const std::size_t n = frames.size();
     if (n % 2 != 0)
-        throw_error(errc::odd_chunk_count, str(n) + " frames: header " + str(n - 1) + " has no data after it");
+        throw_error(errc::odd_chunk_count,
+                    "an odd frame count: the last frame (" + str(n - 1) + ", a header) has no data after it");
     if (n / 2 > lim.max_tensors)
         throw_error(errc::limit_exceeded, str(n / 2) + " tensors exceed limits::max_tensors = " +
                                               str(lim.max_tensors));
