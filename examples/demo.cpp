@@ -79,7 +79,6 @@ int main(int argc, char** argv) {
     lo.queue_messages = 8;
     lo.connection.recv_timeout = 20s;  // a stalled producer fails the demo
     tenbin::loader loader(url, lo);
-    (void)loader.endpoints();
     std::this_thread::sleep_for(500ms);  // let subscriptions reach the publishers
 
     std::vector<std::thread> threads;

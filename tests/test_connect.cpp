@@ -7,8 +7,12 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <mutex>
+#include <numeric>
 #include <set>
+#include <stdexcept>
 #include <thread>
 
 using namespace tenbin;
@@ -342,7 +346,6 @@ TEST_CASE("a loader takes off its socket no more than its queue has room for, in
     lo.queue_bytes = 100000;
     lo.connection.recv_hwm = 50;
     loader l(ctx, strings{"zpull+inproc://hand"}, lo);
-    (void)l.endpoints();
     std::this_thread::sleep_for(300ms);
     CHECK(l.queued_messages() == 2);
     const int after = fill(before);
@@ -378,7 +381,6 @@ TEST_CASE("the byte bound holds with messages larger than it, one at a time") {
     lo.connection.recv_timeout = 10000ms;
     auto ctx = std::make_shared<zmq::context_t>(1);
     loader l(ctx, strings{"zpull+inproc://bytes"}, lo);
-    (void)l.endpoints();
     connection tx(ctx, strings{"zpush+inproc://bytes"}, quick());
     for (int i = 0; i < 6; ++i) REQUIRE(tx.send(batch_of(10000, i)));
     std::this_thread::sleep_for(200ms);
@@ -408,7 +410,6 @@ TEST_CASE("a loader shuts down cleanly from either side, even while blocked") {
             loader_options lo;
             lo.queue_messages = 1;
             loader l(ctx, strings{"zpull+inproc://full"}, lo);
-            (void)l.endpoints();
             for (int i = 0; i < 5; ++i) REQUIRE(tx.send(batch_of(100, i)));
             std::this_thread::sleep_for(100ms);
             CHECK(l.queued_messages() == 1);
@@ -422,7 +423,6 @@ TEST_CASE("a loader shuts down cleanly from either side, even while blocked") {
     SUBCASE("iteration ends when the loader is closed") {
         auto ctx = std::make_shared<zmq::context_t>(1);
         loader l(ctx, strings{"zpull+inproc://iter"}, {});
-        (void)l.endpoints();
         connection tx(ctx, strings{"zpush+inproc://iter"}, quick());
         for (int i = 0; i < 3; ++i) REQUIRE(tx.send(batch_of(2, i)));
         int n = 0;
@@ -434,11 +434,45 @@ TEST_CASE("a loader shuts down cleanly from either side, even while blocked") {
     }
 }
 
+TEST_CASE("several consumers share a loader: each batch goes to one of them, none waits in vain") {
+    auto ctx = std::make_shared<zmq::context_t>(1);
+    loader_options lo;
+    lo.queue_messages = 2;  // consumers often find the queue empty and wait
+    loader l(ctx, strings{"zpull+inproc://many-consumers"}, lo);
+    constexpr int count = 300;
+    std::mutex m;
+    std::vector<int> seen;
+    std::atomic<int> errors{0};
+    auto consume = [&] {
+        try {
+            while (auto b = l.next()) {
+                std::lock_guard lock(m);
+                seen.push_back(seed_of(*b));
+                if (seen.size() == count) l.close();
+            }
+        } catch (const std::exception&) {
+            ++errors;
+        }
+    };
+    std::vector<std::thread> consumers;
+    for (int i = 0; i < 3; ++i) consumers.emplace_back(consume);
+    connection tx(ctx, strings{"zpush+inproc://many-consumers"}, quick());
+    for (int i = 0; i < count; ++i) {
+        REQUIRE(tx.send(batch_of(1, i)));
+        std::this_thread::sleep_for(200us);  // one at a time: every consumer wakes for each
+    }
+    for (auto& c : consumers) c.join();
+    CHECK(errors == 0);
+    std::sort(seen.begin(), seen.end());
+    std::vector<int> want(count);
+    std::iota(want.begin(), want.end(), 0);
+    CHECK(seen == want);
+}
+
 TEST_CASE("errors on the loader thread reach the consumer") {
     auto ctx = std::make_shared<zmq::context_t>(1);
     SUBCASE("a malformed message is raised, and the loader goes on") {
         loader l(ctx, strings{"zpull+inproc://bad"}, {});
-        (void)l.endpoints();
         zmq::socket_t raw(*ctx, zmq::socket_type::push);
         raw.connect("inproc://bad");
         raw.send(zmq::str_buffer("not a tenbin header"), zmq::send_flags::sndmore);
@@ -455,7 +489,6 @@ TEST_CASE("errors on the loader thread reach the consumer") {
         loader_options lo;
         lo.skip_malformed = true;
         loader l(ctx, strings{"zpull+inproc://skip"}, lo);
-        (void)l.endpoints();
         zmq::socket_t raw(*ctx, zmq::socket_type::push);
         raw.connect("inproc://skip");
         raw.send(zmq::str_buffer("garbage"), zmq::send_flags::none);
@@ -474,19 +507,47 @@ TEST_CASE("errors on the loader thread reach the consumer") {
             return b;
         };
         loader l(ctx, strings{"zpull+inproc://transform"}, lo);
-        (void)l.endpoints();
         connection tx(ctx, strings{"zpush+inproc://transform"}, quick());
         for (int i = 0; i < 3; ++i) REQUIRE(tx.send(batch_of(3, i)));
         CHECK(l.next(5000ms)->size() == 2);
         CHECK(error_class([&] { l.next(5000ms); }) == "bad_argument");
         CHECK(seed_of(*l.next(5000ms)) == 2);
     }
-    SUBCASE("a fatal error (address in use) ends the loader after raising") {
+    SUBCASE("whatever a transform throws comes in its batch's place, never counted as malformed") {
+        loader_options lo;
+        lo.skip_malformed = true;  // must not hide the caller's own errors
+        lo.transform = [](std::vector<tensor> b) {
+            // Batches pile up on the socket behind the first.
+            if (seed_of(b) == 0) std::this_thread::sleep_for(100ms);
+            if (seed_of(b) == 2) throw std::runtime_error("transform failed on 2");
+            return b;
+        };
+        loader l(ctx, strings{"zpull+inproc://transform-any"}, lo);
+        connection tx(ctx, strings{"zpush+inproc://transform-any"}, quick());
+        for (int i = 0; i < 5; ++i) REQUIRE(tx.send(batch_of(3, i)));
+        CHECK(seed_of(*l.next(5000ms)) == 0);
+        CHECK(seed_of(*l.next(5000ms)) == 1);
+        CHECK_THROWS_WITH_AS(l.next(5000ms), "transform failed on 2", std::runtime_error);
+        CHECK(seed_of(*l.next(5000ms)) == 3);
+        CHECK(seed_of(*l.next(5000ms)) == 4);
+        CHECK(l.malformed() == 0);
+    }
+    SUBCASE("a refused endpoint (address in use) fails the constructor") {
         connection holder(ctx, strings{"zpull://127.0.0.1:*"}, quick());
         const std::string addr = holder.endpoints()[0].address;
         loader_options lo;
         lo.connection.kind = socket_kind::pull;
-        loader l(strings{addr}, lo);
+        CHECK_THROWS_AS(loader(strings{addr}, lo), zmq::error_t);
+    }
+    SUBCASE("a fatal error (the context shut down) comes after every batch received before it, once") {
+        loader l(ctx, strings{"zpull+inproc://fatal"}, {});
+        {
+            connection tx(ctx, strings{"zpush+inproc://fatal"}, quick());
+            for (int i = 0; i < 3; ++i) REQUIRE(tx.send(batch_of(2, i)));
+        }
+        while (l.queued_messages() < 3) std::this_thread::sleep_for(1ms);
+        ctx->shutdown();
+        for (int i = 0; i < 3; ++i) CHECK(seed_of(*l.next(5000ms)) == i);
         CHECK_THROWS_AS(l.next(5000ms), zmq::error_t);
         CHECK_FALSE(l.next(5000ms));
     }

@@ -264,6 +264,9 @@ struct loader_options {
     /// Bound on the tensor bytes waiting in the queue.
     std::uint64_t queue_bytes = std::uint64_t{512} << 20;
     /// Run on the loader thread on each received batch before queueing.
+    /// Whatever it throws is raised from next() in that batch's place (not
+    /// counted as malformed, whatever `skip_malformed` says), and the
+    /// loader goes on with the next batch.
     std::function<std::vector<tensor>(std::vector<tensor>)> transform{};
     /// Malformed messages are skipped (counted in `malformed()`) instead of
     /// being raised from next(). Raising is the default.
@@ -275,15 +278,18 @@ struct loader_options {
 /// A prefetching receiver: a background thread receives, decodes and
 /// transforms into a bounded queue; the consumer takes batches with next()
 /// or range-for. Fan-in comes from the URLs (many publishers or pushers on
-/// one socket). Errors on the loader thread reach the consumer: a malformed
-/// message is raised from next() (and the loader goes on); a fatal error
-/// (the socket failing) is raised and ends the loader.
+/// one socket). Errors on the loader thread reach the consumer in order: a
+/// malformed message or a transform's exception is raised from next() (and
+/// the loader goes on); a fatal error (the socket failing) is raised after
+/// every batch received before it, and ends the loader. Several threads
+/// may call next() at once: each batch goes to one of them.
 class loader {
 public:
-    /// Starts the loader thread on the URLs (each brace-expanded). Throws
-    /// bad_url (also for URLs of a socket that cannot receive: zpush,
-    /// zpub), or zmq::error_t when an endpoint is refused. Without a
-    /// context given, one is chosen as for `connection`.
+    /// Starts the loader thread on the URLs (each brace-expanded) and waits
+    /// until its socket is bound/connected. Throws bad_url (also for URLs
+    /// of a socket that cannot receive: zpush, zpub), or zmq::error_t when
+    /// an endpoint is refused (address in use...). Without a context
+    /// given, one is chosen as for `connection`.
     loader(std::span<const std::string> urls, loader_options opt = {});
     /// The same on one URL.
     explicit loader(std::string_view url, loader_options opt = {});
@@ -324,7 +330,7 @@ public:
     std::uint64_t peak_queued_bytes() const;
     /// Malformed messages skipped so far (with skip_malformed; thread-safe).
     std::uint64_t malformed() const;
-    /// The endpoints, once bound/connected (waits for the thread to start).
+    /// The endpoints as bound/connected (a bound `*` port resolved).
     std::vector<endpoint> endpoints() const;
 
 private:

@@ -37,7 +37,7 @@ struct loader::state {
     std::shared_ptr<zmq::context_t> context;
 
     mutable std::mutex mutex;
-    // For the consumer (and endpoints()): queued, stop, started or finished
+    // For the consumer (and the constructor): queued, stop, started or finished
     // changed.
     std::condition_variable changed;
     // For the loader thread: the queue went down to its refill mark, or stop.
@@ -50,6 +50,7 @@ struct loader::state {
     statistics stats;
     std::vector<endpoint> endpoints;
     bool started = false;            // the socket is bound/connected (or failed)
+    std::exception_ptr setup_failure;  // why the socket could not be set up
     std::atomic<bool> stop = false;  // close() was called (set under the mutex; read without it to leave the loop)
     bool finished = false;           // the thread has ended
     std::thread thread;
@@ -63,6 +64,12 @@ struct loader::state {
         std::uint64_t bytes;
     };
     room_left queue_all(std::vector<arrival>& got);
+    // Adds `a` to the queue (the caller holds the mutex).
+    void push(arrival& a);
+    // The front of the queue, or nothing when it is empty (the caller
+    // holds the mutex and has waited as it wants).
+    std::optional<std::vector<tensor>> take();
+    bool ready() const { return !queue.empty() || stop || finished; }
     // Whether a message of `bytes` may join the queue while it holds fewer
     // than `messages`.
     bool fits(std::uint64_t bytes, std::size_t messages) const {
@@ -94,17 +101,30 @@ bool loader::state::receive_into(std::vector<arrival>& got, Receive&& receive) {
     try {
         batch = receive();
         if (!batch) return false;
-        if (opt.transform) batch = opt.transform(std::move(*batch));
     } catch (const error&) {
         failure = std::current_exception();
     }
     if (failure) {
-        // A bad message (or transform failure) costs that message only:
-        // zrecv drained it, the socket is at a message boundary.
+        // A bad message costs that message only: zrecv drained it, the
+        // socket is at a message boundary.
         std::lock_guard lock(mutex);
         ++malformed;
         if (!opt.skip_malformed) got.emplace_back().what.emplace<std::exception_ptr>(std::move(failure));
         return true;
+    }
+    // Whatever the caller's transform throws is the caller's to see, in
+    // that batch's place, never skipped as malformed input; the loader
+    // goes on.
+    if (opt.transform) {
+        try {
+            batch = opt.transform(std::move(*batch));
+        } catch (...) {
+            failure = std::current_exception();
+        }
+        if (failure) {
+            got.emplace_back().what.emplace<std::exception_ptr>(std::move(failure));
+            return true;
+        }
     }
     arrival& a = got.emplace_back();
     a.bytes = data_bytes(*batch);
@@ -123,11 +143,7 @@ loader::state::room_left loader::state::queue_all(std::vector<arrival>& got) {
             drained.wait(lock, [&] { return stop || refill(a.bytes); });
         }
         if (stop) break;
-        if (std::holds_alternative<std::vector<tensor>>(a.what)) stats.add(a.bytes);
-        queue.push_back(std::move(a.what));
-        queued_bytes += a.bytes;
-        peak_messages = std::max(peak_messages, queue.size());
-        peak_bytes = std::max(peak_bytes, queued_bytes);
+        push(a);
     }
     got.clear();
     changed.notify_all();
@@ -135,24 +151,52 @@ loader::state::room_left loader::state::queue_all(std::vector<arrival>& got) {
             opt.queue_bytes > queued_bytes ? opt.queue_bytes - queued_bytes : 0};
 }
 
+void loader::state::push(arrival& a) {
+    if (std::holds_alternative<std::vector<tensor>>(a.what)) stats.add(a.bytes);
+    queue.push_back(std::move(a.what));
+    queued_bytes += a.bytes;
+    peak_messages = std::max(peak_messages, queue.size());
+    peak_bytes = std::max(peak_bytes, queued_bytes);
+}
+
+std::optional<std::vector<tensor>> loader::state::take() {
+    if (queue.empty()) return std::nullopt;
+    auto item = std::move(queue.front());
+    queue.pop_front();
+    auto* batch = std::get_if<std::vector<tensor>>(&item);
+    if (batch) queued_bytes -= data_bytes(*batch);
+    if (queue.size() <= refill_mark()) drained.notify_one();
+    if (!batch) std::rethrow_exception(std::get<std::exception_ptr>(item));
+    return std::move(*batch);
+}
+
 void loader::state::run() {
-    std::exception_ptr fatal;
+    std::optional<connection> conn;
     try {
         connection_options copt = opt.connection;
         copt.recv_timeout = poll_interval;
-        connection conn(context, urls, copt);
-        {
-            std::lock_guard lock(mutex);
-            endpoints = conn.endpoints();
-            started = true;
-            changed.notify_all();
-        }
-        // One message waited for, then those already waiting while the
-        // queue had room for them, in messages and in bytes: never more in
-        // hand than that room, or one message when it is full (as before
-        // batching). What stays on the socket counts against its
-        // high-water mark instead.
-        std::vector<arrival> got;
+        conn.emplace(context, urls, copt);
+    } catch (...) {
+        // Raised by the constructor, which waits for this.
+        std::lock_guard lock(mutex);
+        setup_failure = std::current_exception();
+        started = finished = true;
+        changed.notify_all();
+        return;
+    }
+    {
+        std::lock_guard lock(mutex);
+        endpoints = conn->endpoints();
+        started = true;
+        changed.notify_all();
+    }
+    // One message waited for, then those already waiting while the queue
+    // had room for them, in messages and in bytes: never more in hand than
+    // that room, or one message when it is full (as before batching). What
+    // stays on the socket counts against its high-water mark instead.
+    std::vector<arrival> got;
+    std::exception_ptr fatal;
+    try {
         room_left room{opt.queue_messages, opt.queue_bytes};
         auto in_hand = [&] {
             std::uint64_t n = 0;
@@ -160,9 +204,9 @@ void loader::state::run() {
             return n;
         };
         while (!stop.load(std::memory_order_relaxed)) {
-            if (!receive_into(got, [&] { return conn.recv(); })) continue;
+            if (!receive_into(got, [&] { return conn->recv(); })) continue;
             for (std::size_t taken = 1; taken < room.messages && in_hand() < room.bytes &&
-                                        receive_into(got, [&] { return conn.try_recv(); });
+                                        receive_into(got, [&] { return conn->try_recv(); });
                  ++taken) {
             }
             room = queue_all(got);
@@ -171,12 +215,14 @@ void loader::state::run() {
         fatal = std::current_exception();
     }
     std::lock_guard lock(mutex);
-    // Fatal: the socket failed or could not be set up. Raised once in the
-    // consumer, after what was queued before it (queued outside the
-    // handler, as above).
+    // Fatal: the socket failed. Raised once in the consumer, after every
+    // batch received before it, those still in hand included (no more
+    // than the room they were taken for); queued outside the handler, as
+    // above.
     if (fatal) {
-        queue.push_back(std::move(fatal));
-        started = true;
+        for (arrival& a : got) push(a);
+        arrival last{std::move(fatal)};
+        push(last);
     }
     finished = true;
     changed.notify_all();
@@ -202,6 +248,17 @@ loader::loader(std::shared_ptr<zmq::context_t> context, std::span<const std::str
     state_->urls.assign(urls.begin(), urls.end());
     state_->context = std::move(context);
     state_->thread = std::thread([s = state_] { s->run(); });
+    // A refused endpoint is the constructor's error, as for a connection.
+    std::exception_ptr failure;
+    {
+        std::unique_lock lock(state_->mutex);
+        state_->changed.wait(lock, [&] { return state_->started; });
+        failure = state_->setup_failure;
+    }
+    if (failure) {
+        state_->thread.join();
+        std::rethrow_exception(failure);
+    }
 }
 
 loader::~loader() {
@@ -216,29 +273,22 @@ void loader::close() {
     state_->drained.notify_all();
 }
 
+// Both wait and take under one lock: with several consumers, a batch one
+// was woken for cannot go to another in between.
 std::optional<std::vector<tensor>> loader::next() {
     if (const auto& t = state_->opt.connection.recv_timeout) return next(*t);
-    std::unique_lock lock(state_->mutex);
-    state_->changed.wait(lock, [&] { return !state_->queue.empty() || state_->stop || state_->finished; });
-    lock.unlock();
-    return next(std::chrono::milliseconds::zero());
+    state& s = *state_;
+    std::unique_lock lock(s.mutex);
+    s.changed.wait(lock, [&] { return s.ready(); });
+    return s.take();  // nothing: closed or ended, and drained
 }
 
 std::optional<std::vector<tensor>> loader::next(std::chrono::milliseconds timeout) {
     state& s = *state_;
     std::unique_lock lock(s.mutex);
-    const bool ready = s.changed.wait_for(lock, timeout, [&] { return !s.queue.empty() || s.stop || s.finished; });
-    if (s.queue.empty()) {
-        if (ready) return std::nullopt;  // closed or ended, and drained
+    if (!s.changed.wait_for(lock, timeout, [&] { return s.ready(); }))
         throw error(errc::timeout, "no batch within " + std::to_string(timeout.count()) + " ms");
-    }
-    auto item = std::move(s.queue.front());
-    s.queue.pop_front();
-    auto* batch = std::get_if<std::vector<tensor>>(&item);
-    if (batch) s.queued_bytes -= data_bytes(*batch);
-    if (s.queue.size() <= s.refill_mark()) s.drained.notify_one();
-    if (!batch) std::rethrow_exception(std::get<std::exception_ptr>(item));
-    return std::move(*batch);
+    return s.take();
 }
 
 statistics loader::stats() const {
@@ -266,8 +316,7 @@ std::uint64_t loader::malformed() const {
     return state_->malformed;
 }
 std::vector<endpoint> loader::endpoints() const {
-    std::unique_lock lock(state_->mutex);
-    state_->changed.wait(lock, [&] { return state_->started; });
+    std::lock_guard lock(state_->mutex);  // set before the constructor returned
     return state_->endpoints;
 }
 
