@@ -9,6 +9,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <fstream>
+#include <iterator>
 #include <random>
 #include <sstream>
 #include <thread>
@@ -725,6 +727,26 @@ TEST_CASE("istream_source reports what is left of a seekable stream from its pos
     istream_source unknown(piped);
     CHECK_FALSE(unknown.remaining().has_value());
     CHECK(unknown.read_some(block) == 3);
+}
+
+TEST_CASE("an istream that did not open is an error, one read to its end is empty") {
+    std::ifstream missing("/nonexistent-directory/in.ten", std::ios::binary);
+    CHECK(error_class([&] { istream_source in(missing); }) == "io_error");
+
+    std::istringstream done(std::string(10, 'x'));
+    std::string all((std::istreambuf_iterator<char>(done)), std::istreambuf_iterator<char>());
+    done.get();  // at the end: eofbit and failbit
+    istream_source at_end(done);
+    CHECK(read(at_end).empty());
+
+    // A stream that fails after the source was made (a caller's failed
+    // extraction) is an error at the next read, not an end.
+    std::istringstream numbers("abc");
+    istream_source later(numbers);
+    int n = 0;
+    numbers >> n;
+    std::byte block[4];
+    CHECK(error_class([&] { (void)later.read_some(block); }) == "io_error");
 }
 
 // ---- files ------------------------------------------------------------------

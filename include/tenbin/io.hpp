@@ -67,7 +67,8 @@ private:
 class istream_source final : public source {
 public:
     /// Reads from `is`, which must outlive the source, from its current
-    /// position. A stream in a bad state throws io_error.
+    /// position. A stream in a bad or failed state (a file that did not
+    /// open) throws io_error; one already at its end reads as empty.
     explicit istream_source(std::istream& is);
     std::size_t read_some(mutable_bytes out) override;
     std::optional<std::uint64_t> remaining() const override { return remaining_; }

@@ -85,7 +85,18 @@ void ostream_sink::flush() {
     if (!os_) throw error(errc::io_error, "ostream flush failed");
 }
 
+namespace {
+// failbit without eofbit: a file that did not open, or a failed operation.
+// eofbit with it is a stream read to its end, which reads as empty.
+void check_readable(const std::istream& is) {
+    if (is.bad() || (is.fail() && !is.eof()))
+        throw error(errc::io_error, std::string("istream is in a ") + (is.bad() ? "bad" : "failed") +
+                                        " state (a file that did not open?)");
+}
+}  // namespace
+
 istream_source::istream_source(std::istream& is) : is_(is) {
+    check_readable(is_);
     // A stream that cannot seek (a pipe, std::cin) says -1 and stays as it was.
     if (!is_.good()) return;
     const std::istream::pos_type at = is_.tellg();
@@ -101,7 +112,7 @@ istream_source::istream_source(std::istream& is) : is_(is) {
 
 std::size_t istream_source::read_some(mutable_bytes out) {
     if (out.empty()) return 0;
-    if (is_.bad()) throw error(errc::io_error, "istream is in a bad state");
+    check_readable(is_);
     // At end of input read() sets eofbit and failbit; that is a normal end.
     is_.read(reinterpret_cast<char*>(out.data()),
              static_cast<std::streamsize>(std::min(out.size(), max_io_call)));
