@@ -240,8 +240,8 @@ TEST_CASE("short reads and writes of any size give the same bytes") {
     }
 }
 
-TEST_CASE("empty streams: no input, and an empty frame") {
-    CHECK(decompress({}).empty());
+TEST_CASE("empty streams: no input is truncated (as zstd -d says), an empty frame is an empty list") {
+    CHECK(error_class([] { (void)decompress({}); }) == "truncated");
     memory_sink m;
     {
         zstd_sink z(m);
@@ -422,8 +422,11 @@ TEST_CASE(".ten.zst files save and load transparently, chosen by name or by opti
         save(dir / "e.ten.zst", std::vector<tensor>{});
         CHECK(!file_bytes(dir / "e.ten.zst").empty());
         CHECK(load(dir / "e.ten.zst").empty());
+        // Zero bytes are not a zstd stream (zstd -d refuses them), and more
+        // likely a save cut short than an empty list, which takes a frame.
         put_file(dir / "zero.ten.zst", {});
-        CHECK(load(dir / "zero.ten.zst").empty());
+        CHECK(error_class([&] { (void)load(dir / "zero.ten.zst"); }) == "truncated");
+        CHECK(error_class([&] { (void)load_mmap(dir / "zero.ten.zst"); }) == "truncated");
     }
     SUBCASE("corrupt and truncated files name the file") {
         auto bad = zst_file;

@@ -70,8 +70,9 @@ private:
 /// returns their decompressed bytes. Concatenated frames read as one stream
 /// and skippable frames are skipped, as the zstd tool does.
 ///
-/// End of input between frames is the end of the stream (empty input is an
-/// empty stream). Errors: error(truncated) when `inner` ends inside a frame;
+/// End of input between frames is the end of the stream. Errors:
+/// error(truncated) when `inner` ends inside a frame or before the first
+/// (no input at all is no zstd stream: an empty list compresses to a frame);
 /// error(io_error) naming zstd's reason for corrupt input (bad magic,
 /// checksum mismatch, corrupted block, a window above `max_window_log`, or
 /// bytes after a frame that are not a frame); what `inner` throws. After an

@@ -148,6 +148,9 @@ struct zstd_source::impl {
                 return ob.pos;
             }
             if (eof && in_pos == in_len) {
+                // Not even a frame header: what zstd -d refuses too. An
+                // empty list compresses to a frame of its own.
+                if (in_count == 0) fail(errc::truncated, "zstd input is empty: not one frame");
                 if (in_frame)
                     fail(errc::truncated, "zstd input ends inside a frame after " + std::to_string(in_count) +
                                               " compressed bytes (" + std::to_string(out_count) +
