@@ -107,6 +107,7 @@ public:
         fs::remove_all(path_, ec);
     }
     fs::path operator/(const std::string& name) const { return path_ / name; }
+    const fs::path& path() const noexcept { return path_; }
 
 private:
     fs::path path_;
@@ -789,6 +790,58 @@ TEST_CASE("save replaces an existing file") {
     save(path, tensors);
     save(path, std::vector<tensor>{tensors[3]});
     check_same(load(path), {tensors[3]});
+}
+
+// The names in `dir`, sorted.
+std::vector<std::string> names_in(const fs::path& dir) {
+    std::vector<std::string> out;
+    for (const auto& e : fs::directory_iterator(dir)) out.push_back(e.path().filename().string());
+    std::sort(out.begin(), out.end());
+    return out;
+}
+
+TEST_CASE("save over an existing file renames a new one over it") {
+    temp_dir dir;
+    const fs::path path = dir / "r.ten";
+    const auto tensors = sample();
+    save(path, tensors);
+
+    SUBCASE("tensors mapped from the file save back to it, and their mapping stays whole") {
+        const auto mapped = load_mmap(path);
+        save(path, mapped);
+        check_same(load(path), tensors);
+        save(path, std::vector<tensor>{mapped[1], mapped[0]});
+        check_same(load(path), {tensors[1], tensors[0]});
+        check_same(mapped, tensors);  // still the old file's bytes
+    }
+    SUBCASE("the file keeps its permissions; a symlink stays a symlink") {
+        fs::permissions(path, fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read);
+        const fs::path link = dir / "link.ten";
+        fs::create_symlink("r.ten", link);
+        save(link, std::vector<tensor>{tensors[2]});
+        CHECK(fs::is_symlink(link));
+        check_same(load(path), {tensors[2]});
+        CHECK(fs::status(path).permissions() ==
+              (fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read));
+        CHECK(names_in(dir.path()) == std::vector<std::string>{"link.ten", "r.ten"});
+    }
+    SUBCASE("a save that fails leaves the old file as it was, and nothing else") {
+        // Writes past 1 MiB fail with EFBIG (SIGXFSZ ignored).
+        struct sigaction ignore {}, old_action {};
+        ignore.sa_handler = SIG_IGN;
+        ::sigaction(SIGXFSZ, &ignore, &old_action);
+        rlimit old_limit{};
+        ::getrlimit(RLIMIT_FSIZE, &old_limit);
+        rlimit small = old_limit;
+        small.rlim_cur = 1 << 20;
+        REQUIRE(::setrlimit(RLIMIT_FSIZE, &small) == 0);
+        const std::string cls = error_class([&] { save(path, {tensor::zeros(dtype::u1, {4 << 20})}); });
+        ::setrlimit(RLIMIT_FSIZE, &old_limit);
+        ::sigaction(SIGXFSZ, &old_action, nullptr);
+        CHECK(cls == "io_error");
+        check_same(load(path), tensors);
+        CHECK(names_in(dir.path()) == std::vector<std::string>{"r.ten"});
+    }
 }
 
 TEST_CASE("save and load insist on .ten unless nocheck") {

@@ -218,12 +218,20 @@ struct file_options {
     int zstd_level = 3;
 };
 
-/// Writes `tensors` to a .ten file (replacing it) with gathered writes, or
-/// to a .ten.zst file through a `zstd_sink` (see `file_options::compression`).
+/// Writes `tensors` to a .ten file with gathered writes, or to a .ten.zst
+/// file through a `zstd_sink` (see `file_options::compression`).
+///
+/// An existing regular file is replaced by a new file (same directory, same
+/// permissions) renamed over it once it is whole: readers and mappings of
+/// the old file keep it as it was, tensors mapped from it may be saved back
+/// to it, and a save that fails leaves it untouched. A symlink is followed
+/// and kept. A new file, a file with other hard links, a pipe or a device,
+/// or a directory where no file can be made is written in place.
+///
 /// Throws bad_extension (unless nocheck), bad_argument for tensors the
-/// format cannot carry (the file is then left untouched), unsupported for
-/// zstd in a build without it, or io_error (the file may then be partly
-/// written). Thread-safe for distinct files.
+/// format cannot carry (nothing is then written), unsupported for zstd in a
+/// build without it, or io_error (a file written in place may then be
+/// partly written). Thread-safe for distinct files.
 void save(const std::filesystem::path& path, tensor_span tensors, const file_options& opt = {});
 /// Reads a .ten file with one read into one aligned buffer; the tensors
 /// are slices of it, so it lives while any of them does. A compressed file
@@ -235,7 +243,8 @@ void save(const std::filesystem::path& path, tensor_span tensors, const file_opt
 std::vector<tensor> load(const std::filesystem::path& path, const file_options& opt = {});
 /// Maps the file read-only; the tensors view the mapping, which is unmapped
 /// when the last of them is gone. The file must not be truncated or
-/// rewritten meanwhile (as with any mapping). A compressed file cannot be
+/// rewritten in place meanwhile (as with any mapping); `save` over it is
+/// safe, as it renames a new file over the old. A compressed file cannot be
 /// viewed in place: it is decompressed into memory exactly as `load` does
 /// (no mapping is kept). Throws as `load` does.
 std::vector<tensor> load_mmap(const std::filesystem::path& path, const file_options& opt = {});

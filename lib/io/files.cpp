@@ -9,6 +9,7 @@
 #include "io/sys_error.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <string>
 #include <string_view>
@@ -42,8 +43,14 @@ std::string quoted(const std::filesystem::path& p) {
 class unique_fd {
 public:
     explicit unique_fd(int fd) noexcept : fd_(fd) {}
-    unique_fd(const unique_fd&) = delete;
-    unique_fd& operator=(const unique_fd&) = delete;
+    unique_fd(unique_fd&& o) noexcept : fd_(o.release()) {}
+    unique_fd& operator=(unique_fd&& o) noexcept {
+        if (this != &o) {
+            if (fd_ >= 0) ::close(fd_);
+            fd_ = o.release();
+        }
+        return *this;
+    }
     ~unique_fd() {
         if (fd_ >= 0) ::close(fd_);
     }
@@ -123,6 +130,44 @@ std::uint64_t largest_file(const limits& lim) noexcept {
 
 decode_options decode_options_of(const file_options& opt) { return {opt.limits, opt.expect_infos}; }
 
+// An existing file is replaced by a new one renamed over it: the tensors
+// being saved may be mapped from it (load_mmap, then save back), and
+// readers, mappings included, keep the old file whole until they are done;
+// no reader ever sees it half written. A new file, anything but a regular
+// file (a pipe, a device), a file with other hard links (which would keep
+// the old bytes), or a directory where no file can be made is written in
+// place, as before.
+struct replacement {
+    unique_fd fd{-1};              // the new file, or -1: write in place
+    std::filesystem::path target;  // the path's file, through symlinks
+    std::filesystem::path temp;
+};
+
+replacement make_replacement(const std::filesystem::path& path) {
+    replacement r;
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_nlink != 1) return r;
+    std::error_code ec;
+    r.target = std::filesystem::canonical(path, ec);
+    if (ec) return r;
+    static std::atomic<unsigned> serial{0};
+    r.temp = r.target.parent_path() / ("." + r.target.filename().string() + ".tmp-" + std::to_string(::getpid()) +
+                                       "-" + std::to_string(serial++));
+    int fd;
+    do fd = ::open(r.temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    while (fd < 0 && errno == EINTR);
+    if (fd < 0) return r;
+    // The file it replaces keeps its permissions (and its owner, as far as
+    // this process may set it).
+    if (::fchmod(fd, st.st_mode & 07777) != 0 || (::fchown(fd, st.st_uid, st.st_gid) != 0 && errno != EPERM)) {
+        ::close(fd);
+        ::unlink(r.temp.c_str());
+        return r;
+    }
+    r.fd = unique_fd(fd);
+    return r;
+}
+
 }  // namespace
 
 void save(const std::filesystem::path& path, tensor_span tensors, const file_options& opt) {
@@ -133,21 +178,34 @@ void save(const std::filesystem::path& path, tensor_span tensors, const file_opt
 #if !TENBIN_HAS_ZSTD
     if (compressed(path, opt)) no_zstd(path);
 #endif
-    unique_fd f = open_file(path, O_WRONLY | O_CREAT | O_TRUNC, 0666);
-    about_file(path, [&] {
-        fd_sink plain(f.get());
+    auto write_to = [&](unique_fd f, const std::filesystem::path& name) {
+        about_file(path, [&] {
+            fd_sink plain(f.get());
 #if TENBIN_HAS_ZSTD
-        if (compressed(path, opt)) {
-            zstd_sink z(plain, opt.zstd_level);
-            z.write(plan.pieces());
-            z.finish();
-            return;
-        }
+            if (compressed(path, opt)) {
+                zstd_sink z(plain, opt.zstd_level);
+                z.write(plan.pieces());
+                z.finish();
+                return;
+            }
 #endif
-        plain.write(plan.pieces());
-    });
-    // Errors of delayed writes (NFS, full disks) can surface only here.
-    if (::close(f.release()) != 0) throw_io_error("close " + quoted(path), errno);
+            plain.write(plan.pieces());
+        });
+        // Errors of delayed writes (NFS, full disks) can surface only here.
+        if (::close(f.release()) != 0) throw_io_error("close " + quoted(name), errno);
+    };
+    if (replacement r = make_replacement(path); r.fd.get() >= 0) {
+        try {
+            write_to(std::move(r.fd), r.temp);
+            if (::rename(r.temp.c_str(), r.target.c_str()) != 0)
+                throw_io_error("rename " + quoted(r.temp) + " to " + quoted(r.target), errno);
+        } catch (...) {
+            ::unlink(r.temp.c_str());
+            throw;
+        }
+        return;
+    }
+    write_to(open_file(path, O_WRONLY | O_CREAT | O_TRUNC, 0666), path);
 }
 
 std::vector<tensor> load(const std::filesystem::path& path, const file_options& opt) {
