@@ -151,8 +151,13 @@ replacement make_replacement(const std::filesystem::path& path) {
     r.target = std::filesystem::canonical(path, ec);
     if (ec) return r;
     static std::atomic<unsigned> serial{0};
-    r.temp = r.target.parent_path() / ("." + r.target.filename().string() + ".tmp-" + std::to_string(::getpid()) +
-                                       "-" + std::to_string(serial++));
+    std::string name(1, '.');  // appended: see quoted()
+    name += r.target.filename().string();
+    name += ".tmp-";
+    name += std::to_string(::getpid());
+    name += '-';
+    name += std::to_string(serial++);
+    r.temp = r.target.parent_path() / name;
     int fd;
     do fd = ::open(r.temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     while (fd < 0 && errno == EINTR);
