@@ -2,10 +2,14 @@
 // client send tensor requests; the server receives each with its envelope
 // (the client's identity, plus the empty delimiter a REQ adds) and replies
 // through the same envelope. The tensors travel exactly as tensorcom frames.
+// A request that is not tenbin still gets an answer (an empty list): a REQ
+// client would otherwise wait for ever.
 #include <tenbin/tenbin.hpp>
 
 #include <cstdio>
 #include <numeric>
+#include <optional>
+#include <string_view>
 #include <thread>
 
 namespace {
@@ -27,8 +31,17 @@ int main() {
         tenbin::recv_options ro;
         // identity, then a delimiter only if the peer sent one (REQ does)
         ro.envelope = tenbin::envelope_spec::router();
-        for (int i = 0; i < 2; ++i) {
-            auto request = tenbin::zrecv(server, ro);
+        for (int i = 0; i < 3; ++i) {
+            std::optional<tenbin::message> request;
+            try {
+                request = tenbin::zrecv(server, ro);
+            } catch (const tenbin::malformed_message& e) {
+                const std::string_view why = tenbin::name(e.code());
+                std::printf("server: refused a malformed request (%.*s)\n", static_cast<int>(why.size()), why.data());
+                const auto envelope = e.envelope_buffers();
+                tenbin::zsend_multipart(server, {}, {.envelope = envelope});
+                continue;
+            }
             if (!request) return;
             const auto envelope = request->envelope_buffers();
             std::printf("server: request from a %s client, %zu envelope frame(s)\n",
@@ -50,6 +63,15 @@ int main() {
         const float sum = reply ? reply->tensors.at(0).values<float>()[0] : -1;
         std::printf("client: sum = %g\n", sum);
         ok = ok && sum == 10.0f;
+    }
+    {
+        zmq::socket_t client(ctx, zmq::socket_type::req);
+        client.set(zmq::sockopt::rcvtimeo, 5000);
+        client.connect(address);
+        client.send(zmq::str_buffer("not tensors"), zmq::send_flags::none);
+        auto reply = tenbin::zrecv(client);
+        std::printf("client: a malformed request %s\n", reply ? "was answered" : "got no answer");
+        ok = ok && reply && reply->tensors.empty();
     }
     serve.join();
     std::printf("router_dealer: %s\n", ok ? "OK" : "FAILED");

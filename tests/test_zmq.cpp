@@ -455,6 +455,47 @@ TEST_CASE("ROUTER receiving from REQ keeps identity and delimiter and replies th
     }
 }
 
+TEST_CASE("ROUTER answers a REQ peer's malformed message through the envelope the error carries") {
+    zmq::context_t ctx;
+    auto router = make_socket(ctx, zmq::socket_type::router);
+    auto req = make_socket(ctx, zmq::socket_type::req);
+    link(router, req, transport::inproc);
+    req.send(zmq::str_buffer("not a tenbin message"), zmq::send_flags::none);
+    recv_options ropt;
+    ropt.envelope = envelope_spec::router();
+    std::optional<malformed_message> caught;
+    try {
+        (void)zrecv(router, ropt);
+    } catch (const malformed_message& e) {
+        caught = e;
+    }
+    REQUIRE(caught);
+    CHECK(caught->code() == errc::bad_magic);
+    REQUIRE(caught->envelope().size() == 2);
+    CHECK(caught->envelope()[0].size() > 0);   // the identity
+    CHECK(caught->envelope()[1].empty());      // REQ's delimiter
+    const std::vector<tensor> refusal{patterned(dtype::u1, {1}, "refused", 3)};
+    const auto env = caught->envelope_buffers();
+    send_options sopt;
+    sopt.envelope = env;
+    REQUIRE(zsend_multipart(router, refusal, sopt));
+    auto answer = zrecv(req);
+    REQUIRE(answer);  // the REQ peer is not left waiting
+    check_same(answer->tensors, refusal);
+
+    // Without an envelope the error is a plain tenbin::error.
+    auto pull = make_socket(ctx, zmq::socket_type::pull);
+    auto push = make_socket(ctx, zmq::socket_type::push);
+    link(pull, push, transport::inproc);
+    push.send(zmq::str_buffer("not a tenbin message"), zmq::send_flags::none);
+    try {
+        (void)zrecv(pull);
+        FAIL("no error");
+    } catch (const error& e) {
+        CHECK(dynamic_cast<const malformed_message*>(&e) == nullptr);
+    }
+}
+
 TEST_CASE("ROUTER tells an empty list from a delimiter") {
     zmq::context_t ctx;
     auto router = make_socket(ctx, zmq::socket_type::router);

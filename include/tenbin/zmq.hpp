@@ -27,8 +27,10 @@
 #include <zmq.hpp>
 
 #include <cstddef>
+#include <memory>
 #include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
 namespace tenbin {
@@ -125,6 +127,29 @@ struct message {
     }
 };
 
+/// What zrecv throws for a malformed message whose envelope it could split
+/// off: the codec's error (same code, same text), plus the envelope's bytes,
+/// so that a ROUTER can still answer the peer that sent it (a REQ peer
+/// waits for an answer). Catching `tenbin::error` catches it too.
+class malformed_message : public error {
+public:
+    /// The error `code` with `what()` = `message`, and the envelope's bytes.
+    malformed_message(errc code, const std::string& message, std::vector<std::string> envelope);
+    /// The envelope frames' bytes, as received.
+    const std::vector<std::string>& envelope() const noexcept { return *envelope_; }
+    /// Views of them for `send_options::envelope`, valid while this error is.
+    std::vector<zmq::const_buffer> envelope_buffers() const {
+        std::vector<zmq::const_buffer> out;
+        out.reserve(envelope_->size());
+        for (const auto& f : *envelope_) out.emplace_back(f.data(), f.size());
+        return out;
+    }
+
+private:
+    // Shared: an exception is copied when thrown and caught.
+    std::shared_ptr<const std::vector<std::string>> envelope_;
+};
+
 /// Sends `tensors` as one single-part message: the encoding is written
 /// straight into the outgoing message (one copy of the data in total).
 /// Returns false when `dontwait` was given and the message could not be
@@ -155,7 +180,8 @@ bool zsend_multipart(zmq::socket_ref socket, tensor_span tensors, const send_opt
 /// On malformed input throws the typed error (the codec's, limit_exceeded
 /// for `max_frames`, odd_chunk_count when the frames do not fit the
 /// envelope or the form) after draining the rest of the message, so the
-/// next receive starts at a message boundary. zmq::error_t for socket
+/// next receive starts at a message boundary; a `malformed_message`,
+/// carrying the envelope, when one was split off. zmq::error_t for socket
 /// errors.
 ///
 /// Tensors view the received frames (zero-copy) and keep them alive; their

@@ -519,8 +519,13 @@ std::optional<message> receive(zmq::socket_ref socket, const recv_options& opt, 
         // have taken (a ROUTER's identity, a PUB topic).
         const bool hint = e.code() == errc::odd_chunk_count && n > 1 && n % 2 == 1 &&
                           opt.envelope.how == envelope_spec::kind::none;
-        throw error(e.code(), where + ": " + e.what() +
-                                  (hint ? " (a ROUTER identity or PUB topic in front? see recv_options::envelope)" : ""));
+        const std::string text =
+            where + ": " + e.what() +
+            (hint ? " (a ROUTER identity or PUB topic in front? see recv_options::envelope)" : "");
+        if (out.envelope.empty()) throw error(e.code(), text);
+        std::vector<std::string> envelope;
+        for (const zmq::message_t& f : out.envelope) envelope.emplace_back(f.data<char>(), f.size());
+        throw malformed_message(e.code(), text, std::move(envelope));
     }
 
     // libzmq gives no alignment guarantee; typed access needs one. The
@@ -531,6 +536,9 @@ std::optional<message> receive(zmq::socket_ref socket, const recv_options& opt, 
 }
 
 }  // namespace
+
+malformed_message::malformed_message(errc code, const std::string& message, std::vector<std::string> envelope)
+    : error(code, message), envelope_(std::make_shared<const std::vector<std::string>>(std::move(envelope))) {}
 
 bool zsend_single(zmq::socket_ref socket, tensor_span tensors, const send_options& opt) {
     const std::size_t size = encoded_size(tensors);

@@ -398,6 +398,23 @@ class Wire(unittest.TestCase):
             else:
                 self.assertEqual(got, {"tensors": expected_tensors(BY_PATH[name])})
 
+    def test_malformed_requests_are_answered_by_rep_and_router(self):
+        # A REQ peer waits for an answer to every request, a bad one too.
+        for kind in ("rep", "router"):
+            with self.subTest(socket=kind):
+                endpoint = free_tcp_endpoint()
+                receiver = start("recv", endpoint, "--socket", kind, "--json", "--count", "2", "--timeout", "20")
+                req = self.socket(zmq.REQ)
+                req.rcvtimeo = 10000
+                req.connect(endpoint)
+                req.send(open(vec("bad_magic.ten"), "rb").read())
+                self.assertEqual(req.recv_multipart(), [b""])
+                req.send_multipart(frames_of("mp_batch"))
+                self.assertEqual(req.recv_multipart(), [b""])
+                rc, out, err = finish(receiver)
+                self.assertEqual(rc, 3, err)
+                self.assertEqual([list(json.loads(line)) for line in out.splitlines()], [["error", "message"], ["tensors"]])
+
     def test_a_timeout_wins_over_a_malformed_message(self):
         endpoint = free_tcp_endpoint()
         receiver = start("recv", endpoint, "--json", "--count", "2", "--timeout", "2")

@@ -6,6 +6,7 @@
 
 #include <iostream>
 #include <memory>
+#include <span>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -23,15 +24,13 @@ struct recv_cli_options {
 
 // A REP socket must answer every request before it may receive again; a
 // ROUTER answers peers that expect it (REQ peers, whose envelope ends with an
-// empty delimiter). The answer is one empty frame.
-void reply(zmq::socket_t& socket, zmq::socket_type type,
-           const std::vector<zmq::message_t>* envelope) {
+// empty delimiter), malformed messages included. The answer is one empty
+// frame.
+void reply(zmq::socket_t& socket, zmq::socket_type type, std::span<const zmq::const_buffer> envelope) {
     if (type == zmq::socket_type::rep) {
         socket.send(zmq::message_t{}, zmq::send_flags::none);
-    } else if (type == zmq::socket_type::router && envelope && envelope->size() >= 2 &&
-               envelope->back().size() == 0) {
-        for (const auto& frame : *envelope)
-            socket.send(zmq::buffer(frame.data(), frame.size()), zmq::send_flags::sndmore);
+    } else if (type == zmq::socket_type::router && envelope.size() >= 2 && envelope.back().size() == 0) {
+        for (const auto& frame : envelope) socket.send(frame, zmq::send_flags::sndmore);
         socket.send(zmq::message_t{}, zmq::send_flags::none);
     }
 }
@@ -84,10 +83,12 @@ int run_recv(const recv_cli_options& opt) {
         try {
             m = zrecv(socket, ro);
         } catch (const tenbin::error& e) {
-            // zrecv drained the message: report it and go on with the next.
+            // zrecv drained the message: report it, answer it (a ROUTER
+            // finds its envelope in the error) and go on with the next.
             ++malformed;
             print_malformed(e, i, opt.json);
-            reply(socket, type, nullptr);
+            const auto* with_envelope = dynamic_cast<const malformed_message*>(&e);
+            reply(socket, type, with_envelope ? with_envelope->envelope_buffers() : std::vector<zmq::const_buffer>{});
             continue;
         }
         if (!m) {
@@ -99,7 +100,7 @@ int run_recv(const recv_cli_options& opt) {
             return exit_timeout;
         }
         print_message(*m, i, opt.json);
-        reply(socket, type, &m->envelope);
+        reply(socket, type, m->envelope_buffers());
     }
     return malformed ? exit_malformed : exit_ok;
 }
