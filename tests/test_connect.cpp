@@ -158,6 +158,28 @@ TEST_CASE("sending on a receiving socket, or the reverse, is refused with a clea
     CHECK(error_class([] { loader l("zpub://127.0.0.1:*"); }) == "bad_url");
 }
 
+TEST_CASE("a router connection is refused; a closed or moved-from one says so") {
+    connection_options router = quick();
+    router.kind = socket_kind::router;
+    CHECK(error_class([&] { connection c("tcp://127.0.0.1:*", router); }) == "bad_argument");
+    CHECK(error_text([&] { connection c("tcp://127.0.0.1:*", router); }).find("envelope_spec::router()") !=
+          std::string::npos);
+    loader_options lo;
+    lo.connection.kind = socket_kind::router;
+    CHECK(error_class([&] { loader l("tcp://127.0.0.1:*", lo); }) == "bad_argument");
+
+    connection rx("zpull://127.0.0.1:*", quick());
+    connection moved = std::move(rx);
+    CHECK(error_text([&] { (void)rx.recv(); }) ==
+          "bad_argument: cannot receive: the connection is closed (or moved from)");
+    moved.close();
+    CHECK(error_class([&] { (void)moved.try_recv(); }) == "bad_argument");
+    connection tx("zpush://127.0.0.1:9", quick());
+    tx.close();
+    CHECK(error_text([&] { tx.send(batch_of(1, 1)); }) ==
+          "bad_argument: cannot send: the connection is closed (or moved from)");
+}
+
 TEST_CASE("heartbeats are set on the socket, and must be positive") {
     connection_options o = quick();
     o.heartbeat = 250ms;

@@ -64,13 +64,15 @@ public:
     std::uint64_t messages() const noexcept { return messages_; }
     /// Tensor bytes counted since the start (or reset).
     std::uint64_t bytes() const noexcept { return bytes_; }
-    /// Messages per second since the start (or reset).
+    /// Messages per second from the start (or reset) to the last message
+    /// counted: a stream gone quiet keeps the rate it had (0 before any).
     double rate() const;
-    /// Bytes per second since the start.
+    /// Bytes per second over the same span as rate().
     double throughput() const;
-    /// Messages per second over the last `horizon` messages.
+    /// Messages per second between the first and last of the last `horizon`
+    /// messages (0 until two are counted, so always 0 for a horizon under 2).
     double recent_rate() const;
-    /// Bytes per second over the last `horizon` messages.
+    /// Bytes per second over the same window as recent_rate().
     double recent_throughput() const;
     /// "120 msgs, 12.5 msg/s, 96.1 MB/s (recent 13.0 msg/s, 99.8 MB/s)".
     std::string summary() const;
@@ -102,10 +104,17 @@ struct connection_options {
     /// they usually mean a forgotten conversion; so does send() here.
     bool allow64 = false;
     /// Socket kind for plain endpoints, and explicit bind/connect (see url.hpp).
+    /// Not router: a connection keeps no envelope (zrecv with
+    /// envelope_spec::router() does).
     std::optional<socket_kind> kind{};
     /// Bind (true) or connect (false) every endpoint, overriding the schemes.
     std::optional<bool> bind{};
-    /// SUB sockets subscribe to this prefix ("" = everything, as tensorcom).
+    /// A topic for pub and sub sockets ("" = none, as tensorcom). When set, a
+    /// pub connection sends it as a frame of its own in front of every
+    /// message, and a sub connection subscribes to it and expects that frame
+    /// (recv_options::envelope = topic()). Such messages are not tensorcom's
+    /// wire: a Python tensorcom subscriber, or a sub connection without the
+    /// topic, cannot decode them.
     std::string topic{};
     /// Bounds on each received message (see `limits`).
     tenbin::limits limits{};
@@ -149,7 +158,8 @@ struct connection_options {
 class connection {
 public:
     /// Opens the socket and binds/connects every endpoint. Throws bad_url,
-    /// or zmq::error_t when ZeroMQ refuses an endpoint (address in use...).
+    /// bad_argument for a router kind, or zmq::error_t when ZeroMQ refuses
+    /// an endpoint (address in use...).
     /// Without a context given, a connection with an inproc endpoint uses
     /// one process-wide context, shared with every other such connection
     /// and loader alive (inproc endpoints meet only within one context);
@@ -171,12 +181,13 @@ public:
 
     /// Sends one message. Returns false when the send timeout expired.
     /// Throws bad_argument for 64-bit dtypes unless allow64, wrong infos,
-    /// or a socket that cannot send (zpull, zsub).
+    /// a socket that cannot send (zpull, zsub), or a closed connection.
     bool send(tensor_span tensors);
     /// Receives one message (either form). Returns nothing on timeout.
     /// Throws the codec's errors for malformed messages; the connection
     /// stays usable (the rest of a bad message is drained). Throws
-    /// bad_argument on a socket that cannot receive (zpush, zpub).
+    /// bad_argument on a socket that cannot receive (zpush, zpub) or a
+    /// closed connection.
     std::optional<std::vector<tensor>> recv();
     /// Receives one message if one is waiting now; nothing otherwise.
     /// Throws as recv() does.

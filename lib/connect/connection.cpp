@@ -33,6 +33,13 @@ void check_direction(const endpoint& ep, bool can, const char* what) {
                                             std::string(name(ep.kind)) + " socket, which cannot " + what);
 }
 
+// A closed or moved-from connection has no socket: libzmq would say
+// "Socket operation on non-socket", or the call would touch a null handle.
+void check_open(const zmq::socket_t& socket, const char* what) {
+    if (!socket.handle())
+        throw error(errc::bad_argument, std::string("cannot ") + what + ": the connection is closed (or moved from)");
+}
+
 }  // namespace
 
 std::shared_ptr<zmq::context_t> detail::default_context(std::span<const std::string> urls, const url_options& opt) {
@@ -89,6 +96,12 @@ connection::connection(std::shared_ptr<zmq::context_t> context, std::span<const 
       endpoints_(parse_urls(urls, {.kind = opt_.kind, .bind = opt_.bind})),
       stats_(opt_.stats_horizon) {
     const socket_kind kind = endpoints_.front().kind;
+    // Every message on a ROUTER starts with its peer's identity, which
+    // send() and recv() have no place for.
+    if (kind == socket_kind::router)
+        throw error(errc::bad_argument, "a connection cannot be a router socket: it keeps no envelope, and a router "
+                                        "needs one on every message; use zrecv/zsend_* with "
+                                        "envelope_spec::router() on a zmq::socket_t (see examples/router_dealer.cpp)");
     socket_ = zmq::socket_t(*context_, zmq_socket_type(kind));
     socket_.set(zmq::sockopt::sndhwm, opt_.send_hwm);
     socket_.set(zmq::sockopt::rcvhwm, opt_.recv_hwm);
@@ -129,6 +142,7 @@ connection& connection::operator=(connection&&) noexcept = default;
 connection::~connection() = default;
 
 bool connection::send(tensor_span tensors) {
+    check_open(socket_, "send");
     check_direction(endpoints_.front(), detail::can_send(endpoints_.front().kind), "send");
     if (!opt_.allow64) check_no64(tensors);
     std::vector<tensor> renamed;
@@ -152,6 +166,7 @@ std::optional<std::vector<tensor>> connection::recv() { return receive(zmq::recv
 std::optional<std::vector<tensor>> connection::try_recv() { return receive(zmq::recv_flags::dontwait); }
 
 std::optional<std::vector<tensor>> connection::receive(zmq::recv_flags flags) {
+    check_open(socket_, "receive");
     check_direction(endpoints_.front(), detail::can_receive(endpoints_.front().kind), "receive");
     recv_options ro;
     ro.flags = flags;
