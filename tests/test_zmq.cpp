@@ -310,9 +310,27 @@ TEST_CASE("a forgotten envelope and the wrong form get errors that say what to d
           "odd_chunk_count: multipart message of 5 tenbin frames: an odd frame count: the last frame (4, a header) "
           "has no data after it (a ROUTER identity or PUB topic in front? see recv_options::envelope)");
 
+    // A REQ's identity and delimiter in front of a 2-tensor message: an
+    // even count, but the first frame cannot be a header.
+    auto req = make_socket(ctx, zmq::socket_type::req);
+    link(router, req, transport::inproc);
+    REQUIRE(zsend_multipart(req, request));
+    const std::string identity = error_text([&] { (void)zrecv(router); });
+    CHECK(identity.rfind("bad_header: multipart message of 6 tenbin frames", 0) == 0);
+    CHECK(identity.find("see recv_options::envelope") != std::string::npos);
+
     auto pull = make_socket(ctx, zmq::socket_type::pull);
     auto push = make_socket(ctx, zmq::socket_type::push);
     link(pull, push, transport::inproc);
+
+    // A topic expected where the sender puts none.
+    recv_options topic;
+    topic.envelope = envelope_spec::topic();
+    REQUIRE(zsend_multipart(push, request));
+    const std::string no_topic = error_text([&] { (void)zrecv(pull, topic); });
+    CHECK(no_topic.find("recv_options::envelope took 1 frame off the front: does the sender put them there?") !=
+          std::string::npos);
+
     REQUIRE(zsend_multipart(push, request));
     CHECK(error_text([&] { (void)zrecv_single(pull); }) ==
           "odd_chunk_count: multipart message of 4 tenbin frames: not single-part, which is one tenbin frame "

@@ -62,7 +62,10 @@ struct envelope_spec {
     static envelope_spec topic() { return {kind::frames, 1}; }
     /// A ROUTER's identity frame and optional delimiter.
     static envelope_spec router() { return {kind::router, 0}; }
-    /// Every frame up to the first empty one.
+    /// Every frame up to and including the first empty one. Only for
+    /// senders that always send the delimiter: without one, the empty data
+    /// frame of a zero-size tensor is taken for it, and the frames before
+    /// it for an envelope.
     static envelope_spec delimited() { return {kind::delimited, 0}; }
 };
 

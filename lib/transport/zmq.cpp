@@ -515,13 +515,20 @@ std::optional<message> receive(zmq::socket_ref socket, const recv_options& opt, 
     } catch (const error& e) {
         const std::string where = n == 1 ? "single-part message of " + str(frames[skip].size()) + " bytes"
                                          : "multipart message of " + str(n) + " tenbin frames";
-        // An odd frame count is most often a frame the envelope should
-        // have taken (a ROUTER's identity, a PUB topic).
-        const bool hint = e.code() == errc::odd_chunk_count && n > 1 && n % 2 == 1 &&
-                          opt.envelope.how == envelope_spec::kind::none;
+        // Frames an envelope should have taken (a ROUTER's identity, a PUB
+        // topic) show as an odd frame count or a first frame too short or
+        // ragged to be a header; an envelope taken off messages that carry
+        // none leaves the rest broken.
+        const std::size_t first = frames[skip].size();
+        const bool missing = opt.envelope.how == envelope_spec::kind::none && n > 1 &&
+                             (n % 2 == 1 || first < header_size(0) || first % 8 != 0);
+        const bool taken = opt.envelope.how == envelope_spec::kind::frames;
         const std::string text =
             where + ": " + e.what() +
-            (hint ? " (a ROUTER identity or PUB topic in front? see recv_options::envelope)" : "");
+            (missing ? " (a ROUTER identity or PUB topic in front? see recv_options::envelope)"
+             : taken ? " (recv_options::envelope took " + str(skip) + (skip == 1 ? " frame" : " frames") +
+                           " off the front: does the sender put them there?)"
+                     : "");
         if (out.envelope.empty()) throw error(e.code(), text);
         std::vector<std::string> envelope;
         for (const zmq::message_t& f : out.envelope) envelope.emplace_back(f.data<char>(), f.size());
