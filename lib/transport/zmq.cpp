@@ -37,6 +37,8 @@ namespace tenbin {
 namespace {
 
 std::string str(std::size_t n) { return std::to_string(n); }
+// "1 frame", "3 frames".
+std::string frames_text(std::size_t n) { return str(n) + (n == 1 ? " frame" : " frames"); }
 
 [[noreturn]] void fail(errc code, const std::string& message) { throw error(code, message); }
 
@@ -428,7 +430,7 @@ std::size_t envelope_size(const incoming_list& frames, const envelope_spec& spec
         return 0;
     case envelope_spec::kind::frames:
         if (spec.count >= n)
-            fail(errc::odd_chunk_count, "message of " + str(n) + " frames has no tenbin frame after an envelope of " +
+            fail(errc::odd_chunk_count, "message of " + frames_text(n) + " has no tenbin frame after an envelope of " +
                                             str(spec.count));
         return spec.count;
     case envelope_spec::kind::router:
@@ -441,11 +443,11 @@ std::size_t envelope_size(const incoming_list& frames, const envelope_spec& spec
         for (std::size_t i = 0; i < n; ++i) {
             if (frames[i].size() != 0) continue;
             if (i + 1 == n)
-                fail(errc::odd_chunk_count, "message of " + str(n) + " frames ends with its delimiter (frame " +
+                fail(errc::odd_chunk_count, "message of " + frames_text(n) + " ends with its delimiter (frame " +
                                                 str(i) + "): no tenbin frame after the envelope");
             return i + 1;
         }
-        fail(errc::odd_chunk_count, "message of " + str(n) + " frames has no empty delimiter frame");
+        fail(errc::odd_chunk_count, "message of " + frames_text(n) + " has no empty delimiter frame");
     }
     fail(errc::bad_argument, "unknown envelope_spec kind");
 }
@@ -526,7 +528,7 @@ std::optional<message> receive(zmq::socket_ref socket, const recv_options& opt, 
         const std::string text =
             where + ": " + e.what() +
             (missing ? " (a ROUTER identity or PUB topic in front? see recv_options::envelope)"
-             : taken ? " (recv_options::envelope took " + str(skip) + (skip == 1 ? " frame" : " frames") +
+             : taken ? " (recv_options::envelope took " + frames_text(skip) +
                            " off the front: does the sender put them there?)"
                      : "");
         if (out.envelope.empty()) throw error(e.code(), text);
