@@ -14,6 +14,7 @@
 #include <fstream>
 #include <iterator>
 #include <stdexcept>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -73,11 +74,14 @@ inline bool same_bytes(tenbin::bytes_view a, tenbin::bytes_view b) {
 }
 
 // Little-endian int64 words, as headers and chunk preambles hold them.
-inline std::vector<std::byte> le64(std::initializer_list<std::int64_t> words) {
+inline std::vector<std::byte> le64(std::span<const std::int64_t> words) {
     std::vector<std::byte> out(8 * words.size());
     std::size_t i = 0;
     for (std::int64_t w : words) std::memcpy(out.data() + 8 * i++, &w, 8);
     return out;
+}
+inline std::vector<std::byte> le64(std::initializer_list<std::int64_t> words) {
+    return le64(std::span<const std::int64_t>(words.begin(), words.size()));
 }
 
 // An str64 word: up to 8 characters, NUL padded.

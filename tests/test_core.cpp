@@ -11,6 +11,7 @@
 
 using namespace tenbin;
 using test_support::error_class;
+using test_support::error_text;
 using test_support::same_bytes;
 using test_support::le64;
 using test_support::str64;
@@ -196,6 +197,35 @@ TEST_CASE("tensors check what they are given") {
     tensor scalar = tensor::zeros(dtype::f8, {});
     CHECK(scalar.ndim() == 0);
     CHECK(scalar.nbytes() == 8);
+
+    // A dtype cast from a bad integer is refused wherever it comes in.
+    const auto bad = static_cast<dtype>(42);
+    CHECK(code(bad) == "invalid");
+    CHECK(error_text([&] { tensor::zeros(bad, {1}); }) == "bad_argument: dtype value 42 is not one of the format's");
+    CHECK(error_class([&] { tensor(bad, {1}, buffer::allocate(8)); }) == "bad_argument");
+    const std::byte one[8]{};
+    const tensor_view v{bad, {}, "", one};
+    CHECK(error_class([&] { (void)encode_header(v); }) == "bad_argument");
+    CHECK(error_class([&] { (void)encode_buffer(v); }) == "bad_argument");
+
+    // Nothing to write in an empty tensor, whatever its buffer.
+    tensor empty;
+    CHECK(empty.mutable_values<std::uint8_t>().empty());
+}
+
+TEST_CASE("buffers adopt vectors and caller memory, never null memory with a size") {
+    // The size is read before the vector moves into its keeper (an
+    // argument-order bug crashed this under clang).
+    const buffer b = buffer::adopt(std::vector<float>{1, 2, 3});
+    CHECK(b.size() == 12);
+    CHECK(reinterpret_cast<const float*>(b.data())[2] == 3.0f);
+    CHECK(tensor::from_vector(std::vector<std::int16_t>{1, 2, 3, 4, 5}).count() == 5);
+
+    CHECK(error_class([] { buffer::adopt(nullptr, 16, nullptr); }) == "bad_argument");
+    CHECK(buffer::adopt(nullptr, 0, nullptr).empty());
+    int released = 0;
+    { buffer::adopt(nullptr, 0, [&] { ++released; }); }
+    CHECK(released == 1);
 }
 
 TEST_CASE("typed access refuses misaligned bytes; aligned() copies them") {
@@ -337,6 +367,13 @@ TEST_CASE("malformed headers get their class") {
     CHECK(error_class([] { decode_header(le64({str64("u1"), 0, 1, 100}), {.max_bytes = 99}); }) == "limit_exceeded");
     CHECK(decode_header(le64({str64("u1"), 0, 1, 99}), {.max_bytes = 99}).nbytes == 99);
     CHECK(decode_header(le64({str64("u1"), 0, 2, 1, 1}), {.max_rank = 2}).shape.size() == 2);
+    // The error names the bound that was hit: the limit, or the format's own.
+    std::vector<std::int64_t> rank65{str64("u1"), 0, 65};
+    rank65.resize(rank65.size() + 65, 1);
+    CHECK(error_text([&] { decode_header(le64(rank65), {.max_rank = 1000}); }) ==
+          "limit_exceeded: rank 65 exceeds the supported maximum of 64");
+    CHECK(error_text([&] { decode_header(le64(rank65), {.max_rank = 16}); }) ==
+          "limit_exceeded: rank 65 exceeds limits::max_rank = 16");
 }
 
 TEST_CASE("malformed chunked buffers get their class") {

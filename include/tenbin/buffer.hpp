@@ -47,7 +47,9 @@ public:
     static buffer borrow(bytes_view bytes);
     /// Adopts memory the caller allocated: `release` runs exactly once, when
     /// the last buffer referring to it is gone, on whichever thread drops it
-    /// (possibly a ZeroMQ I/O thread). `release` must not throw.
+    /// (possibly a ZeroMQ I/O thread). `release` must not throw; it may be
+    /// empty (nothing to release). Throws bad_argument for null `data` with
+    /// a non-zero `size`.
     static buffer adopt(void* data, std::size_t size, std::function<void()> release);
     /// Shares bytes already pinned by `keeper` (which must keep them alive).
     static buffer share(keeper_type keeper, mutable_bytes bytes, bool writable = true);
@@ -55,8 +57,9 @@ public:
     template <class T>
     static buffer adopt(std::vector<T>&& v) {
         auto owner = std::make_shared<std::vector<T>>(std::move(v));
-        auto* p = reinterpret_cast<std::byte*>(owner->data());
-        return share(std::move(owner), {p, owner->size() * sizeof(T)});
+        // Both read before `owner` is moved: argument order is unspecified.
+        const mutable_bytes bytes{reinterpret_cast<std::byte*>(owner->data()), owner->size() * sizeof(T)};
+        return share(std::move(owner), bytes);
     }
 
     /// First byte (null for an empty default buffer). Valid while this buffer
@@ -70,7 +73,8 @@ public:
     bytes_view bytes() const noexcept { return {data_, size_}; }
 
     /// Writable access; throws `error(errc::unsupported)` for read-only
-    /// memory (borrowed bytes, file mappings, received frames).
+    /// memory (borrowed bytes, file mappings, received frames) unless it is
+    /// empty.
     mutable_bytes writable_bytes() const;
     /// False for read-only memory (borrowed bytes, file mappings, received
     /// frames); `writable_bytes` then throws.

@@ -27,11 +27,15 @@ constexpr std::size_t itemsize(dtype t) noexcept {
     }
 }
 
-/// The format's code: "f4", "u1", ...
+/// False for a value outside the enumeration (a cast from a bad integer).
+constexpr bool is_valid(dtype t) noexcept { return static_cast<unsigned>(t) <= static_cast<unsigned>(dtype::u8); }
+
+/// The format's code: "f4", "u1", ...; "invalid" for a value outside the
+/// enumeration.
 constexpr std::string_view code(dtype t) noexcept {
     constexpr std::string_view codes[] = {"f2", "f4", "f8", "i1", "i2", "i4",
                                           "i8", "u1", "u2", "u4", "u8"};
-    return codes[static_cast<int>(t)];
+    return is_valid(t) ? codes[static_cast<int>(t)] : "invalid";
 }
 
 /// The dtype of a code, or nothing for a code outside the format.

@@ -29,6 +29,8 @@ namespace detail {
 [[noreturn]] void throw_error(errc code, const std::string& message);
 // Throws bad_argument unless `info` has at most 8 ASCII bytes and no NUL.
 void check_info(std::string_view info);
+// Throws bad_argument for a dtype value outside the enumeration.
+void check_dtype(tenbin::dtype t);
 // Elements of `shape`; throws bad_argument on a negative dim or overflow.
 std::uint64_t element_count(std::span<const std::int64_t> shape);
 // Throws unless `bytes` can be read as a span of `t` elements.

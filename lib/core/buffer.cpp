@@ -69,6 +69,8 @@ buffer buffer::borrow(bytes_view bytes) {
 }
 
 buffer buffer::adopt(void* data, std::size_t size, std::function<void()> release) {
+    if (!data && size != 0)
+        throw error(errc::bad_argument, "adopt: null data of " + std::to_string(size) + " bytes");
     struct releaser {
         explicit releaser(std::function<void()> r) : release(std::move(r)) {}
         releaser(const releaser&) = delete;
@@ -87,7 +89,8 @@ buffer buffer::share(keeper_type keeper, mutable_bytes bytes, bool writable) {
 }
 
 mutable_bytes buffer::writable_bytes() const {
-    if (!writable_)
+    // No bytes, nothing to protect (a default tensor's buffer, say).
+    if (!writable_ && size_ != 0)
         throw error(errc::unsupported, "buffer of " + std::to_string(size_) +
                                            " bytes is read-only (borrowed, mapped or received); clone it to write");
     return {data_, size_};

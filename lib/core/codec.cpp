@@ -107,6 +107,7 @@ void write_header(const tensor_view& t, std::byte* p) noexcept {
 }  // namespace
 
 void encode_header_into(const tensor_view& t, mutable_bytes out) {
+    detail::check_dtype(t.dtype);
     detail::check_info(t.info);
     if (t.ndim() > max_supported_rank)
         throw_error(errc::bad_argument, "rank " + str(t.ndim()) + " exceeds the supported maximum of " +
@@ -176,8 +177,10 @@ std::uint64_t decode_header_into(bytes_view h, const limits& lim, dtype& dtype_o
         throw_error(errc::bad_header, "ndim is " + std::to_string(ndim) + " but the header of " +
                                           str(h.size()) + " bytes holds " + str(words) + " dims");
     if (words > lim.max_rank || words > max_supported_rank)
-        throw_error(errc::limit_exceeded, "rank " + str(words) + " exceeds limits::max_rank = " +
-                                              str(lim.max_rank));
+        throw_error(errc::limit_exceeded,
+                    "rank " + str(words) + " exceeds " +
+                        (words > lim.max_rank ? "limits::max_rank = " + str(lim.max_rank)
+                                              : "the supported maximum of " + str(max_supported_rank)));
 
     shape.resize(words);
     std::uint64_t count = 1;

@@ -23,6 +23,12 @@ void check_info(std::string_view info) {
     }
 }
 
+void check_dtype(tenbin::dtype t) {
+    if (!is_valid(t))
+        throw_error(errc::bad_argument,
+                    "dtype value " + std::to_string(static_cast<unsigned>(t)) + " is not one of the format's");
+}
+
 std::uint64_t element_count(std::span<const std::int64_t> shape) {
     // A zero dimension anywhere makes the count 0 whatever the others say,
     // as decode_header computes it: without this, a decoded header such as
@@ -81,6 +87,7 @@ bool operator==(const tensor_view& a, const tensor_view& b) noexcept {
 
 tensor::tensor(tenbin::dtype t, shape_t shape, buffer data, std::string_view info)
     : shape_(std::move(shape)), data_(std::move(data)), dtype_(t) {
+    detail::check_dtype(t);
     detail::check_info(info);
     set_info(info);
     if (shape_.size() > max_supported_rank)
@@ -96,6 +103,7 @@ tensor::tensor(tenbin::dtype t, shape_t shape, buffer data, std::string_view inf
 }
 
 tensor tensor::zeros(tenbin::dtype t, shape_t shape, std::string_view info) {
+    detail::check_dtype(t);
     const std::uint64_t n = detail::element_count(shape);
     if (n > SIZE_MAX / itemsize(t))
         detail::throw_error(errc::bad_argument, "tensor too large to allocate");

@@ -190,7 +190,8 @@ private:
             skip_space();
             if (peek() == ')') break;
             if (shape.size() >= max_rank_)
-                throw_error(errc::limit_exceeded, "npy header: rank exceeds limits::max_rank = " + str(max_rank_));
+                throw_error(errc::limit_exceeded, "npy header: a shape of more than " + str(max_rank_) +
+                                                      " dimensions exceeds limits::max_rank");
             shape.push_back(parse_dim());
             skip_space();
             trailing_comma = peek() == ',';
