@@ -28,6 +28,7 @@ enum exit_status : int {
     exit_failed = 1,     ///< an input was unreadable or an operation failed
     exit_timeout = 2,    ///< nothing (or not enough) arrived in time
     exit_malformed = 3,  ///< a received message was not valid tenbin
+    exit_usage = 64,     ///< wrong options or arguments (sysexits' EX_USAGE)
 };
 
 /// A registered subcommand: its CLI11 node and the work to do when the user

@@ -4,6 +4,7 @@
 
 #include <exception>
 #include <iostream>
+#include <string>
 #include <vector>
 
 int main(int argc, char** argv) {
@@ -34,18 +35,44 @@ int main(int argc, char** argv) {
         "  tenbin info data.ten\n"
         "  tenbin convert data.ten data.npz\n"
         "  tenbin recv 'tcp://*:5555' --count 10 --json               (PULL binds)\n"
-        "  tenbin send tcp://localhost:5555 --file data.ten --count 10   (PUSH connects)");
+        "  tenbin send tcp://localhost:5555 --file data.ten --count 10   (PUSH connects)\n"
+        "Wrong options or arguments: a message on stderr, exit status 64 (EX_USAGE),\n"
+        "whatever the command.");
 
-    CLI11_PARSE(app, argc, argv);
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+        // A word where a command belongs: name it, not "a subcommand is required".
+        if (argc > 1 && argv[1][0] != '-' && app.get_subcommands().empty()) {
+            std::cerr << "tenbin: error: unknown command '" << argv[1] << "'; the commands are";
+            for (const auto& command : commands) std::cerr << ' ' << command.app->get_name();
+            std::cerr << " (see tenbin --help)\n";
+            return exit_usage;
+        }
+        // --help and --version exit 0; wrong options or arguments exit with
+        // one code scripts can tell from a failed run, not CLI11's several
+        // (105 and up).
+        return app.exit(e) == 0 ? exit_ok : exit_usage;
+    }
 
     for (const auto& command : commands) {
         if (!command.app->parsed()) continue;
+        const std::string who = "tenbin " + command.app->get_name();
+        int status;
         try {
-            return command.run();
+            status = command.run();
         } catch (...) {
-            print_current_error("tenbin " + command.app->get_name());
+            print_current_error(who);
+            status = exit_failed;
+        }
+        // Output that could not be written (a full disk, a closed pipe) is a
+        // failure, not a success with nothing to show.
+        std::cout.flush();
+        if (!std::cout) {
+            std::cerr << who << ": error: io_error: writing to standard output failed\n";
             return exit_failed;
         }
+        return status;
     }
     return exit_failed;  // unreachable: CLI11 requires one subcommand
 }
