@@ -620,6 +620,7 @@ TEST_CASE("read enforces limits and expected infos") {
         opt.expect_infos = infos_of(tensors);
         memory_source in(bytes_of(enc));
         check_same(read(in, opt), tensors);
+        CHECK(read(in, opt).empty());  // the end, not a mismatch
         (*opt.expect_infos)[2] = "other";
         memory_source again(bytes_of(enc));
         CHECK(error_class([&] { (void)read(again, opt); }) == "info_mismatch");

@@ -448,6 +448,12 @@ TEST_CASE(".ten.zst files save and load transparently, chosen by name or by opti
         file_options infos;
         infos.expect_infos = std::vector<std::string>{"wrong"};
         CHECK(error_class([&] { (void)load(zst, infos); }) == "info_mismatch");
+        // A file is one list: an empty one has other infos than expected,
+        // compressed or not.
+        save(dir / "none.ten.zst", std::vector<tensor>{});
+        save(dir / "none.ten", std::vector<tensor>{});
+        CHECK(error_class([&] { (void)load(dir / "none.ten.zst", infos); }) == "info_mismatch");
+        CHECK(error_class([&] { (void)load(dir / "none.ten", infos); }) == "info_mismatch");
     }
 }
 

@@ -98,8 +98,11 @@ void save_npy(const std::filesystem::path& path, const tensor_view& t);
 /// limit_exceeded, and what `decode_npy` throws for a member (message
 /// prefixed with the member's name).
 std::vector<named_tensor> decode_npz(const buffer& bytes, const format_options& opt = {});
-/// The bytes of an uncompressed .npz archive (as `np.savez` would, with
-/// fixed timestamps) holding each tensor as "NAME.npy". An empty name
+/// The bytes of an uncompressed .npz archive, laid out as `np.savez` lays
+/// it out (stored members, each "NAME.npy" holding exactly `np.save`'s
+/// bytes) with fixed timestamps; NumPy reads it as its own. It is not
+/// byte-identical to NumPy's: NumPy 1.24 gives every member a ZIP64 extra
+/// field and other file attributes. An empty name
 /// becomes "arr_<index>" (NumPy's name for positional arrays). An archive
 /// of 65535 members or more, with a member of 4 GiB or more, or with
 /// members or its central directory at 4 GiB or beyond gets the ZIP64

@@ -178,11 +178,18 @@ struct read_options {
     std::optional<std::size_t> max_tensors{};
     /// Bounds on the tensors read by this call (see `limits`).
     tenbin::limits limits{};
-    /// When set, the infos read must equal these (errc::info_mismatch).
+    /// When set, the infos read must equal these (errc::info_mismatch);
+    /// an empty read (end of input) is returned as it is.
     std::optional<std::vector<std::string>> expect_infos{};
 };
 
-/// Reads tensors until end of input (or `max_tensors`). End of input before
+/// Reads tensors until end of input (or `max_tensors`).
+///
+/// A stream holds tensors, not lists: nothing marks where one `write`
+/// ended and the next began, and an empty list writes nothing. To read
+/// back the lists of a recording, read `max_tensors` at a time when every
+/// list has the same length (as `examples/record_replay.cpp` does), or
+/// write each list to a stream of its own. End of input before
 /// a header chunk ends the read; anywhere else it throws truncated. Each
 /// tensor gets fresh aligned storage, allocated as bytes arrive, so a length
 /// field claiming more than the input holds costs no more memory than the

@@ -130,6 +130,14 @@ std::uint64_t largest_file(const limits& lim) noexcept {
 
 decode_options decode_options_of(const file_options& opt) { return {opt.limits, opt.expect_infos}; }
 
+// A file streamed whole is one list, an empty one included: its infos are
+// checked even then (read() takes an empty read for the end of a stream).
+std::vector<tensor> read_whole(source& in, const file_options& opt) {
+    std::vector<tensor> out = read(in, read_options{std::nullopt, opt.limits, std::nullopt});
+    if (opt.expect_infos) check_infos(out, *opt.expect_infos);
+    return out;
+}
+
 // An existing file is replaced by a new one renamed over it: the tensors
 // being saved may be mapped from it (load_mmap, then save back), and
 // readers, mappings included, keep the old file whole until they are done;
@@ -223,7 +231,7 @@ std::vector<tensor> load(const std::filesystem::path& path, const file_options& 
         return about_file(path, [&] {
             fd_source plain(f.get());
             zstd_source in(plain);
-            return read(in, read_options{std::nullopt, opt.limits, opt.expect_infos});
+            return read_whole(in, opt);
         });
 #else
         no_zstd(path);
@@ -235,7 +243,7 @@ std::vector<tensor> load(const std::filesystem::path& path, const file_options& 
         // A pipe or device has no size to read at once: read it as a stream.
         return about_file(path, [&] {
             fd_source in(f.get());
-            return read(in, read_options{std::nullopt, opt.limits, opt.expect_infos});
+            return read_whole(in, opt);
         });
     }
     const auto size = static_cast<std::uint64_t>(st.st_size);

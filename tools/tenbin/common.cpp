@@ -120,7 +120,7 @@ std::string current_error_class() {
     } catch (const std::system_error&) {  // includes filesystem_error
         return std::string(name(errc::io_error));
     } catch (const std::bad_alloc&) {
-        return std::string(name(errc::limit_exceeded));
+        return "out_of_memory";
     } catch (...) {
         return "error";
     }
@@ -129,6 +129,8 @@ std::string current_error_class() {
 std::string current_error_message() {
     try {
         throw;
+    } catch (const std::bad_alloc&) {
+        return "not enough memory";
     } catch (const std::exception& e) {
         return one_line(e.what());
     } catch (...) {
