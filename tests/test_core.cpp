@@ -4,10 +4,12 @@
 #include <doctest/doctest.h>
 #include <tenbin/core.hpp>
 
+#include <array>
 #include <atomic>
 #include <cmath>
 #include <cstring>
 #include <numeric>
+#include <span>
 
 using namespace tenbin;
 using test_support::error_class;
@@ -211,6 +213,28 @@ TEST_CASE("tensors check what they are given") {
     // Nothing to write in an empty tensor, whatever its buffer.
     tensor empty;
     CHECK(empty.mutable_values<std::uint8_t>().empty());
+}
+
+// Borrowing needs memory that outlives the call: a temporary container is refused.
+template <class R>
+concept borrowable = requires(R&& r) { tensor::borrow(std::forward<R>(r), shape_t{}); };
+static_assert(borrowable<std::vector<float>&> && borrowable<const std::vector<float>&>);
+static_assert(borrowable<std::span<float>> && borrowable<std::span<const float>>);
+static_assert(!borrowable<std::vector<float>> && !borrowable<std::vector<float>&&>);
+
+TEST_CASE("borrowing takes any contiguous range the caller keeps; long long is i8") {
+    std::vector<float> v{1, 2, 3, 4, 5, 6};
+    const tensor a = tensor::borrow(v, {2, 3}, "v");
+    CHECK(a.dtype() == dtype::f4);
+    CHECK(a.data().data() == reinterpret_cast<const std::byte*>(v.data()));  // no copy
+    CHECK_FALSE(a.data().owned());
+    std::array<std::uint16_t, 3> arr{7, 8, 9};
+    CHECK(tensor::borrow(arr, {3}).values<std::uint16_t>()[2] == 9);
+    CHECK(tensor::borrow(std::span(v).first(3), {3}).count() == 3);
+    CHECK(error_class([&] { (void)tensor::borrow(v, {4}); }) == "bad_argument");
+
+    CHECK(tensor::from_vector(std::vector<long long>{1, 2}).dtype() == dtype::i8);
+    CHECK(tensor::from_vector(std::vector<unsigned long long>{1}).dtype() == dtype::u8);
 }
 
 TEST_CASE("buffers adopt vectors and caller memory, never null memory with a size") {

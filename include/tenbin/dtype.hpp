@@ -79,6 +79,15 @@ template <> struct dtype_of_impl<std::uint8_t> { static constexpr dtype value = 
 template <> struct dtype_of_impl<std::uint16_t> { static constexpr dtype value = dtype::u2; };
 template <> struct dtype_of_impl<std::uint32_t> { static constexpr dtype value = dtype::u4; };
 template <> struct dtype_of_impl<std::uint64_t> { static constexpr dtype value = dtype::u8; };
+// On LP64 Linux std::int64_t is long, and long long (what many APIs and
+// literals use) is a type of its own with the same 8 bytes.
+template <class T>
+    requires(std::is_same_v<T, long long> && !std::is_same_v<long long, std::int64_t> && sizeof(T) == 8)
+struct dtype_of_impl<T> { static constexpr dtype value = dtype::i8; };
+template <class T>
+    requires(std::is_same_v<T, unsigned long long> && !std::is_same_v<unsigned long long, std::uint64_t> &&
+             sizeof(T) == 8)
+struct dtype_of_impl<T> { static constexpr dtype value = dtype::u8; };
 }  // namespace detail
 
 /// The dtype that stores C++ type T (float -> f4, std::uint8_t -> u1, ...).

@@ -108,6 +108,17 @@ public:
     static tensor borrow(std::span<const T> values, shape_t shape, std::string_view info = {}) {
         return tensor(dtype_of<T>, std::move(shape), buffer::borrow(std::as_bytes(values)), info);
     }
+    /// The same over a contiguous range the caller keeps (a vector, an
+    /// array, a span); a temporary container does not compile, since its
+    /// elements would be gone before the tensor.
+    template <std::ranges::contiguous_range R>
+        requires element<std::ranges::range_value_t<R>> &&
+                 (std::is_lvalue_reference_v<R> || std::ranges::borrowed_range<R>) &&
+                 (!std::is_same_v<std::remove_cvref_t<R>, std::span<const std::ranges::range_value_t<R>>>)
+    static tensor borrow(R&& values, shape_t shape, std::string_view info = {}) {
+        using T = std::ranges::range_value_t<R>;
+        return borrow(std::span<const T>(std::ranges::data(values), std::ranges::size(values)), std::move(shape), info);
+    }
 
     /// Element type.
     tenbin::dtype dtype() const noexcept { return dtype_; }
