@@ -213,6 +213,19 @@ class Info(unittest.TestCase):
         self.assertEqual(r.returncode, 1)
         self.assertIn(ERROR_LINE.match(r.stderr.decode().strip())["cls"], {"truncated", "length_beyond_end"})
 
+    def test_standard_input_compressed(self):
+        # A .ten.zst piped in is told by its zstd magic.
+        entry = BY_PATH["all_dtypes.ten"]
+        with tempfile.TemporaryDirectory() as tmp:
+            zst = os.path.join(tmp, "b.ten.zst")
+            self.assertEqual(run("convert", vec(entry["path"]), zst).returncode, 0)
+            data = open(zst, "rb").read()
+        r = run("info", "--json", "-", input=data)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(json.loads(r.stdout), {"file": "-", "tensors": expected_tensors(entry)})
+        r = run("info", "-", input=data[:-3])
+        self.assertEqual(ERROR_LINE.match(r.stderr.decode().strip())["cls"], "truncated")
+
 
 class Arguments(unittest.TestCase):
     def test_help_names_every_command(self):

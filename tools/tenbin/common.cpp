@@ -1,7 +1,9 @@
 // tenbin tool: shared helpers (see common.hpp).
 #include "common.hpp"
 
+#include <tenbin/config.hpp>
 #include <tenbin/io.hpp>
+#include <tenbin/zstd.hpp>
 
 #include <openssl/evp.h>
 
@@ -151,10 +153,46 @@ namespace {
     throw tenbin::error(errc::io_error, path + ": " + why);
 }
 
-// Streams a descriptor to the end: pipes, FIFOs, character devices.
+// A source whose first bytes were already read to look at them.
+class peeked_source final : public source {
+public:
+    peeked_source(source& inner, bytes_view first) : inner_(inner), first_(first.begin(), first.end()) {}
+    std::size_t read_some(mutable_bytes out) override {
+        if (at_ == first_.size()) return inner_.read_some(out);
+        const std::size_t n = std::min(out.size(), first_.size() - at_);
+        std::copy_n(first_.begin() + static_cast<std::ptrdiff_t>(at_), n, out.begin());
+        at_ += n;
+        return n;
+    }
+
+private:
+    source& inner_;
+    std::vector<std::byte> first_;
+    std::size_t at_ = 0;
+};
+
+// Streams a descriptor to the end: pipes, FIFOs, character devices. A zstd
+// stream (.ten.zst piped in) is told by its magic and decompressed.
 std::vector<tensor> read_fd(int fd) {
     fd_source in(fd);
-    return read(in);
+    std::byte head[4];
+    std::size_t got = 0;
+    while (got < sizeof head) {
+        const std::size_t n = in.read_some(mutable_bytes(head).subspan(got));
+        if (n == 0) break;
+        got += n;
+    }
+    peeked_source whole(in, bytes_view(head, got));
+    constexpr std::byte zstd_magic[4]{std::byte{0x28}, std::byte{0xb5}, std::byte{0x2f}, std::byte{0xfd}};
+    if (got == sizeof head && std::equal(head, head + 4, zstd_magic)) {
+#if TENBIN_HAS_ZSTD
+        zstd_source unpacked(whole);
+        return read(unpacked);
+#else
+        throw tenbin::error(errc::unsupported, "zstd input needs a tenbin built with libzstd");
+#endif
+    }
+    return read(whole);
 }
 
 }  // namespace

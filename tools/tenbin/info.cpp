@@ -98,7 +98,7 @@ subcommand add_info(CLI::App& parent) {
         "  tenbin info batch.ten\n"
         "  tenbin info --json *.ten > summary.jsonl\n"
         "  tenbin info model.safetensors");
-    app->add_option("FILE", opt->files, "Files to describe ('-' reads standard input)")
+    app->add_option("FILE", opt->files, "Files to describe ('-' reads standard input: .ten bytes, or .ten.zst by its magic)")
         ->required();
     app->add_flag("--json", opt->json,
                   "One JSON line per file: {\"file\": F, \"tensors\": [{\"info\", \"dtype\", "

@@ -110,7 +110,7 @@ subcommand add_send(CLI::App& parent) {
                     "tensorcom URL (zpush://host:port, ...) or ZeroMQ endpoint, e.g.\n"
                     "tcp://localhost:5555 or ipc:///tmp/t.sock (see --socket)")
         ->required();
-    app->add_option("-f,--file", opt->file, "File whose tensors make the message ('-' = stdin)")
+    app->add_option("-f,--file", opt->file, "File whose tensors make the message ('-' = stdin: .ten, or .ten.zst by its magic)")
         ->required();
     app->add_option("-n,--count", opt->count, "How many times to send the message")
         ->check(positive)
