@@ -757,17 +757,24 @@ TEST_CASE("we read the .npy and .npz files NumPy writes") {
     std::ifstream in(dir.path / "expected.json");
     const auto expected = nlohmann::json::parse(in);
     REQUIRE(expected["npy"].size() >= 12);
-    for (const auto& [file, want] : expected["npy"].items()) {
+    // Named, not structured, bindings: clang 14 cannot capture those (CAPTURE).
+    for (const auto& item : expected["npy"].items()) {
+        const std::string file = item.key();
+        const auto& want = item.value();
         CAPTURE(file);
         CHECK(describe("", load_npy(dir.path / file)) == want);
     }
-    for (const auto& [file, want] : expected["npz"].items()) {
+    for (const auto& item : expected["npz"].items()) {
+        const std::string file = item.key();
+        const auto& want = item.value();
         CAPTURE(file);
         auto got = nlohmann::json::array();
         for (const auto& n : load_npz(dir.path / file)) got.push_back(describe(n.name, n.value));
         CHECK(got == want);
     }
-    for (const auto& [file, cls] : expected["refused"].items()) {
+    for (const auto& item : expected["refused"].items()) {
+        const std::string file = item.key();
+        const auto& cls = item.value();
         CAPTURE(file);
         CHECK(error_class([&] { load_any(dir.path / file); }) == cls.get<std::string>());
     }
