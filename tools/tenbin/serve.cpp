@@ -151,7 +151,8 @@ subcommand add_serve(CLI::App& parent) {
         ->required();
     app->add_option("--file,-f", opt->files, "A .ten file to send (repeat for several; sent in turn)");
     app->add_option("--synthetic", opt->synthetic,
-                    "Made-up batches, e.g. \"f2:256,3,224,224;i4:256\" (NAME=DTYPE:DIMS to name a tensor)");
+                    "Made-up batches, e.g. \"f2:256,3,224,224;i4:256\" (NAME=DTYPE:DIMS to name a tensor;\n"
+                    "no DIMS, as in \"f4:\", is a scalar)");
     app->add_option("--count,-n", opt->count, "Messages to send (0: until interrupted)")
         ->check(nonnegative)
         ->capture_default_str();
