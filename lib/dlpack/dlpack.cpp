@@ -14,9 +14,15 @@ using detail::throw_error;
 
 std::string describe(DLDataType t) {
     static constexpr const char* codes[] = {"int", "uint", "float", "opaque handle", "bfloat", "complex"};
-    // Appended, not "code " + std::to_string(...): see io/files.cpp.
-    std::string s = t.code < std::size(codes) ? codes[t.code] : "code ";
-    if (t.code >= std::size(codes)) s += std::to_string(t.code);
+    // Appended, not "code " + std::to_string(...): GCC 12 at -O3 warns
+    // (-Wrestrict, wrongly) about a string inserted at the front.
+    std::string s;
+    if (t.code < std::size(codes)) {
+        s = codes[t.code];
+    } else {
+        s = "code ";
+        s += std::to_string(t.code);
+    }
     s += std::to_string(t.bits);
     if (t.lanes != 1) {
         s += 'x';

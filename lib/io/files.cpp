@@ -26,17 +26,9 @@ namespace {
 
 using detail::throw_error;
 using detail::throw_io_error;
+using detail::in_quotes;
 
 std::string str(std::uint64_t n) { return std::to_string(n); }
-
-// Appended, not "'" + p.string() + "'": GCC 12 at -O3 warns (-Wrestrict,
-// wrongly) about a string inserted at the front.
-std::string quoted(const std::filesystem::path& p) {
-    std::string out(1, '\'');
-    out += p.string();
-    out += '\'';
-    return out;
-}
 
 // Closes on every path out; close errors matter only after writing, where
 // save() closes explicitly.
@@ -65,13 +57,13 @@ unique_fd open_file(const std::filesystem::path& p, int flags, mode_t mode = 0) 
     int fd;
     do fd = ::open(p.c_str(), flags | O_CLOEXEC, mode);
     while (fd < 0 && errno == EINTR);
-    if (fd < 0) throw_io_error("open " + quoted(p), errno);
+    if (fd < 0) throw_io_error("open " + in_quotes(p), errno);
     return unique_fd(fd);
 }
 
 struct stat stat_of(int fd, const std::filesystem::path& p) {
     struct stat st {};
-    if (::fstat(fd, &st) != 0) throw_io_error("fstat " + quoted(p), errno);
+    if (::fstat(fd, &st) != 0) throw_io_error("fstat " + in_quotes(p), errno);
     return st;
 }
 
@@ -83,7 +75,7 @@ void check_extension(const std::filesystem::path& p, bool nocheck) {
     const std::string name = p.string();
     if (!std::string_view(name).ends_with(".ten") && !std::string_view(name).ends_with(".ten.zst"))
         throw_error(errc::bad_extension,
-                    quoted(p) + " does not end in .ten or .ten.zst (set file_options::nocheck to allow it)");
+                    in_quotes(p) + " does not end in .ten or .ten.zst (set file_options::nocheck to allow it)");
 }
 
 bool compressed(const std::filesystem::path& p, const file_options& opt) {
@@ -97,7 +89,7 @@ bool compressed(const std::filesystem::path& p, const file_options& opt) {
 
 #if !TENBIN_HAS_ZSTD
 [[noreturn]] void no_zstd(const std::filesystem::path& p) {
-    throw_error(errc::unsupported, quoted(p) + ": zstd compression needs a tenbin built with libzstd");
+    throw_error(errc::unsupported, in_quotes(p) + ": zstd compression needs a tenbin built with libzstd");
 }
 #endif
 
@@ -107,7 +99,7 @@ auto about_file(const std::filesystem::path& p, F&& f) {
     try {
         return f();
     } catch (const error& e) {
-        throw error(e.code(), quoted(p) + ": " + e.what());
+        throw error(e.code(), in_quotes(p) + ": " + e.what());
     }
 }
 
@@ -159,7 +151,7 @@ replacement make_replacement(const std::filesystem::path& path) {
     r.target = std::filesystem::canonical(path, ec);
     if (ec) return r;
     static std::atomic<unsigned> serial{0};
-    std::string name(1, '.');  // appended: see quoted()
+    std::string name(1, '.');  // appended: see in_quotes()
     name += r.target.filename().string();
     name += ".tmp-";
     name += std::to_string(::getpid());
@@ -205,13 +197,13 @@ void save(const std::filesystem::path& path, tensor_span tensors, const file_opt
             plain.write(plan.pieces());
         });
         // Errors of delayed writes (NFS, full disks) can surface only here.
-        if (::close(f.release()) != 0) throw_io_error("close " + quoted(name), errno);
+        if (::close(f.release()) != 0) throw_io_error("close " + in_quotes(name), errno);
     };
     if (replacement r = make_replacement(path); r.fd.get() >= 0) {
         try {
             write_to(std::move(r.fd), r.temp);
             if (::rename(r.temp.c_str(), r.target.c_str()) != 0)
-                throw_io_error("rename " + quoted(r.temp) + " to " + quoted(r.target), errno);
+                throw_io_error("rename " + in_quotes(r.temp) + " to " + in_quotes(r.target), errno);
         } catch (...) {
             ::unlink(r.temp.c_str());
             throw;
@@ -249,7 +241,7 @@ std::vector<tensor> load(const std::filesystem::path& path, const file_options& 
     const auto size = static_cast<std::uint64_t>(st.st_size);
     if (size > largest_file(opt.limits))
         throw_error(errc::limit_exceeded,
-                    quoted(path) + ": file of " + str(size) + " bytes cannot fit limits::max_bytes = " +
+                    in_quotes(path) + ": file of " + str(size) + " bytes cannot fit limits::max_bytes = " +
                         str(opt.limits.max_bytes) + " and limits::max_tensors = " +
                         str(opt.limits.max_tensors));
     buffer all = buffer::allocate(static_cast<std::size_t>(size));
@@ -260,10 +252,10 @@ std::vector<tensor> load(const std::filesystem::path& path, const file_options& 
         const ssize_t n = ::read(f.get(), at + got, want);
         if (n < 0) {
             if (errno == EINTR) continue;
-            throw_io_error("read " + quoted(path) + " at offset " + str(got), errno);
+            throw_io_error("read " + in_quotes(path) + " at offset " + str(got), errno);
         }
         if (n == 0)
-            throw_error(errc::io_error, quoted(path) + ": file shrank while being read (" + str(got) +
+            throw_error(errc::io_error, in_quotes(path) + ": file shrank while being read (" + str(got) +
                                             " of " + str(size) + " bytes)");
         got += static_cast<std::size_t>(n);
     }
@@ -275,11 +267,11 @@ buffer map_file(const std::filesystem::path& path) {
     unique_fd f = open_file(path, O_RDONLY | O_NONBLOCK);
     const struct stat st = stat_of(f.get(), path);
     if (!S_ISREG(st.st_mode))
-        throw_error(errc::io_error, "mmap " + quoted(path) + ": not a regular file");
+        throw_error(errc::io_error, "mmap " + in_quotes(path) + ": not a regular file");
     const auto size = static_cast<std::size_t>(st.st_size);
     if (size == 0) return {};  // mmap refuses zero bytes
     void* p = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, f.get(), 0);
-    if (p == MAP_FAILED) throw_io_error("mmap " + quoted(path), errno);
+    if (p == MAP_FAILED) throw_io_error("mmap " + in_quotes(path), errno);
     // The mapping outlives the descriptor; the last buffer unmaps it.
     buffer::keeper_type keeper(p, [size](const void* q) { ::munmap(const_cast<void*>(q), size); });
     return buffer::share(std::move(keeper), {static_cast<std::byte*>(p), size}, false);

@@ -98,16 +98,6 @@ named_tensor make_named(std::string name, tensor t) {
     return {std::move(name), std::move(t)};
 }
 
-// Appended, not "'" + std::string(s) + "'": GCC 12 at -O3 warns
-// (-Wrestrict, wrongly) about a string inserted at the front.
-std::string in_quotes(std::string_view s) {
-    std::string out(1, '\'');
-    out += s;
-    out += '\'';
-    return out;
-}
-std::string in_quotes(const std::filesystem::path& p) { return in_quotes(p.string()); }
-
 std::vector<std::string> output_names(std::span<const named_tensor> tensors) {
     std::vector<std::string> names;
     names.reserve(tensors.size());

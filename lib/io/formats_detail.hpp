@@ -4,6 +4,8 @@
 
 #include <tenbin/formats.hpp>
 
+#include "sys_error.hpp"  // beside this header: tests include it by path
+
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
@@ -62,10 +64,6 @@ bool valid_utf8(std::string_view s) noexcept;
 bool fits_info(std::string_view name) noexcept;
 // A named_tensor whose tensor's info is its name when that fits.
 named_tensor make_named(std::string name, tensor t);
-
-std::string in_quotes(const std::filesystem::path& p);
-std::string in_quotes(std::string_view s);
-inline std::string in_quotes(const std::string& s) { return in_quotes(std::string_view(s)); }
 
 // Runs `f`; a tenbin error it throws gets `where: ` in front.
 template <class F>
