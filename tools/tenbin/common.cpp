@@ -153,22 +153,22 @@ namespace {
     throw tenbin::error(errc::io_error, path + ": " + why);
 }
 
-// A source whose first bytes were already read to look at them.
+// A source whose first bytes were already read to look at them (`first`
+// must outlive it).
 class peeked_source final : public source {
 public:
-    peeked_source(source& inner, bytes_view first) : inner_(inner), first_(first.begin(), first.end()) {}
+    peeked_source(source& inner, bytes_view first) : inner_(inner), first_(first) {}
     std::size_t read_some(mutable_bytes out) override {
-        if (at_ == first_.size()) return inner_.read_some(out);
-        const std::size_t n = std::min(out.size(), first_.size() - at_);
-        std::copy_n(first_.begin() + static_cast<std::ptrdiff_t>(at_), n, out.begin());
-        at_ += n;
+        if (first_.empty()) return inner_.read_some(out);
+        const std::size_t n = std::min(out.size(), first_.size());
+        std::copy_n(first_.begin(), n, out.begin());
+        first_ = first_.subspan(n);
         return n;
     }
 
 private:
     source& inner_;
-    std::vector<std::byte> first_;
-    std::size_t at_ = 0;
+    bytes_view first_;  // what is left of them
 };
 
 // Streams a descriptor to the end: pipes, FIFOs, character devices. A zstd
