@@ -97,9 +97,9 @@ connection_options connection_options_for(const socket_choice& choice, const std
     const bool plain = is_plain_endpoint(url);
     if (!choice.socket.empty()) co.kind = parse_socket_kind(choice.socket);
     else if (plain) co.kind = choice.plain_default;
-    // parse_url binds a plain endpoint as tensorcom binds its kind; a
-    // receiving PAIR binds too (plain_binds).
-    if (plain && choice.receiving && co.kind == tenbin::socket_kind::pair) co.bind = true;
+    // A plain endpoint binds as the help says (plain_binds: as tensorcom
+    // binds its kind, and a receiving PAIR too).
+    if (plain && co.kind && plain_binds(choice, *co.kind)) co.bind = true;
     if (choice.bind) co.bind = true;
     if (choice.connect) co.bind = false;
     if (choice.heartbeat_ms > 0) co.heartbeat = std::chrono::milliseconds(choice.heartbeat_ms);
