@@ -815,6 +815,21 @@ TEST_CASE("save over an existing file renames a new one over it") {
         check_same(load(path), {tensors[1], tensors[0]});
         check_same(mapped, tensors);  // still the old file's bytes
     }
+    SUBCASE("a file with other hard links is written in place, unless this process maps it") {
+        const fs::path other = dir / "other.ten";
+        fs::create_hard_link(path, other);
+        save(path, std::vector<tensor>{tensors[0]});
+        check_same(load(other), {tensors[0]});  // one file, two names
+
+        // Written in place, the mapping the tensors are read from would be
+        // truncated under them; replaced, the other name keeps the old bytes.
+        const auto mapped = load_mmap(path);
+        save(path, std::vector<tensor>{tensors[2], mapped[0]});
+        check_same(load(path), {tensors[2], tensors[0]});
+        check_same(mapped, {tensors[0]});
+        check_same(load(other), {tensors[0]});
+        CHECK(fs::hard_link_count(path) == 1);
+    }
     SUBCASE("the file keeps its permissions; a symlink stays a symlink") {
         fs::permissions(path, fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read);
         const fs::path link = dir / "link.ten";
@@ -883,25 +898,31 @@ TEST_CASE("file errors are io_error naming the path") {
     CHECK(error_class([&] { (void)map_file(dir / "missing.ten"); }) == "io_error");
 }
 
-TEST_CASE("load reads a FIFO as a stream and map_file refuses it") {
+TEST_CASE("load and load_mmap read a FIFO as a stream; map_file refuses it") {
     temp_dir dir;
     const fs::path path = dir / "fifo.ten";
     REQUIRE(::mkfifo(path.c_str(), 0600) == 0);
     CHECK(error_class([&] { (void)map_file(path); }) == "io_error");
 
     const auto tensors = sample();
-    std::exception_ptr failure;
-    std::thread writer([&] {
-        try {
-            save(path, tensors);  // opening blocks until load opens the other end
-        } catch (...) {
-            failure = std::current_exception();
-        }
-    });
-    const auto got = load(path);
-    writer.join();
-    CHECK_FALSE(failure);
-    check_same(got, tensors);
+    for (const bool mapped : {false, true}) {
+        CAPTURE(mapped);
+        std::exception_ptr failure;
+        std::thread writer([&] {
+            try {
+                save(path, tensors);  // opening blocks until the reader opens the other end
+            } catch (...) {
+                failure = std::current_exception();
+            }
+        });
+        const auto got = mapped ? load_mmap(path) : load(path);
+        writer.join();
+        CHECK_FALSE(failure);
+        check_same(got, tensors);
+    }
+    file_options nocheck;
+    nocheck.nocheck = true;
+    CHECK(load_mmap("/dev/null", nocheck).empty());
 }
 
 TEST_CASE("save reports a failed write with the path and the reason") {

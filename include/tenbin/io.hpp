@@ -233,7 +233,11 @@ struct file_options {
 /// the old file keep it as it was, tensors mapped from it may be saved back
 /// to it, and a save that fails leaves it untouched. A symlink is followed
 /// and kept. A new file, a file with other hard links, a pipe or a device,
-/// or a directory where no file can be made is written in place.
+/// or a directory where no file can be made is written in place, except a
+/// file this process maps (`load_mmap`, `map_file`): rewriting that in place
+/// would change or fault the tensors viewing it, so it is always replaced
+/// (its other hard links keep the old bytes), and where no new file can be
+/// made beside it, save throws io_error and leaves it untouched.
 ///
 /// Throws bad_extension (unless nocheck), bad_argument for tensors the
 /// format cannot carry (nothing is then written), unsupported for zstd in a
@@ -249,14 +253,20 @@ void save(const std::filesystem::path& path, tensor_span tensors, const file_opt
 /// Thread-safe for any files.
 std::vector<tensor> load(const std::filesystem::path& path, const file_options& opt = {});
 /// Maps the file read-only; the tensors view the mapping, which is unmapped
-/// when the last of them is gone. The file must not be truncated or
-/// rewritten in place meanwhile (as with any mapping); `save` over it is
-/// safe, as it renames a new file over the old. A compressed file cannot be
-/// viewed in place: it is decompressed into memory exactly as `load` does
-/// (no mapping is kept). Throws as `load` does.
+/// when the last of them is gone. `save` over it is safe: it replaces the
+/// file by a new one and never rewrites a mapped file in place. Another
+/// writer must not truncate or rewrite it in place meanwhile (`cp` onto it,
+/// `truncate`, a program opening it with O_TRUNC): as with any mapping,
+/// the tensors then read the new bytes, and reading past a shortened end
+/// raises SIGBUS, which no library can turn into an error. Use `load` for
+/// files that others may rewrite. A compressed file cannot be viewed in
+/// place: it is decompressed into memory exactly as `load` does (no
+/// mapping is kept); a pipe or a device is read as `load` reads it. Throws
+/// as `load` does.
 std::vector<tensor> load_mmap(const std::filesystem::path& path, const file_options& opt = {});
 /// The whole file as a read-only mapped buffer (empty files give an empty
-/// buffer). Throws io_error.
+/// buffer), with the same caveats as `load_mmap`. Throws io_error, also for
+/// anything but a regular file.
 buffer map_file(const std::filesystem::path& path);
 
 }  // namespace tenbin

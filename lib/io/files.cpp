@@ -11,6 +11,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <map>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -130,13 +132,42 @@ std::vector<tensor> read_whole(source& in, const file_options& opt) {
     return out;
 }
 
+// Files this process has mapped (map_file, load_mmap), by device and
+// inode, with how many mappings of each are alive. Rewriting one of them in
+// place would change the bytes of tensors that view it, or fault them.
+class mapped_files {
+public:
+    using key = std::pair<dev_t, ino_t>;
+    static mapped_files& of_process() {
+        // Never destroyed: a mapping may outlive static destruction.
+        static auto* files = new mapped_files;
+        return *files;
+    }
+    void add(key k) {
+        const std::lock_guard<std::mutex> lock(mutex_);
+        ++count_[k];
+    }
+    void remove(key k) noexcept {
+        const std::lock_guard<std::mutex> lock(mutex_);
+        if (auto it = count_.find(k); it != count_.end() && --it->second == 0) count_.erase(it);
+    }
+    bool contains(key k) {
+        const std::lock_guard<std::mutex> lock(mutex_);
+        return count_.count(k) != 0;
+    }
+
+private:
+    std::mutex mutex_;
+    std::map<key, std::size_t> count_;
+};
+
 // An existing file is replaced by a new one renamed over it: the tensors
 // being saved may be mapped from it (load_mmap, then save back), and
 // readers, mappings included, keep the old file whole until they are done;
 // no reader ever sees it half written. A new file, anything but a regular
-// file (a pipe, a device), a file with other hard links (which would keep
-// the old bytes), or a directory where no file can be made is written in
-// place, as before.
+// file (a pipe, a device), or a file with other hard links (which would keep
+// the old bytes) is written in place, unless this process maps it: then
+// only a new file is safe, and the other links keep the old bytes.
 struct replacement {
     unique_fd fd{-1};              // the new file, or -1: write in place
     std::filesystem::path target;  // the path's file, through symlinks
@@ -146,10 +177,21 @@ struct replacement {
 replacement make_replacement(const std::filesystem::path& path) {
     replacement r;
     struct stat st {};
-    if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_nlink != 1) return r;
+    if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return r;
+    const bool mapped = mapped_files::of_process().contains({st.st_dev, st.st_ino});
+    if (st.st_nlink != 1 && !mapped) return r;
+    // Writing in place is what a mapped file must not get.
+    auto cannot = [&](const std::string& why, int err) {
+        if (mapped)
+            throw_io_error("save " + in_quotes(path) + ": this process maps it (load_mmap), so it can only be "
+                           "replaced by a new file, and " + why, err);
+    };
     std::error_code ec;
     r.target = std::filesystem::canonical(path, ec);
-    if (ec) return r;
+    if (ec) {
+        cannot("its real path is unknown", ec.value());
+        return r;
+    }
     static std::atomic<unsigned> serial{0};
     std::string name(1, '.');  // appended: see in_quotes()
     name += r.target.filename().string();
@@ -161,12 +203,17 @@ replacement make_replacement(const std::filesystem::path& path) {
     int fd;
     do fd = ::open(r.temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     while (fd < 0 && errno == EINTR);
-    if (fd < 0) return r;
+    if (fd < 0) {
+        cannot("none can be made beside it: open " + in_quotes(r.temp), errno);
+        return r;
+    }
     // The file it replaces keeps its permissions (and its owner, as far as
     // this process may set it).
     if (::fchmod(fd, st.st_mode & 07777) != 0 || (::fchown(fd, st.st_uid, st.st_gid) != 0 && errno != EPERM)) {
+        const int err = errno;
         ::close(fd);
         ::unlink(r.temp.c_str());
+        cannot("the new file could not get the old one's permissions", err);
         return r;
     }
     r.fd = unique_fd(fd);
@@ -270,10 +317,23 @@ buffer map_file(const std::filesystem::path& path) {
         throw_error(errc::io_error, "mmap " + in_quotes(path) + ": not a regular file");
     const auto size = static_cast<std::size_t>(st.st_size);
     if (size == 0) return {};  // mmap refuses zero bytes
+    // Counted before mapping, undone by the last buffer's unmap: until then
+    // save() knows not to rewrite the file in place.
+    const mapped_files::key file{st.st_dev, st.st_ino};
+    mapped_files::of_process().add(file);
+    auto unmap = [size, file](const void* q) noexcept {
+        if (q) ::munmap(const_cast<void*>(q), size);
+        mapped_files::of_process().remove(file);
+    };
     void* p = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, f.get(), 0);
-    if (p == MAP_FAILED) throw_io_error("mmap " + in_quotes(path), errno);
-    // The mapping outlives the descriptor; the last buffer unmaps it.
-    buffer::keeper_type keeper(p, [size](const void* q) { ::munmap(const_cast<void*>(q), size); });
+    if (p == MAP_FAILED) {
+        const int err = errno;
+        unmap(nullptr);
+        throw_io_error("mmap " + in_quotes(path), err);
+    }
+    // The mapping outlives the descriptor. (If making the keeper throws, it
+    // has called unmap.)
+    buffer::keeper_type keeper(p, unmap);
     return buffer::share(std::move(keeper), {static_cast<std::byte*>(p), size}, false);
 }
 
@@ -281,6 +341,9 @@ std::vector<tensor> load_mmap(const std::filesystem::path& path, const file_opti
     check_extension(path, opt.nocheck);
     // Compressed bytes cannot be viewed in place (see io.hpp).
     if (compressed(path, opt)) return load(path, opt);
+    // A pipe or device cannot be mapped: read it as load() does.
+    if (struct stat st {}; ::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode))
+        return load(path, opt);
     const buffer mapped = map_file(path);
     return about_file(path, [&] { return decode_buffer(mapped, decode_options_of(opt)); });
 }
