@@ -5,6 +5,8 @@
 #include <doctest/doctest.h>
 #include <tenbin/connect.hpp>
 
+#include <pthread.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -216,6 +218,53 @@ TEST_CASE("a topic goes out as a frame in front and is filtered on") {
     CHECK(seed_of(got) == 7);
     sub_eval.socket().set(zmq::sockopt::rcvtimeo, 200);
     CHECK_FALSE(sub_eval.recv());
+
+    // ZeroMQ lets "training" through a "train" subscription (prefixes
+    // match); the connection drops it, well-formed or not.
+    zmq::socket_ref raw = pub.socket();
+    const zmq::const_buffer longer = zmq::buffer(std::string_view("training"));
+    send_options with_topic;
+    with_topic.envelope = {&longer, 1};
+    REQUIRE(zsend_multipart(raw, {batch_of(10, 8)}, with_topic));
+    raw.send(longer, zmq::send_flags::sndmore);
+    raw.send(zmq::buffer(std::string_view("not a header")), zmq::send_flags::none);
+    REQUIRE(pub.send(batch_of(10, 9)));
+    sub.socket().set(zmq::sockopt::rcvtimeo, 2000);
+    const auto next = sub.recv();
+    REQUIRE(next);
+    CHECK(seed_of(*next) == 9);
+}
+
+TEST_CASE("a sub connection is subscribed once connected, before it is first used") {
+    // Over tcp the connection completes after the constructor returns; the
+    // XPUB sees the subscription only if the socket sends it on its own.
+    auto ctx = std::make_shared<zmq::context_t>(1);
+    zmq::socket_t xpub(*ctx, zmq::socket_type::xpub);
+    xpub.set(zmq::sockopt::rcvtimeo, 5000);
+    xpub.bind("tcp://127.0.0.1:*");
+    const std::string address = xpub.get(zmq::sockopt::last_endpoint);
+    connection sub(ctx, strings{"zsub" + address.substr(3)}, quick());
+    zmq::message_t subscription;
+    REQUIRE(xpub.recv(subscription));
+    CHECK(subscription.size() == 1);  // "\x01" + the empty topic
+    REQUIRE(zsend_multipart(xpub, {batch_of(3, 4)}));
+    const auto got = sub.recv();
+    REQUIRE(got);
+    CHECK(seed_of(*got) == 4);
+}
+
+TEST_CASE("a connection's frame bound follows limits::max_tensors") {
+    auto ctx = std::make_shared<zmq::context_t>(1);
+    connection_options many = quick();
+    many.limits.max_tensors = 70000;
+    connection tx(ctx, strings{"zpush+inproc://many"}, quick());
+    connection rx(ctx, strings{"zpull+inproc://many"}, many);
+    const tensor one = tensor::zeros(dtype::u1, {1});
+    const std::vector<tensor> list(66000, one);  // 132,000 frames: over recv_options' default
+    REQUIRE(tx.send(list));
+    const auto got = rx.recv();
+    REQUIRE(got);
+    CHECK(got->size() == list.size());
 }
 
 TEST_CASE("braces make one socket that fans in from three publishers") {
@@ -453,6 +502,67 @@ TEST_CASE("a loader shuts down cleanly from either side, even while blocked") {
             if (++n == 3) l.close();
         }
         CHECK(n == 3);
+    }
+}
+
+namespace {
+
+std::atomic<int> signals_caught{0};
+void count_signal(int) { ++signals_caught; }
+
+// SIGUSR1 handled without SA_RESTART, as a program's own handler or a
+// profiler's may be: a blocking call it interrupts fails with EINTR.
+struct interrupting_handler {
+    struct sigaction old {};
+    interrupting_handler() {
+        struct sigaction sa {};
+        sa.sa_handler = count_signal;
+        ::sigaction(SIGUSR1, &sa, &old);
+    }
+    ~interrupting_handler() { ::sigaction(SIGUSR1, &old, nullptr); }
+};
+
+}  // namespace
+
+TEST_CASE("a signal handler interrupting a blocked receive costs nothing: the receive goes on") {
+    const interrupting_handler handler;
+    auto ctx = std::make_shared<zmq::context_t>(1);
+    connection tx(ctx, strings{"zpush+inproc://signals"}, quick());
+
+    SUBCASE("connection::recv (zrecv underneath)") {
+        connection rx(ctx, strings{"zpull+inproc://signals"}, quick());
+        std::optional<std::vector<tensor>> got;
+        std::thread receiver([&] { got = rx.recv(); });
+        const int before = signals_caught;
+        for (int i = 0; i < 5; ++i) {
+            std::this_thread::sleep_for(20ms);
+            ::pthread_kill(receiver.native_handle(), SIGUSR1);
+        }
+        REQUIRE(tx.send(batch_of(4, 3)));
+        receiver.join();
+        CHECK(signals_caught > before);
+        REQUIRE(got);
+        CHECK(seed_of(*got) == 3);
+    }
+    SUBCASE("a loader's thread") {
+        loader l(ctx, strings{"zpull+inproc://signals"}, {});
+        // Only the loader's thread (and libzmq's, which block every signal)
+        // may take a signal sent to the process.
+        sigset_t usr1, old;
+        sigemptyset(&usr1);
+        sigaddset(&usr1, SIGUSR1);
+        ::pthread_sigmask(SIG_BLOCK, &usr1, &old);
+        const int before = signals_caught;
+        for (int i = 0; i < 5; ++i) {
+            ::kill(::getpid(), SIGUSR1);
+            std::this_thread::sleep_for(20ms);
+        }
+        REQUIRE(tx.send(batch_of(4, 5)));
+        const auto got = l.next(5000ms);
+        ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
+        CHECK(signals_caught > before);
+        REQUIRE(got);
+        CHECK(seed_of(*got) == 5);
     }
 }
 

@@ -111,12 +111,15 @@ struct connection_options {
     std::optional<bool> bind{};
     /// A topic for pub and sub sockets ("" = none, as tensorcom). When set, a
     /// pub connection sends it as a frame of its own in front of every
-    /// message, and a sub connection subscribes to it and expects that frame
-    /// (recv_options::envelope = topic()). Such messages are not tensorcom's
+    /// message, and a sub connection subscribes to it and expects exactly
+    /// that frame (recv_options::envelope = topic()): messages of longer
+    /// topics that ZeroMQ's prefix matching lets through ("training" for
+    /// "train") are dropped. Such messages are not tensorcom's
     /// wire: a Python tensorcom subscriber, or a sub connection without the
     /// topic, cannot decode them.
     std::string topic{};
-    /// Bounds on each received message (see `limits`).
+    /// Bounds on each received message (see `limits`); the frames accepted
+    /// in one message follow `max_tensors` (recv_options::max_frames).
     tenbin::limits limits{};
 
     /// High-water marks in messages. ZeroMQ counts messages, not bytes: its
@@ -136,9 +139,11 @@ struct connection_options {
     /// PUB sockets wait at the high-water mark (ZMQ_XPUB_NODROP) instead of
     /// dropping messages for a slow subscriber: backpressure, as PUSH has.
     bool pub_nodrop = false;
-    /// ZMQ_IMMEDIATE on connecting sockets: queue only to peers whose
-    /// connection is complete, so messages are not stranded in the pipe of a
-    /// peer that is down (they go to live peers, or send blocks).
+    /// ZMQ_IMMEDIATE on connecting sockets that send: queue only to peers
+    /// whose connection is complete, so messages are not stranded in the
+    /// pipe of a peer that is down (they go to live peers, or send blocks).
+    /// Never on sub sockets, where it would hold back the subscription until
+    /// the socket is next used, losing what is published meanwhile.
     bool immediate = true;
     /// ZMTP heartbeats: every `heartbeat` a ping goes to each peer, and a
     /// connection silent for three of these is dropped (and the peer is

@@ -187,6 +187,9 @@ bool zsend_multipart(zmq::socket_ref socket, tensor_span tensors, const send_opt
 /// carrying the envelope, when one was split off. zmq::error_t for socket
 /// errors.
 ///
+/// A wait interrupted by a signal handler (EINTR) is begun again, with the
+/// whole receive timeout; so is a send's. A signal never fails either.
+///
 /// Tensors view the received frames (zero-copy) and keep them alive; their
 /// bytes are read-only (over inproc they may be the sender's own memory):
 /// use `tensor::clone` to write. A received tensor keeps its own frame

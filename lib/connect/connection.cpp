@@ -121,7 +121,10 @@ connection::connection(std::shared_ptr<zmq::context_t> context, std::span<const 
             socket_.bind(ep.address);
             ep.address = socket_.get(zmq::sockopt::last_endpoint);
         } else {
-            if (opt_.immediate) socket_.set(zmq::sockopt::immediate, 1);
+            // Only where it queues outgoing messages: on a sub socket it
+            // would hold back the subscription until the application next
+            // calls into the socket, and what is published meanwhile is lost.
+            if (opt_.immediate && detail::can_send(kind)) socket_.set(zmq::sockopt::immediate, 1);
             socket_.connect(ep.address);
         }
     }
@@ -172,8 +175,24 @@ std::optional<std::vector<tensor>> connection::receive(zmq::recv_flags flags) {
     ro.flags = flags;
     ro.decode.limits = opt_.limits;
     ro.decode.expect_infos = opt_.expect_infos;
-    if (topic_applies(opt_, endpoints_.front().kind)) ro.envelope = envelope_spec::topic();
-    std::optional<message> m = zrecv(socket_, ro);
+    // A message has as many frames as tensors twice, the topic's beside.
+    ro.max_frames = std::max(ro.max_frames, 2 * std::min<std::size_t>(opt_.limits.max_tensors, SIZE_MAX / 4) + 2);
+    const bool topic = topic_applies(opt_, endpoints_.front().kind);
+    if (topic) ro.envelope = envelope_spec::topic();
+    // ZeroMQ subscriptions match prefixes: messages of longer topics that
+    // start with ours come too, and are dropped here, malformed or not.
+    std::optional<message> m;
+    for (;;) {
+        try {
+            m = zrecv(socket_, ro);
+        } catch (const malformed_message& e) {
+            if (topic && e.envelope().front() != opt_.topic) continue;
+            throw;
+        }
+        if (!m || !topic) break;
+        const zmq::message_t& frame = m->envelope.front();
+        if (std::string_view(frame.data<char>(), frame.size()) == opt_.topic) break;
+    }
     if (!m) return std::nullopt;
     std::uint64_t bytes = 0;
     for (const tensor& t : m->tensors) bytes += t.nbytes();

@@ -38,6 +38,11 @@ namespace {
 
 std::string str(std::size_t n) { return std::to_string(n); }
 // "1 frame", "3 frames".
+// A blocking send or receive that a signal handler interrupted is begun
+// again (the socket's timeout with it), as pyzmq does: the caller's signal
+// handlers, a profiler's SIGPROF, must not fail a receive or end a loader.
+bool interrupted(int rc) noexcept { return rc < 0 && zmq_errno() == EINTR; }
+
 std::string frames_text(std::size_t n) { return str(n) + (n == 1 ? " frame" : " frames"); }
 
 [[noreturn]] void fail(errc code, const std::string& message) { throw error(code, message); }
@@ -196,14 +201,18 @@ public:
     // A copy of `bytes` as the next frame. False: this was the first frame
     // and it would block; nothing was sent.
     bool copy(bytes_view bytes) {
-        const int rc = zmq_send(socket_, bytes.data(), bytes.size(), next_flags());
+        int rc;
+        do rc = zmq_send(socket_, bytes.data(), bytes.size(), next_flags());
+        while (interrupted(rc));
         return sent(rc, rc < 0 ? zmq_errno() : 0);
     }
     // `m` as the next frame. A sent frame is left empty, and needs no
     // zmq_msg_close (libzmq's manual says so; the caller may forget it); an
     // unsent one stays the caller's to close.
     bool send(zmq::message_t& m) {
-        const int rc = zmq_msg_send(m.handle(), socket_, next_flags());
+        int rc;
+        do rc = zmq_msg_send(m.handle(), socket_, next_flags());
+        while (interrupted(rc));
         return sent(rc, rc < 0 ? zmq_errno() : 0);
     }
     // The envelope's frames, copied.
@@ -265,7 +274,9 @@ public:
     // False when nothing came (would block); other failures throw, as
     // cppzmq's receive does.
     bool receive(zmq::socket_ref socket, int flags) {
-        const int rc = zmq_msg_recv(&msg_, socket.handle(), flags);
+        int rc;
+        do rc = zmq_msg_recv(&msg_, socket.handle(), flags);
+        while (interrupted(rc));
         if (rc < 0) {
             if (zmq_errno() == EAGAIN) return false;
             throw zmq::error_t();
