@@ -551,8 +551,17 @@ TEST_CASE("safetensors headers are checked as strictly as tenbin chunks") {
         {"{\"a\xff\": 1}", 0, "bad_header", "JSON"},
         {"", 0, "bad_header", "start with"},
         {"{}", 0, "no error", ""},
-        // Deep nesting costs no stack (nlohmann parses and frees iteratively).
+        // Deep nesting is refused where it starts.
         {"{\"a\": " + std::string(100000, '[') + std::string(100000, ']') + "}", 0, "bad_header", "not an object"},
+        {R"({"a": {"dtype": "I16", "shape": [[2]], "data_offsets": [0, 4]}})", 4, "bad_header", "dimension 0"},
+        {R"({"a": {"dtype": "I16", "shape": [2], "data_offsets": [0, 4, 4]}})", 4, "bad_header", "two offsets"},
+        {R"({"a": {"dtype": "I16", "shape": [2], "data_offsets": [0, -4]}})", 4, "bad_header", "end offset"},
+        {R"({"a": {"dtype": "I16", "shape": [2], "data_offsets": {}}})", 4, "bad_header", "two offsets"},
+        {R"({"__metadata__": {"k": {"deeper": "1"}}})", 0, "bad_header", "value of 'k'"},
+        {R"({"__metadata__": [], "a": 1})", 0, "bad_header", "'__metadata__' is not an object"},
+        {R"({"__metadata__": {}, "__metadata__": {}})", 0, "bad_header", "twice"},
+        {R"({"a": null})", 0, "bad_header", "not an object"},
+        {R"({"a": {"dtype": "I16", "shape": [2], "data_offsets": [0, 4]}} {})", 4, "bad_header", "JSON"},
     };
     for (const row& r : rows) {
         CAPTURE(r.header);
@@ -564,6 +573,22 @@ TEST_CASE("safetensors headers are checked as strictly as tenbin chunks") {
             CHECK(m.find(r.says) != std::string::npos);
         }
     }
+}
+
+TEST_CASE("safetensors headers of many keys parse in linear time and are bounded by max_tensors") {
+    // 300,000 keys: with a tree of ordered objects, each insert searched
+    // those before it (hours); read as it is parsed, a fraction of a second.
+    std::string header = "{";
+    for (int i = 0; i < 300000; ++i)
+        header += (i ? ",\"" : "\"") + std::to_string(i) + R"(":{"dtype":"U8","shape":[0],"data_offsets":[0,0]})";
+    header += "}";
+    const auto file = st_with(header, 0);
+    format_options many;
+    many.limits.max_tensors = 300000;
+    CHECK(decode_safetensors(as_buffer(file), many).size() == 300000);
+    // The default bound refuses the 65,537th key as it is read.
+    const std::string m = message_of([&] { decode_safetensors(as_buffer(file)); });
+    CHECK(m.find("limits::max_tensors = 65536") != std::string::npos);
 }
 
 TEST_CASE("safetensors: header lengths, limits and truncation") {

@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <set>
+#include <unordered_set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -17,9 +17,6 @@ namespace {
 
 using detail::in_quotes;
 using detail::throw_error;
-// Ordered: tensors at one offset (zero-size ones) keep the header's order.
-using json = nlohmann::ordered_json;
-
 std::string str(std::uint64_t n) { return std::to_string(n); }
 
 constexpr std::string_view metadata_key = "__metadata__";
@@ -43,91 +40,179 @@ struct entry {
     std::uint64_t begin = 0, end = 0;
 };
 
-std::uint64_t unsigned_of(const json& j, const std::string& what) {
-    if (!j.is_number_unsigned()) throw_error(errc::bad_header, what + " is not a non-negative integer");
-    return j.get<std::uint64_t>();
-}
+// Reads the header as the parser walks it (nlohmann's SAX interface) into
+// entries and metadata, refusing anything out of place at once. Linear in
+// the header's length and never deeper than three levels: a tree of the
+// whole JSON cost 37 times its size in memory, and its ordered objects
+// made each key's insert a search of those before it (a 3 MB header of
+// 300,000 keys took hours).
+class header_reader final : public nlohmann::json_sax<nlohmann::json> {
+public:
+    explicit header_reader(const format_options& opt) : opt_(opt) {}
 
-entry parse_entry(const std::string& name, const json& j, const format_options& opt) {
-    const std::string who = "tensor " + in_quotes(name);
-    if (!j.is_object()) throw_error(errc::bad_header, who + ": entry is not an object");
-    for (const auto& [key, value] : j.items())
-        if (key != "dtype" && key != "shape" && key != "data_offsets")
-            throw_error(errc::bad_header, who + ": unexpected key " + in_quotes(key));
-    if (!j.contains("dtype") || !j.contains("shape") || !j.contains("data_offsets"))
-        throw_error(errc::bad_header, who + ": entry needs 'dtype', 'shape' and 'data_offsets'");
-    entry e;
-    e.name = name;
-    const json& d = j["dtype"];
-    if (!d.is_string()) throw_error(errc::bad_header, who + ": 'dtype' is not a string");
-    e.type = parse_st_dtype(d.get<std::string>(), who);
-    const json& s = j["shape"];
-    if (!s.is_array()) throw_error(errc::bad_header, who + ": 'shape' is not an array");
-    if (s.size() > opt.limits.max_rank)
-        throw_error(errc::limit_exceeded, who + ": rank " + str(s.size()) + " exceeds limits::max_rank = " +
-                                              str(opt.limits.max_rank));
-    for (std::size_t i = 0; i < s.size(); ++i) {
-        const std::uint64_t dim = unsigned_of(s[i], who + ": dimension " + str(i));
-        if (dim > static_cast<std::uint64_t>(INT64_MAX))
-            throw_error(errc::bad_header, who + ": dimension " + str(i) + " exceeds int64");
-        e.shape.push_back(static_cast<std::int64_t>(dim));
+    std::vector<entry> entries;
+    safetensors_metadata metadata;
+
+    bool null() override { return misplaced(); }
+    bool boolean(bool) override { return misplaced(); }
+    bool number_integer(number_integer_t) override { return misplaced(); }
+    bool number_float(number_float_t, const string_t&) override { return misplaced(); }
+    bool binary(binary_t&) override { return misplaced(); }
+    bool number_unsigned(number_unsigned_t n) override {
+        if (at_ == where::shape) {
+            if (n > static_cast<std::uint64_t>(INT64_MAX))
+                throw_error(errc::bad_header, who() + ": dimension " + str(current().shape.size()) + " exceeds int64");
+            if (current().shape.size() == opt_.limits.max_rank)
+                throw_error(errc::limit_exceeded, who() + ": rank over limits::max_rank = " +
+                                                      str(opt_.limits.max_rank));
+            current().shape.push_back(static_cast<std::int64_t>(n));
+            return true;
+        }
+        if (at_ == where::offsets) {
+            if (offsets_ == 2) not_two_offsets();
+            (offsets_++ == 0 ? current().begin : current().end) = n;
+            return true;
+        }
+        return misplaced();
     }
-    const json& o = j["data_offsets"];
-    if (!o.is_array() || o.size() != 2)
-        throw_error(errc::bad_header, who + ": 'data_offsets' is not an array of two offsets");
-    e.begin = unsigned_of(o[0], who + ": begin offset");
-    e.end = unsigned_of(o[1], who + ": end offset");
-    if (e.end < e.begin)
-        throw_error(errc::bad_header, who + ": data_offsets [" + str(e.begin) + ", " + str(e.end) +
-                                          "] end before they begin");
-    return e;
-}
-
-safetensors_metadata metadata_of(const json& j) {
-    if (!j.is_object()) throw_error(errc::bad_header, "'__metadata__' is not an object");
-    safetensors_metadata out;
-    for (const auto& [key, value] : j.items()) {
-        if (!value.is_string())
-            throw_error(errc::bad_header, "'__metadata__' value of " + in_quotes(key) + " is not a string");
-        out.emplace_back(key, value.get<std::string>());
+    bool string(string_t& s) override {
+        if (at_ == where::entry_value && field_ == field::dtype) {
+            current().type = parse_st_dtype(s, who());
+            at_ = where::entry;
+            return true;
+        }
+        if (at_ == where::meta_value) {
+            metadata.back().second = std::move(s);
+            at_ = where::meta;
+            return true;
+        }
+        return misplaced();
     }
-    return out;
-}
-
-// Parses the header text, refusing a key given twice in one object: it
-// would let one name hide another's range, or one field another's value
-// (nlohmann keeps only one of them).
-json parse_header(std::string_view text) {
-    std::optional<std::string> duplicate;
-    bool at_top = false;
-    std::vector<std::set<std::string>> open;  // the keys of each object being parsed
-    const json::parser_callback_t note_keys = [&](int, json::parse_event_t event, json& parsed) {
-        if (duplicate) return true;
-        if (event == json::parse_event_t::object_start) {
-            open.emplace_back();
-        } else if (event == json::parse_event_t::object_end) {
-            open.pop_back();
-        } else if (event == json::parse_event_t::key && !open.empty()) {
-            std::string k = parsed.get<std::string>();
-            if (!open.back().insert(k).second) {
-                at_top = open.size() == 1;
-                duplicate = std::move(k);
-            }
+    bool start_object(std::size_t) override {
+        if (at_ == where::start) {
+            at_ = where::top;
+        } else if (at_ == where::top_value && in_metadata_) {
+            at_ = where::meta;
+            meta_keys_.clear();
+        } else if (at_ == where::top_value) {
+            at_ = where::entry;
+            fields_ = 0;
+        } else {
+            return misplaced();
         }
         return true;
-    };
-    json header;
-    try {
-        header = json::parse(text, note_keys);
-    } catch (const json::exception& e) {
+    }
+    bool key(string_t& k) override {
+        if (at_ == where::top) {
+            if (!top_keys_.insert(k).second) throw_error(errc::bad_header, "header names " + in_quotes(k) + " twice");
+            in_metadata_ = k == metadata_key;
+            if (!in_metadata_) {
+                if (entries.size() == opt_.limits.max_tensors)
+                    throw_error(errc::limit_exceeded, "more than " + str(opt_.limits.max_tensors) +
+                                                          " tensors exceed limits::max_tensors = " +
+                                                          str(opt_.limits.max_tensors));
+                entries.emplace_back().name = std::move(k);
+            }
+            at_ = where::top_value;
+        } else if (at_ == where::entry) {
+            if (k == "dtype") {
+                field_ = field::dtype;
+            } else if (k == "shape") {
+                field_ = field::shape;
+            } else if (k == "data_offsets") {
+                field_ = field::offsets;
+            } else {
+                throw_error(errc::bad_header, who() + ": unexpected key " + in_quotes(k));
+            }
+            const unsigned bit = 1u << static_cast<unsigned>(field_);
+            if (fields_ & bit) twice(k);
+            fields_ |= bit;
+            at_ = where::entry_value;
+        } else {  // where::meta
+            if (!meta_keys_.insert(k).second) twice(k);
+            metadata.emplace_back(std::move(k), std::string());
+            at_ = where::meta_value;
+        }
+        return true;
+    }
+    bool end_object() override {
+        if (at_ == where::entry) {
+            if (fields_ != 7) throw_error(errc::bad_header, who() + ": entry needs 'dtype', 'shape' and 'data_offsets'");
+            if (current().end < current().begin)
+                throw_error(errc::bad_header, who() + ": data_offsets [" + str(current().begin) + ", " +
+                                                  str(current().end) + "] end before they begin");
+        }
+        at_ = at_ == where::top ? where::done : where::top;
+        return true;
+    }
+    bool start_array(std::size_t) override {
+        if (at_ == where::entry_value && field_ == field::shape) {
+            at_ = where::shape;
+        } else if (at_ == where::entry_value && field_ == field::offsets) {
+            at_ = where::offsets;
+            offsets_ = 0;
+        } else {
+            return misplaced();
+        }
+        return true;
+    }
+    bool end_array() override {
+        if (at_ == where::offsets && offsets_ != 2) not_two_offsets();
+        at_ = where::entry;
+        return true;
+    }
+    bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& e) override {
         throw_error(errc::bad_header, std::string("header is not valid JSON: ") + e.what());
     }
-    if (!header.is_object()) throw_error(errc::bad_header, "header is not a JSON object");
-    if (duplicate)
-        throw_error(errc::bad_header,
-                    (at_top ? "header names " : "an object in the header names ") + in_quotes(*duplicate) + " twice");
-    return header;
-}
+
+private:
+    enum class where { start, top, top_value, entry, entry_value, shape, offsets, meta, meta_value, done };
+    enum class field { dtype, shape, offsets };
+
+    entry& current() { return entries.back(); }
+    std::string who() { return "tensor " + in_quotes(current().name); }
+
+    // A value where the header's layout has no place for it: the error
+    // says what was expected there.
+    [[noreturn]] bool misplaced() {
+        switch (at_) {
+        case where::top_value:
+            if (in_metadata_) throw_error(errc::bad_header, "'__metadata__' is not an object");
+            throw_error(errc::bad_header, who() + ": entry is not an object");
+        case where::entry_value:
+            if (field_ == field::dtype) throw_error(errc::bad_header, who() + ": 'dtype' is not a string");
+            if (field_ == field::shape) throw_error(errc::bad_header, who() + ": 'shape' is not an array");
+            not_two_offsets();
+        case where::shape:
+            throw_error(errc::bad_header, who() + ": dimension " + str(current().shape.size()) +
+                                              " is not a non-negative integer");
+        case where::offsets:
+            if (offsets_ == 2) not_two_offsets();
+            throw_error(errc::bad_header, who() + (offsets_ == 0 ? ": begin" : ": end") +
+                                              " offset is not a non-negative integer");
+        case where::meta_value:
+            throw_error(errc::bad_header, "'__metadata__' value of " + in_quotes(metadata.back().first) +
+                                              " is not a string");
+        default:
+            throw_error(errc::bad_header, "header is not a JSON object");
+        }
+    }
+    [[noreturn]] void not_two_offsets() {
+        throw_error(errc::bad_header, who() + ": 'data_offsets' is not an array of two offsets");
+    }
+    [[noreturn]] void twice(const std::string& k) {
+        throw_error(errc::bad_header, "an object in the header names " + in_quotes(k) + " twice");
+    }
+
+    const format_options& opt_;
+    where at_ = where::start;
+    field field_ = field::dtype;
+    unsigned fields_ = 0;  // a bit per field seen in the current entry
+    unsigned offsets_ = 0;
+    bool in_metadata_ = false;
+    std::unordered_set<std::string> top_keys_;
+    std::unordered_set<std::string> meta_keys_;
+};
 
 }  // namespace
 
@@ -152,24 +237,16 @@ safetensors_contents decode_safetensors_with_metadata(const buffer& bytes, const
     if (text.empty() || text[0] != '{')
         throw_error(errc::bad_header, "header does not start with '{'");
 
-    const json header = parse_header(text);
-    const std::size_t count = header.size() - (header.contains(metadata_key) ? 1 : 0);
-    if (count > opt.limits.max_tensors)
-        throw_error(errc::limit_exceeded, str(count) + " tensors exceed limits::max_tensors = " +
-                                              str(opt.limits.max_tensors));
+    header_reader header(opt);
+    nlohmann::json::sax_parse(text.begin(), text.end(), &header);
 
     const std::uint64_t data_at = 8 + n;
     const std::uint64_t data_size = size - data_at;
     safetensors_contents out;
-    std::vector<entry> entries;
-    entries.reserve(count);
+    out.metadata = std::move(header.metadata);
+    std::vector<entry>& entries = header.entries;
     std::uint64_t total = 0;
-    for (const auto& [key, value] : header.items()) {
-        if (key == metadata_key) {
-            out.metadata = metadata_of(value);
-            continue;
-        }
-        entry e = parse_entry(key, value, opt);
+    for (const entry& e : entries) {
         const std::string who = "tensor " + in_quotes(e.name);
         if (e.end > data_size)
             throw_error(errc::length_beyond_end, who + ": data_offsets [" + str(e.begin) + ", " + str(e.end) +
@@ -193,7 +270,6 @@ safetensors_contents decode_safetensors_with_metadata(const buffer& bytes, const
             throw_error(errc::limit_exceeded, "tensor data of " + str(total) +
                                                   " bytes or more exceeds limits::max_bytes = " +
                                                   str(opt.limits.max_bytes));
-        entries.push_back(std::move(e));
     }
     std::stable_sort(entries.begin(), entries.end(),
                      [](const entry& a, const entry& b) { return a.begin < b.begin; });
