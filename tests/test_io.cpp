@@ -486,8 +486,13 @@ TEST_CASE("a chunk claiming 2^62 bytes costs no more memory than the input") {
     SUBCASE("a data chunk longer than its header says") {
         append_chunk(bytes, header_of(dtype::u1, {10}));
         append_chunk(bytes, filler, huge);
+        // Refused as soon as the data chunk's preamble is read: a peer
+        // streaming the 2^62 bytes it claims would stall a reader that
+        // went on to find the end.
         trickle_source hidden(bytes);
-        CHECK(error_class([&] { (void)read(hidden); }) == "truncated");
+        counting_source counted(hidden);
+        CHECK(error_class([&] { (void)read(counted); }) == "data_size_mismatch");
+        CHECK(counted.count() < bytes.size() - filler.size());
         memory_source known(bytes);
         CHECK(error_class([&] { (void)read(known); }) == "length_beyond_end");
     }
@@ -1095,9 +1100,11 @@ TEST_CASE("the malformed Python vectors are rejected with their class by every r
         got = error_class([&] { (void)read(from_file); });
         CHECK_MESSAGE(got == by_load, "read(istream_source of an ifstream): " << got);
 
+        // One hiding its end may find first that a data chunk's length
+        // differs from its header's.
         trickle_source hidden(bytes.bytes(), 1);
         got = error_class([&] { (void)read(hidden); });
-        CHECK_MESSAGE(ok(got), "read(source hiding its end): " << got);
+        CHECK_MESSAGE((ok(got) || got == "data_size_mismatch"), "read(source hiding its end): " << got);
         ++checked;
     }
     CHECK(checked >= 7);

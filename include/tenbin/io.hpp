@@ -193,7 +193,10 @@ struct read_options {
 /// a header chunk ends the read; anywhere else it throws truncated. Each
 /// tensor gets fresh aligned storage, allocated as bytes arrive, so a length
 /// field claiming more than the input holds costs no more memory than the
-/// input. Returns an empty list at end of input.
+/// input, and a data chunk whose length differs from its header's is
+/// refused (data_size_mismatch) before any of it is read: a source that
+/// knows its end (`remaining()`) says length_beyond_end first when the
+/// length runs past it. Returns an empty list at end of input.
 /// Throws the codec's errors (bad_magic, truncated, ...), limit_exceeded,
 /// info_mismatch, or what the source throws; the source is then somewhere
 /// inside the stream: discard it. The tensors own their storage (nothing

@@ -210,9 +210,10 @@ std::vector<tensor> read(source& in, const read_options& opt) {
                                                    " has no data chunk after it (input ends at offset " +
                                                    str(r.offset()) + ")");
         if (dc->length != h.nbytes) {
-            // A length running past the end of the input is reported as
-            // such, as decode_buffer would; an unknown end has to be found.
-            if (!r.remaining_known() && dc->length > h.nbytes) r.skip(*dc, dc->length);
+            // Reported at once, even where the input's end is unknown (a
+            // pipe): reading up to the claimed length first, to tell a
+            // length past the end apart, let a peer claiming 2^62 bytes
+            // stall the reader for ever.
             throw_error(errc::data_size_mismatch,
                         dc->what + " at offset " + str(dc->at) + ": header says " +
                             std::string(code(h.dtype)) + " with " + str(h.nbytes) +
