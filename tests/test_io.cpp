@@ -930,6 +930,24 @@ TEST_CASE("load and load_mmap read a FIFO as a stream; map_file refuses it") {
     CHECK(load_mmap("/dev/null", nocheck).empty());
 }
 
+TEST_CASE("load refuses what is no .ten before reading it whole; /proc files are read as streams") {
+    temp_dir dir;
+    const fs::path path = dir / "sparse.ten";
+    {
+        std::ofstream make(path);
+    }
+    fs::resize_file(path, std::uintmax_t{1} << 30);  // 1 GiB of zeros, no disk
+    const long rss_before = max_rss_kib();
+    CHECK(error_class([&] { (void)load(path); }) == "bad_magic");
+    CHECK(max_rss_kib() - rss_before < 64 * 1024);
+
+    // Sizes of 0 there, yet text to read.
+    file_options nocheck;
+    nocheck.nocheck = true;
+    if (fs::exists("/proc/self/status"))
+        CHECK(error_class([&] { (void)load("/proc/self/status", nocheck); }) == "bad_magic");
+}
+
 TEST_CASE("save reports a failed write with the path and the reason") {
     if (!fs::exists("/dev/full")) return;
     file_options nocheck;

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <string>
@@ -278,8 +279,9 @@ std::vector<tensor> load(const std::filesystem::path& path, const file_options& 
     }
     unique_fd f = open_file(path, O_RDONLY);
     const struct stat st = stat_of(f.get(), path);
-    if (!S_ISREG(st.st_mode)) {
-        // A pipe or device has no size to read at once: read it as a stream.
+    if (!S_ISREG(st.st_mode) || st.st_size == 0) {
+        // A pipe or device has no size to read at once, nor has a file of
+        // /proc (whose size says 0): read it as a stream.
         return about_file(path, [&] {
             fd_source in(f.get());
             return read_whole(in, opt);
@@ -291,6 +293,16 @@ std::vector<tensor> load(const std::filesystem::path& path, const file_options& 
                     in_quotes(path) + ": file of " + str(size) + " bytes cannot fit limits::max_bytes = " +
                         str(opt.limits.max_bytes) + " and limits::max_tensors = " +
                         str(opt.limits.max_tensors));
+    // A file that is no .ten at all is refused before a buffer of its size
+    // is allocated and filled (a sparse file of gigabytes of zeros, say):
+    // its first bytes give decode_buffer's own error for the whole file.
+    if (std::byte head[sizeof chunk_magic]; size >= sizeof head) {
+        ssize_t n;
+        do n = ::pread(f.get(), head, sizeof head, 0);
+        while (n < 0 && errno == EINTR);
+        if (n == static_cast<ssize_t>(sizeof head) && std::memcmp(head, chunk_magic, sizeof head) != 0)
+            about_file(path, [&] { (void)decode_buffer(buffer::borrow({head, sizeof head})); });
+    }
     buffer all = buffer::allocate(static_cast<std::size_t>(size));
     std::byte* at = all.writable_bytes().data();
     std::size_t got = 0;
