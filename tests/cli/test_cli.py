@@ -676,6 +676,31 @@ class Pipelines(unittest.TestCase):
         self.assertLess(time.monotonic() - t0, 5)
         self.assertEqual(len(out.splitlines()), 1, out)
 
+    @unittest.skipIf(zmq is None, "pyzmq is not available")
+    def test_stat_times_out_while_a_peer_sends_only_malformed_messages(self):
+        port = free_port()
+        ctx = zmq.Context()
+        push = ctx.socket(zmq.PUSH)
+        push.linger = 0
+        push.sndtimeo = 100
+        try:
+            push.connect(f"tcp://127.0.0.1:{port}")
+            stat = start("stat", f"zpull://127.0.0.1:{port}", "--count", "1", "--timeout", "1")
+            t0 = time.monotonic()
+            while stat.poll() is None and time.monotonic() - t0 < 20:
+                try:
+                    push.send(b"not a tenbin header")
+                except zmq.Again:
+                    pass
+                time.sleep(0.05)
+            code, _, err = finish(stat)
+            self.assertEqual(code, 2, err[-500:])
+            self.assertLess(time.monotonic() - t0, 10)
+            self.assertIn("0 of 1 messages within 1 s", err)
+        finally:
+            push.close()
+            ctx.term()
+
     def test_stat_gives_exact_statistics_of_known_data(self):
         # f4_matrix.ten holds -1.875, -1.625, ..., 1.625 (15 values, step 0.25).
         values = [-1.875 + 0.25 * i for i in range(15)]

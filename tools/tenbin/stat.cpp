@@ -7,6 +7,7 @@
 #include <tenbin/connect.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -92,20 +93,31 @@ int run_stat(const stat_cli_options& opt) {
     std::vector<summary> stats;
     std::size_t malformed = 0, received = 0;
     progress report("tenbin stat", 2);
+    // The timeout runs from the last good message: a peer sending only
+    // malformed ones must not keep stat waiting for ever.
+    using clock = std::chrono::steady_clock;
+    const std::chrono::milliseconds limit(timeout_ms(opt.timeout));
+    auto last_good = clock::now();
     while (received < opt.count) {
         std::optional<std::vector<tensor>> batch;
-        try {
-            batch = conn.recv();
-        } catch (const error& e) {
-            ++malformed;
-            std::cerr << "tenbin stat: error: " << name(e.code()) << ": " << one_line(e.what()) << "\n";
-            continue;
+        const auto left = limit - std::chrono::duration_cast<std::chrono::milliseconds>(clock::now() - last_good);
+        const bool timed = limit.count() >= 0;
+        if (!timed || left.count() > 0) {
+            if (timed) conn.socket().set(zmq::sockopt::rcvtimeo, static_cast<int>(left.count()));
+            try {
+                batch = conn.recv();
+            } catch (const error& e) {
+                ++malformed;
+                std::cerr << "tenbin stat: error: " << name(e.code()) << ": " << one_line(e.what()) << "\n";
+                continue;
+            }
         }
         if (!batch) {
             std::cerr << "tenbin stat: error: timeout: " << received << " of " << opt.count << " messages within "
                       << opt.timeout << " s" << plain_endpoint_hint(opt.urls, conn.endpoints()) << "\n";
             return exit_timeout;
         }
+        last_good = clock::now();
         ++received;
         for (std::size_t i = 0; i < batch->size(); ++i) {
             const tensor& t = (*batch)[i];
@@ -166,7 +178,7 @@ subcommand add_stat(CLI::App& parent) {
         ->required();
     app->add_option("--count,-n", opt->count, "Messages to take")->check(positive)->capture_default_str();
     app->add_flag("--json", opt->json, "Print the result as one JSON line");
-    app->add_option("--timeout", opt->timeout, "Seconds to wait for each message (0: forever); exit 2 after")
+    app->add_option("--timeout", opt->timeout, "Seconds to wait for each good message, malformed ones aside (0: forever);\nexit 2 after")
         ->check(nonnegative)
         ->capture_default_str();
     add_socket_choice(*app, opt->socket, {"sub", "pull", "pair"}, tenbin::socket_kind::sub, true);
