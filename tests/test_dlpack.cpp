@@ -296,7 +296,26 @@ TEST_CASE("refusals throw unsupported or bad_argument and leave ownership with t
         producer p(f32, {3});
         p.shape[0] = -3;
         CHECK(error_class([&] { from_dlpack(&p.managed); }) == "bad_argument");
+        CHECK(error_text([&] { from_dlpack(&p.managed); }).find("from_dlpack: dimension 0 is -3") !=
+              std::string::npos);
         CHECK(p.deleted.load() == 0);
+    }
+    SUBCASE("more bytes than memory holds, strides given or not") {
+        for (const bool strided : {false, true}) {
+            producer p({kDLUInt, 8, 1}, {3, std::int64_t{1} << 62}, 8);
+            if (strided) p.set_strides({std::int64_t{1} << 62, 1});
+            CHECK(error_class([&] { from_dlpack(&p.managed); }) == "bad_argument");
+            CHECK(error_text([&] { from_dlpack(&p.managed); }).find("more bytes than memory") != std::string::npos);
+            CHECK(p.deleted.load() == 0);
+        }
+    }
+    SUBCASE("bool and unknown type codes are named as such") {
+        producer b({6, 8, 1}, {3});
+        CHECK(error_text([&] { from_dlpack(&b.managed); }).find("dtype bool (8 bits) has no") != std::string::npos);
+        producer h({kDLOpaqueHandle, 64, 1}, {3});
+        CHECK(error_text([&] { from_dlpack(&h.managed); }).find("opaque handle (64 bits)") != std::string::npos);
+        producer u({42, 16, 1}, {3});
+        CHECK(error_text([&] { from_dlpack(&u.managed); }).find("type code 42 (16 bits)") != std::string::npos);
     }
     SUBCASE("null data with elements") {
         producer p(f32, {3});
@@ -432,6 +451,10 @@ TEST_CASE("a memory-mapped tensor exported to DLPack keeps the mapping alive") {
         auto loaded = load_mmap(path);
         REQUIRE(loaded.size() == 1);
         CHECK_FALSE(loaded[0].data().writable());
+        // A round trip keeps the mapping read-only (writing would fault).
+        tensor back = from_dlpack(to_dlpack(loaded[0]));
+        CHECK_FALSE(back.data().writable());
+        CHECK(error_class([&] { (void)back.mutable_values<std::uint16_t>(); }) == "unsupported");
         const long uses = loaded[0].data().use_count();
         mt.reset(to_dlpack(loaded[0]));
         CHECK(loaded[0].data().use_count() == uses + 1);

@@ -252,6 +252,14 @@ TEST_CASE("write refuses an unencodable tensor before writing anything") {
     memory_sink out;
     CHECK(error_class([&] { write(out, views); }) == "bad_argument");
     CHECK(out.bytes().empty());
+
+    // Bytes that claim more than a chunk's signed length field holds (a
+    // buffer lying about its size; never read).
+    const std::int64_t dims[] = {INT64_MAX, 2};
+    const bytes_view lie(reinterpret_cast<const std::byte*>(values.data()), std::uint64_t{INT64_MAX} * 2);
+    const tensor_view huge{dtype::u1, dims, "", lie};
+    CHECK(error_class([&] { write(out, {huge}); }) == "bad_argument");
+    CHECK(out.bytes().empty());
 }
 
 TEST_CASE("sinks report failures as io_error") {

@@ -63,15 +63,19 @@ DLManagedTensor* to_dlpack(const tensor& t);
 /// dimensions of size 1 (whose stride does not matter); any strides for a
 /// tensor with no elements. `info` becomes the tensor's info.
 ///
-/// Errors: `error(errc::unsupported)` for another device, dtype or a
-/// non-contiguous layout; `error(errc::bad_argument)` for a null `mt`, a
-/// negative rank or dimension, a null shape or data pointer where one is
-/// needed, or an info the format cannot carry. On every error (and on
+/// Errors: `error(errc::unsupported)` for another device, dtype, a
+/// non-contiguous layout or a rank over `max_supported_rank`;
+/// `error(errc::bad_argument)` for a null `mt`, a negative rank or
+/// dimension, a shape of more bytes than memory can hold, a null shape or
+/// data pointer where one is needed, or an info the format cannot carry.
+/// On every error (and on
 /// std::bad_alloc) the caller keeps ownership of `mt`: its deleter has not
 /// been called, and the caller must still call it.
 ///
-/// Bytes are writable through the tensor (`mutable_values`) unless the
-/// producer said otherwise by other means; DLPack 0.6 cannot say.
+/// Bytes are writable through the tensor (`mutable_values`): DLPack 0.6
+/// cannot say otherwise. The exception is a tensor `to_dlpack` made, whose
+/// bytes stay as writable as they were (read-only for a mapping or a
+/// received frame).
 tensor from_dlpack(DLManagedTensor* mt, std::string info = {});
 
 /// Calls a DLPack tensor's deleter on destruction, for holding one that

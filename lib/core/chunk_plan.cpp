@@ -34,6 +34,11 @@ chunk_plan::chunk_plan(tensor_span tensors) {
         const std::size_t hchunk = chunk_size(hsize);
         write_preamble(at, hsize);
         encode_header_of(tensors, i, {at + chunk_preamble, hsize});  // validates views
+        // The length field is signed (Python's "<q"); only a buffer that
+        // lies about its size gets here.
+        if (t.data.size() > static_cast<std::uint64_t>(INT64_MAX))
+            throw_error(errc::bad_argument, "tensor " + std::to_string(i) + " of " + std::to_string(t.data.size()) +
+                                                " bytes: a chunk's length field holds at most 2^63-1");
         write_preamble(at + hchunk, t.data.size());
         pieces_.emplace_back(at, hchunk + chunk_preamble);
         at += hchunk + chunk_preamble;

@@ -12,18 +12,23 @@ namespace {
 
 using detail::throw_error;
 
+// A DLPack type in words: "float16", "uint8x4", "bool (8 bits)", "type
+// code 9 (16 bits)".
 std::string describe(DLDataType t) {
-    static constexpr const char* codes[] = {"int", "uint", "float", "opaque handle", "bfloat", "complex"};
+    static constexpr const char* numbers[] = {"int", "uint", "float", nullptr, "bfloat", "complex"};
     // Appended, not "code " + std::to_string(...): GCC 12 at -O3 warns
     // (-Wrestrict, wrongly) about a string inserted at the front.
     std::string s;
-    if (t.code < std::size(codes)) {
-        s = codes[t.code];
+    if (t.code < std::size(numbers) && numbers[t.code]) {
+        s = numbers[t.code];
+        s += std::to_string(t.bits);
     } else {
-        s = "code ";
-        s += std::to_string(t.code);
+        // Opaque handles, bool (code 6 from DLPack 0.8), codes unknown here.
+        s = t.code == kDLOpaqueHandle ? "opaque handle" : t.code == 6 ? "bool" : "type code " + std::to_string(t.code);
+        s += " (";
+        s += std::to_string(t.bits);
+        s += " bits)";
     }
-    s += std::to_string(t.bits);
     if (t.lanes != 1) {
         s += 'x';
         s += std::to_string(t.lanes);
@@ -142,7 +147,22 @@ tensor from_dlpack(DLManagedTensor* mt, std::string info) {
                                            std::to_string(max_supported_rank));
     if (dl.ndim > 0 && !dl.shape) throw_error(errc::bad_argument, "from_dlpack: null shape");
     shape_t shape(dl.shape, dl.shape + dl.ndim);
-    const std::uint64_t count = detail::element_count(shape);  // throws on negative dims
+    for (int i = 0; i < dl.ndim; ++i)
+        if (shape[i] < 0)
+            throw_error(errc::bad_argument, "from_dlpack: dimension " + std::to_string(i) + " is " +
+                                                std::to_string(shape[i]) + ", negative");
+    std::uint64_t count = 0;
+    try {
+        count = detail::element_count(shape);
+    } catch (const error& e) {
+        throw_error(e.code(), std::string("from_dlpack: ") + e.what());
+    }
+    // No object is larger than PTRDIFF_MAX bytes; checked before the
+    // strides, whose running products then cannot overflow.
+    if (count > static_cast<std::uint64_t>(PTRDIFF_MAX) / itemsize(t))
+        throw_error(errc::bad_argument, "from_dlpack: " + std::to_string(count) + " elements of " +
+                                            std::string(code(t)) + " are more bytes than memory can hold");
+    const std::uint64_t nbytes = count * itemsize(t);
 
     // Strides in elements; only what C order gives is accepted. Dimensions
     // of size 1 contribute no step, so their stride is free.
@@ -157,16 +177,18 @@ tensor from_dlpack(DLManagedTensor* mt, std::string info) {
             expect *= shape[i];
         }
     }
-    const std::uint64_t nbytes = count * itemsize(t);
-    if (nbytes / itemsize(t) != count || nbytes > SIZE_MAX)
-        throw_error(errc::bad_argument, "from_dlpack: " + std::to_string(count) + " elements overflow");
     if (!dl.data && nbytes > 0) throw_error(errc::bad_argument, "from_dlpack: null data pointer");
     detail::check_info(info);
 
     auto* bytes = static_cast<std::byte*>(dl.data);
     if (bytes) bytes += dl.byte_offset;
+    // DLPack 0.6 cannot say read-only, but a tensor this library exported
+    // can: its bytes stay as writable as they were (a mapping or a received
+    // frame must not become writable by a round trip).
+    const bool writable =
+        mt->deleter != delete_export || static_cast<const export_context*>(mt->manager_ctx)->t.data().writable();
     auto keeper = std::make_shared<import_keeper>();
-    buffer data = buffer::share(keeper, {bytes, static_cast<std::size_t>(nbytes)}, true);
+    buffer data = buffer::share(keeper, {bytes, static_cast<std::size_t>(nbytes)}, writable);
     tensor result(t, std::move(shape), std::move(data), std::move(info));
     // From here on, the last user of the bytes calls the deleter.
     keeper->managed = mt;
