@@ -221,6 +221,11 @@ concept borrowable = requires(R&& r) { tensor::borrow(std::forward<R>(r), shape_
 static_assert(borrowable<std::vector<float>&> && borrowable<const std::vector<float>&>);
 static_assert(borrowable<std::span<float>> && borrowable<std::span<const float>>);
 static_assert(!borrowable<std::vector<float>> && !borrowable<std::vector<float>&&>);
+// The same with the element type given, which selects the span overload.
+template <class T, class R>
+concept borrowable_as = requires(R&& r) { tensor::borrow<T>(std::forward<R>(r), shape_t{}); };
+static_assert(borrowable_as<float, std::vector<float>&> && borrowable_as<float, std::span<const float>>);
+static_assert(!borrowable_as<float, std::vector<float>> && !borrowable_as<float, std::array<float, 3>>);
 
 TEST_CASE("borrowing takes any contiguous range the caller keeps; long long is i8") {
     std::vector<float> v{1, 2, 3, 4, 5, 6};

@@ -119,6 +119,13 @@ public:
         using T = std::ranges::range_value_t<R>;
         return borrow(std::span<const T>(std::ranges::data(values), std::ranges::size(values)), std::move(shape), info);
     }
+    /// With the element type spelled out (`borrow<float>(make_values(),
+    /// ...)`), a temporary container would convert to the span above and
+    /// dangle: it does not compile either. (A span or view the caller makes
+    /// of a temporary still dangles, as any view of one does.)
+    template <element T, std::ranges::contiguous_range R>
+        requires(!std::is_lvalue_reference_v<R> && !std::ranges::borrowed_range<R>)
+    static tensor borrow(R&& values, shape_t shape, std::string_view info = {}) = delete;
 
     /// Element type.
     tenbin::dtype dtype() const noexcept { return dtype_; }
