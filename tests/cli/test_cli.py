@@ -303,7 +303,7 @@ class Arguments(unittest.TestCase):
 
     def test_bad_url_and_bad_file(self):
         r = run("recv", "nonsense://x", "--timeout", "1")
-        self.assertEqual(r.returncode, 1)
+        self.assertEqual(r.returncode, 64)  # a wrong argument, though found as the command runs
         self.assertEqual(ERROR_LINE.match(r.stderr.decode().strip())["cls"], "bad_url")
         missing = os.path.join(_tmp.name, "nothing.ten")
         r = run("send", free_tcp_endpoint(), "-f", missing, "--timeout", "1")
@@ -576,16 +576,16 @@ class Pipelines(unittest.TestCase):
 
     def test_a_url_scheme_that_does_not_fit_the_command_is_refused(self):
         code, _, err = finish(start("send", "zpull://127.0.0.1:1", "--file", vec("i4_i8.ten")))
-        self.assertEqual(code, 1)
+        self.assertEqual(code, 64)
         self.assertIn("bad_url", err)
         code, _, err = finish(start("recv", "zfoo://127.0.0.1:1"))
-        self.assertEqual(code, 1)
+        self.assertEqual(code, 64)
         self.assertIn("unknown scheme", err)
         for args in (["serve", "zpull://127.0.0.1:1", "--synthetic", "f4:3"], ["monitor", "zpush://127.0.0.1:1"],
                      ["stat", "zpush://127.0.0.1:1"]):
             with self.subTest(args=args):
                 code, _, err = finish(start(*args, "--timeout", "1"))
-                self.assertEqual(code, 1, err)
+                self.assertEqual(code, 64, err)
                 self.assertIn("bad_url", err)
                 self.assertIn("makes a", err)
 
@@ -637,11 +637,17 @@ class Pipelines(unittest.TestCase):
 
     def test_a_bad_synthetic_spec_is_refused(self):
         code, _, err = finish(start("serve", "zpush://127.0.0.1:1", "--synthetic", "c8:4"))
-        self.assertEqual(code, 1)
+        self.assertEqual(code, 64)
         self.assertIn("bad_argument", err)
         code, _, err = finish(start("serve", "zpush://127.0.0.1:1", "--synthetic", "f4:4,x"))
-        self.assertEqual(code, 1)
+        self.assertEqual(code, 64)
         self.assertIn("bad dimension", err)
+        code, _, err = finish(start("serve", "zpush://127.0.0.1:1"))
+        self.assertEqual(code, 64)
+        self.assertIn("nothing to send", err)
+        code, _, err = finish(start("convert", vec("f4_matrix.ten"), os.path.join(_tmp.name, "out.xyz")))
+        self.assertEqual(code, 64)
+        self.assertIn("unknown extension", err)
 
     def test_monitor_reports_rate_and_layout(self):
         port = free_port()
@@ -817,8 +823,8 @@ class Convert(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         return json.loads(r.stdout)["tensors"]
 
-    def error(self, r):
-        self.assertEqual(r.returncode, 1, r.stderr)
+    def error(self, r, status=1):
+        self.assertEqual(r.returncode, status, r.stderr)
         lines = r.stderr.decode().splitlines()
         self.assertEqual(len(lines), 1, lines)
         m = ERROR_LINE.match(lines[0])
@@ -914,7 +920,7 @@ class Convert(unittest.TestCase):
         self.assertEqual(self.convert(b, self.path("b.ten")).returncode, 0)
         self.assertEqual(self.convert(self.path("b.ten"), self.path("c.safetensors")).returncode, 0)
         self.assertNotIn("__metadata__", self.safetensors_header(self.path("c.safetensors")))
-        m = self.error(self.convert(a, self.path("x.npz"), "-m", "format=pt"))
+        m = self.error(self.convert(a, self.path("x.npz"), "-m", "format=pt"), status=64)
         self.assertEqual((m["where"], m["cls"]), (self.path("x.npz"), "bad_argument"))
         self.assertFalse(os.path.exists(self.path("x.npz")))
         r = self.convert(vec("all_dtypes.ten"), self.path("y.safetensors"), "-m", "format")
@@ -964,7 +970,7 @@ class Convert(unittest.TestCase):
                 m = self.error(self.convert(vec(entry["path"]), self.path("x.npz")))
                 self.assertEqual(m["where"], vec(entry["path"]))
                 self.assertIn(m["cls"], acceptable(entry))
-        m = self.error(self.convert(vec("all_dtypes.ten"), self.path("x.txt")))
+        m = self.error(self.convert(vec("all_dtypes.ten"), self.path("x.txt")), status=64)
         self.assertEqual(m["cls"], "bad_extension")
         with open(self.path("bad.safetensors"), "wb") as f:
             f.write(struct.pack("<Q", 1 << 40) + b"{}")

@@ -128,6 +128,18 @@ std::string current_error_class() {
     }
 }
 
+int current_error_status() {
+    try {
+        throw;
+    } catch (const usage_error&) {
+        return exit_usage;
+    } catch (const tenbin::error& e) {
+        return e.code() == errc::bad_url ? exit_usage : exit_failed;
+    } catch (...) {
+        return exit_failed;
+    }
+}
+
 std::string current_error_message() {
     try {
         throw;

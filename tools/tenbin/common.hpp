@@ -72,6 +72,17 @@ void print_table(std::ostream& out, const std::vector<tensor>& tensors, std::str
 
 // ---- errors -----------------------------------------------------------------
 
+/// A wrong argument found only when the command runs (a --synthetic spec,
+/// a missing input): printed as the tenbin error it is, exit status 64.
+struct usage_error : tenbin::error {
+    explicit usage_error(const std::string& what) : tenbin::error(tenbin::errc::bad_argument, what) {}
+};
+
+/// The exit status for the exception being handled: exit_usage for a
+/// usage_error or a URL that does not parse or fit the command (bad_url),
+/// exit_failed otherwise. Call only inside a catch block.
+int current_error_status();
+
 /// The class name of the exception being handled: tenbin::name(code) for a
 /// tenbin::error, "io_error" for system, filesystem and ZeroMQ errors,
 /// "error" otherwise. Call only inside a catch block.

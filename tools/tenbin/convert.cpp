@@ -53,7 +53,7 @@ int run_convert(const convert_options& opt) {
             throw tenbin::error(errc::bad_argument, "--metadata needs a .safetensors output");
     } catch (...) {
         print_current_error(opt.out);
-        return exit_failed;
+        return exit_usage;  // wrong arguments, found before anything is read
     }
     try {
         named_file in = load_named(opt.in);

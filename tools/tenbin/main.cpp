@@ -63,7 +63,7 @@ int main(int argc, char** argv) {
             status = command.run();
         } catch (...) {
             print_current_error(who);
-            status = exit_failed;
+            status = current_error_status();
         }
         // Output that could not be written (a full disk, a closed pipe) is a
         // failure, not a success with nothing to show.

@@ -128,8 +128,9 @@ subcommand add_monitor(CLI::App& parent) {
         "{\"messages\", \"rate\", \"mbps\", \"malformed\", \"tensors\"}. A malformed\n"
         "message is reported on stderr and not counted.\n" +
         plain_endpoint_note(opt->socket) +
-        "Exit status: 0 --count messages arrived, 1 error (bad URL, ...), 2 nothing\n"
-        "arrived for --timeout seconds, 3 --count arrived but some were malformed.\n"
+        "Exit status: 0 --count messages arrived, 1 error (refused endpoint, ...),\n"
+        "2 nothing arrived for --timeout seconds, 3 --count arrived but some were\n"
+        "malformed, 64 wrong options or arguments (bad URL, ...).\n"
         "Examples:\n"
         "  tenbin monitor zsub://localhost:7881                      (SUB connects)\n"
         "  tenbin monitor 'zsub://trainer:78{80..83}' --interval 5 --json\n"

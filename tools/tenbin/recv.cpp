@@ -136,9 +136,10 @@ subcommand add_recv(CLI::App& parent) {
         "A SUB socket subscribes to everything; REP (and ROUTER, to REQ peers)\n"
         "answers each message with one empty frame.\n" +
         plain_endpoint_note(opt->socket) +
-        "Exit status: 0 all messages arrived and decoded, 1 error (bad URL, ...),\n"
-        "2 timed out waiting for a message (even if some were malformed),\n"
-        "3 all arrived but some were malformed.\n"
+        "Exit status: 0 all messages arrived and decoded, 1 error (refused endpoint,\n"
+        "...), 2 timed out waiting for a message (even if some were malformed),\n"
+        "3 all arrived but some were malformed, 64 wrong options or arguments (bad\n"
+        "URL, ...).\n"
         "Examples:\n"
         "  tenbin recv 'tcp://*:5555' -n 100 --json                 (PULL binds)\n"
         "  tenbin recv tcp://localhost:5556 --socket sub --timeout 0   (SUB connects)");

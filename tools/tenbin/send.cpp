@@ -141,8 +141,9 @@ subcommand add_send(CLI::App& parent) {
         "Python tensorcom sends and receives. A REQ socket waits for a reply to each\n"
         "message. At exit, queued messages get --linger seconds to leave.\n" +
         plain_endpoint_note(opt->socket) +
-        "Exit status: 0 sent, 1 error (unreadable file, bad URL, ...),\n"
-        "2 timed out (no receiver took a message within --timeout, or no reply).\n"
+        "Exit status: 0 sent, 1 error (unreadable file, refused endpoint, ...),\n"
+        "2 timed out (no receiver took a message within --timeout, or no reply),\n"
+        "64 wrong options or arguments (bad URL, ...).\n"
         "Examples:\n"
         "  tenbin send tcp://localhost:5555 -f batch.ten -n 100     (PUSH connects)\n"
         "  tenbin send 'tcp://*:5556' --socket pub -f batch.ten     (PUB binds)\n"

@@ -71,7 +71,7 @@ std::vector<tensor> synthetic_batch(const std::string& spec, std::uint64_t seed)
         }
         const auto colon = rest.find(':');
         const auto t = parse_dtype(rest.substr(0, colon));
-        if (!t) throw error(errc::bad_argument, "--synthetic: '" + part + "': unknown dtype; use f2 f4 f8 i1 ... u8");
+        if (!t) throw usage_error("--synthetic: '" + part + "': unknown dtype; use f2 f4 f8 i1 ... u8");
         shape_t shape;
         if (colon != std::string::npos)
             for (const std::string& d : split(rest.substr(colon + 1), ',')) {
@@ -82,14 +82,14 @@ std::vector<tensor> synthetic_batch(const std::string& spec, std::uint64_t seed)
                 } catch (const std::exception&) {
                 }
                 if (v < 0 || used != d.size())
-                    throw error(errc::bad_argument, "--synthetic: '" + part + "': bad dimension '" + d + "'");
+                    throw usage_error("--synthetic: '" + part + "': bad dimension '" + d + "'");
                 shape.push_back(v);
             }
         tensor x = tensor::zeros(*t, std::move(shape), info);
         fill(x, seed * 131 + out.size());
         out.push_back(std::move(x));
     }
-    if (out.empty()) throw error(errc::bad_argument, "--synthetic: no tensors in '" + spec + "'");
+    if (out.empty()) throw usage_error("--synthetic: no tensors in '" + spec + "'");
     return out;
 }
 
@@ -106,7 +106,7 @@ int run_serve(const serve_cli_options& opt) {
     // Two different synthetic batches, alternated, so consecutive messages differ.
     if (!opt.synthetic.empty())
         for (std::uint64_t seed = 0; seed < 2; ++seed) batches.push_back(synthetic_batch(opt.synthetic, seed));
-    if (batches.empty()) throw error(errc::bad_argument, "nothing to send: give --file or --synthetic");
+    if (batches.empty()) throw usage_error("nothing to send: give --file or --synthetic");
 
     connection_options co = connection_options_for(opt.socket, opt.url);
     co.multipart = !opt.single;
@@ -175,8 +175,9 @@ subcommand add_serve(CLI::App& parent) {
         "made-up batches of that layout, --count messages in all, paced to --rate\n"
         "messages per second. Progress goes to stderr every --report seconds.\n" +
         plain_endpoint_note(opt->socket) +
-        "Exit status: 0 sent, 1 error (unreadable file, bad URL, bad --synthetic, ...),\n"
-        "2 timed out (no receiver took a message within --timeout).\n"
+        "Exit status: 0 sent, 1 error (unreadable file, refused endpoint, ...),\n"
+        "2 timed out (no receiver took a message within --timeout), 64 wrong options\n"
+        "or arguments (bad URL, bad --synthetic, nothing to send).\n"
         "Examples:\n"
         "  tenbin serve zpush://localhost:7880 -f a.ten -f b.ten --rate 100   (PUSH connects)\n"
         "  tenbin serve zpub://*:7881 --synthetic 'x=f2:64,3,224,224;y=i4:64'   (PUB binds)\n"

@@ -193,8 +193,9 @@ subcommand add_stat(CLI::App& parent) {
         "'-' and its JSON has no min, max, mean and std. A malformed message is\n"
         "reported on stderr and not counted.\n" +
         plain_endpoint_note(opt->socket) +
-        "Exit status: 0 all arrived, 1 error (bad URL, ...), 2 timed out waiting\n"
-        "for a message, 3 all arrived but some were malformed.\n"
+        "Exit status: 0 all arrived, 1 error (refused endpoint, ...), 2 timed out\n"
+        "waiting for a message, 3 all arrived but some were malformed, 64 wrong\n"
+        "options or arguments (bad URL, ...).\n"
         "Examples:\n"
         "  tenbin stat zsub://localhost:7881 -n 100                  (SUB connects)\n"
         "  tenbin stat 'zsub://trainer:78{80..83}' --json\n"
