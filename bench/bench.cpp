@@ -24,12 +24,14 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <filesystem>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -1050,8 +1052,26 @@ const char* usage =
     "  --filter TEXT  only cases whose \"name transport\" contains TEXT\n"
     "  --malloc MODE  in-process and C++ two-process cases: call\n"
     "                 tenbin::reuse_large_allocations() (reuse, the default) or not\n"
-    "  --reps N       repetitions per case (quick 5, full 7)\n"
-    "  --rep-time S   seconds per repetition, roughly (quick 0.03, full 0.25)\n";
+    "  --reps N       repetitions per case, at least 1 (quick 5, full 7)\n"
+    "  --rep-time S   seconds per repetition, roughly (quick 0.03, full 0.25)\n"
+    "  --python PATH  the interpreter of the Python cases (/usr/bin/python3, which\n"
+    "                 has pyzmq and NumPy)\n"
+    "  --python-peer SCRIPT  the Python peer (bench/python_peer.py of the source tree)\n";
+
+// A wrong command line: what is wrong, then the usage; status 2.
+int bad_usage(const std::string& why) {
+    std::cerr << "tenbin-bench: " << why << "\n" << usage;
+    return 2;
+}
+
+// `text` as a number of the option's kind, or nothing if it is not one.
+template <class T>
+std::optional<T> number(const std::string& text) {
+    std::istringstream in(text);
+    T v{};
+    if (!(in >> v) || !in.eof()) return std::nullopt;
+    return v;
+}
 
 int run(int argc, char** argv) {
     std::map<std::string, std::string> args;
@@ -1063,10 +1083,13 @@ int run(int argc, char** argv) {
         } else if (a.rfind("--", 0) == 0 && i + 1 < argc) {
             args[a.substr(2)] = argv[++i];
         } else {
-            std::cerr << usage;
-            return 2;
+            return bad_usage(a.rfind("--", 0) == 0 ? "option '" + a + "' needs a value" : "unknown argument '" + a + "'");
         }
     }
+    for (const auto& [key, value] : args)
+        if (key != "json" && key != "filter" && key != "malloc" && key != "reps" && key != "rep-time" &&
+            key != "python" && key != "python-peer" && key != "peer")
+            return bad_usage("unknown option '--" + key + "'");
     if (args.count("peer")) return peer_main(args);
     suite s;
     config& cfg = s.cfg;
@@ -1081,18 +1104,25 @@ int run(int argc, char** argv) {
     if (args.count("malloc")) cfg.malloc_mode = args["malloc"];
     if (args.count("python")) cfg.python = args["python"];
     if (args.count("python-peer")) cfg.python_peer = args["python-peer"];
-    if (cfg.malloc_mode != "reuse" && cfg.malloc_mode != "default") {
-        std::cerr << usage;
-        return 2;
-    }
+    if (cfg.malloc_mode != "reuse" && cfg.malloc_mode != "default")
+        return bad_usage("--malloc is reuse or default, not '" + cfg.malloc_mode + "'");
     cfg.self = self_exe();
     if (cfg.quick) {
         cfg.reps = 5;
         cfg.rep_time = 0.03;
         cfg.min_count = 3;
     }
-    if (args.count("reps")) cfg.reps = std::stoi(args["reps"]);
-    if (args.count("rep-time")) cfg.rep_time = std::stod(args["rep-time"]);
+    if (args.count("reps")) {
+        const auto reps = number<int>(args["reps"]);
+        if (!reps || *reps < 1) return bad_usage("--reps needs a whole number of at least 1, not '" + args["reps"] + "'");
+        cfg.reps = *reps;
+    }
+    if (args.count("rep-time")) {
+        const auto t = number<double>(args["rep-time"]);
+        if (!t || !(*t > 0) || !std::isfinite(*t))
+            return bad_usage("--rep-time needs a number of seconds above 0, not '" + args["rep-time"] + "'");
+        cfg.rep_time = *t;
+    }
     if (cfg.malloc_mode == "reuse") tenbin::reuse_large_allocations();
 
     const auto t0 = clock_type::now();
@@ -1117,6 +1147,10 @@ int run(int argc, char** argv) {
     std::cout << "total " << seconds_since(t0) << " s" << std::endl;
     if (args.count("json")) write_json(args["json"], s.results);
     shared_context()->close();
+    if (s.results.empty()) {
+        std::cerr << "tenbin-bench: no case matches --filter '" << cfg.filter << "'\n";
+        return 1;
+    }
     return 0;
 }
 
