@@ -164,7 +164,10 @@ class connection {
 public:
     /// Opens the socket and binds/connects every endpoint. Throws bad_url,
     /// bad_argument for a router kind, or zmq::error_t when ZeroMQ refuses
-    /// an endpoint (address in use...).
+    /// an endpoint (address in use...). A connect to a host that is down or
+    /// whose name does not resolve (yet) is no error: libzmq keeps trying in
+    /// the background, as for every connect, and receives wait meanwhile
+    /// (set `recv_timeout`, or give `loader::next` a timeout).
     /// Without a context given, a connection with an inproc endpoint uses
     /// one process-wide context, shared with every other such connection
     /// and loader alive (inproc endpoints meet only within one context);

@@ -250,9 +250,11 @@ void save(const std::filesystem::path& path, tensor_span tensors, const file_opt
 /// Reads a .ten file with one read into one aligned buffer; the tensors
 /// are slices of it, so it lives while any of them does. A compressed file
 /// is decompressed as a stream (`read` over a `zstd_source`), each tensor
-/// into its own aligned storage; corrupt compressed bytes throw io_error and
-/// a file ending inside a zstd frame throws truncated. Also throws what
-/// `decode_buffer` throws, bad_extension, unsupported, limit_exceeded.
+/// into its own aligned storage; corrupt compressed bytes throw io_error
+/// (or, met before zstd's checksum, the codec's error for them; see
+/// zstd.hpp) and a file ending inside a zstd frame throws truncated. Also
+/// throws what `decode_buffer` throws, bad_extension, unsupported,
+/// limit_exceeded.
 /// Thread-safe for any files.
 std::vector<tensor> load(const std::filesystem::path& path, const file_options& opt = {});
 /// Maps the file read-only; the tensors view the mapping, which is unmapped

@@ -8,7 +8,11 @@
 //   - SCTP, one-to-many (`SOCK_SEQPACKET`) or one-to-one (`SOCK_STREAM`);
 //   - `AF_UNIX` `SOCK_SEQPACKET` or `SOCK_DGRAM`, UDP (small lists only).
 // A byte-stream socket (TCP, AF_UNIX SOCK_STREAM) is refused: use
-// `tenbin::write` / `tenbin::read` from io.hpp there.
+// `tenbin::write` / `tenbin::read` from io.hpp there. SCTP itself needs the
+// kernel's support (the `sctp` module on Linux); where it is missing,
+// `socket(..., IPPROTO_SCTP)` fails in the caller's code, before tenbin.
+// The tensors `sctp_recv` returns own their bytes (read into memory of
+// their own), so unlike received ZeroMQ frames they are writable.
 #pragma once
 
 #include <tenbin/core.hpp>

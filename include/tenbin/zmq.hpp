@@ -111,7 +111,8 @@ struct recv_options {
     std::size_t max_frames = 2 * (std::size_t{1} << 16) + 16;
 };
 
-/// What one receive produced.
+/// What one receive produced. Move-only, as its envelope's ZeroMQ frames
+/// are; copying the tensors (`message::tensors`) shares their bytes.
 struct message {
     /// The decoded tensors; they keep the received frames alive.
     std::vector<tensor> tensors;

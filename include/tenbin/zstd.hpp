@@ -77,6 +77,14 @@ private:
 /// checksum mismatch, corrupted block, a window above `max_window_log`, or
 /// bytes after a frame that are not a frame); what `inner` throws. After an
 /// error the source is broken: every later read throws the same error.
+///
+/// zstd checks a frame's checksum at its end, and bytes come out before
+/// that: a reader of this source (`read`, `load`) may first meet corrupted
+/// bytes as bad tenbin (bad_magic, limit_exceeded, ...) rather than as
+/// io_error. Compression also multiplies what a small input can claim: a
+/// few hundred kilobytes can decompress to gigabytes of zeros, which are
+/// real data to the reader, bounded only by `limits::max_bytes` (16 GiB by
+/// default). Lower it for compressed input from untrusted sources.
 class zstd_source final : public source {
 public:
     /// Throws std::bad_alloc, or error(unsupported) if zstd refuses

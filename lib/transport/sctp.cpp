@@ -257,7 +257,8 @@ void sctp_send(int fd, const sockaddr* dest, socklen_t dest_len, tensor_span ten
         if (e == EPIPE || e == ECONNRESET) throw_peer_closed("sctp_send");
         if (e == EMSGSIZE)
             throw_error(errc::io_error, "sctp_send: message of " + str(plan.size()) +
-                                            " bytes is too long for this socket (raise SO_SNDBUF)");
+                                            " bytes is too long for this socket (for SCTP or AF_UNIX, raise "
+                                            "SO_SNDBUF; a UDP datagram holds at most 65,507 bytes)");
         throw_errno("sctp_send", e);
     }
     if (static_cast<std::size_t>(sent) != plan.size())

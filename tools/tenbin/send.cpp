@@ -96,7 +96,7 @@ int run_send(const send_cli_options& opt) {
         if (opt.verbose)
             std::cerr << where << ": sent message " << i + 1 << " of " << opt.count << " ("
                       << (opt.single ? "single-part" : "multipart") << ", " << tensors.size()
-                      << " tensors)" << std::endl;
+                      << (tensors.size() == 1 ? " tensor)" : " tensors)") << std::endl;
     }
     return exit_ok;
 }
