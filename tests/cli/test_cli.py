@@ -249,6 +249,16 @@ class Arguments(unittest.TestCase):
                 self.assertNotEqual(r.stderr, b"")
         r = run("nonsense")
         self.assertIn(b"unknown command 'nonsense'", r.stderr)
+        r = run("--bogus")
+        self.assertEqual(r.returncode, 64)
+        self.assertIn(b"unknown option '--bogus'", r.stderr)
+        # Another format is no .ten to send: say so, not bad_magic.
+        npy = os.path.join(_tmp.name, "one.npy")
+        with open(npy, "wb") as f:
+            f.write(b"\x93NUMPY")
+        r = run("send", "tcp://127.0.0.1:1", "-f", npy)
+        self.assertEqual(r.returncode, 64)
+        self.assertIn(b"is not a .ten file", r.stderr)
 
     def test_output_that_cannot_be_written_is_a_failure(self):
         with open("/dev/full", "wb") as full:

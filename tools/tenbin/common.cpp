@@ -211,6 +211,10 @@ std::vector<tensor> read_fd(int fd) {
 
 std::vector<tensor> load_any(const std::string& path) {
     if (path == "-") return read_fd(STDIN_FILENO);
+    // Their names need not fit a tenbin info: say what to do, not bad_magic.
+    if (const auto f = format_of(path); f && *f != file_format::ten)
+        throw usage_error("'" + path + "' is not a .ten file; messages are sent from .ten or .ten.zst files "
+                          "(tenbin convert makes one, checking the names fit)");
 
     std::error_code ec;
     const auto st = std::filesystem::status(path, ec);

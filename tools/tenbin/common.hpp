@@ -100,7 +100,8 @@ std::string one_line(std::string_view text);
 // ---- loading ----------------------------------------------------------------
 
 /// The tensors of a .ten file or single-part buffer under any name (mapped,
-/// no copy); "-" reads standard input as a stream. Throws tenbin::error.
+/// no copy); "-" reads standard input as a stream. Throws tenbin::error, a
+/// usage_error for a name of another format (.npy, .npz, .safetensors).
 std::vector<tensor> load_any(const std::string& path);
 
 /// A file of a format `tenbin::format_of` knows: its named tensors, and a

@@ -49,6 +49,14 @@ int main(int argc, char** argv) {
             std::cerr << " (see tenbin --help)\n";
             return exit_usage;
         }
+        // An option before any command: name it too.
+        const std::string first = argc > 1 ? argv[1] : "";
+        if (first.size() > 1 && first[0] == '-' && first != "-h" && first != "--help" && first != "--version" &&
+            app.get_subcommands().empty()) {
+            std::cerr << "tenbin: error: unknown option '" << first << "'; options go after a command"
+                      << " (see tenbin --help)\n";
+            return exit_usage;
+        }
         // --help and --version exit 0; wrong options or arguments exit with
         // one code scripts can tell from a failed run, not CLI11's several
         // (105 and up).

@@ -52,7 +52,7 @@ int run_send(const send_cli_options& opt) {
         tensors = load_any(opt.file);
     } catch (...) {
         print_current_error(opt.file);
-        return exit_failed;
+        return current_error_status();
     }
 
     const auto endpoints = resolve_endpoints(opt.socket, {opt.url});

@@ -100,7 +100,7 @@ int run_serve(const serve_cli_options& opt) {
             batches.push_back(load_any(f));
         } catch (...) {
             print_current_error(f);
-            return exit_failed;
+            return current_error_status();
         }
     }
     // Two different synthetic batches, alternated, so consecutive messages differ.
