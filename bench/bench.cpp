@@ -1086,11 +1086,11 @@ int run(int argc, char** argv) {
             return bad_usage(a.rfind("--", 0) == 0 ? "option '" + a + "' needs a value" : "unknown argument '" + a + "'");
         }
     }
+    if (args.count("peer")) return peer_main(args);  // this program re-executed, with options of its own
     for (const auto& [key, value] : args)
         if (key != "json" && key != "filter" && key != "malloc" && key != "reps" && key != "rep-time" &&
-            key != "python" && key != "python-peer" && key != "peer")
+            key != "python" && key != "python-peer")
             return bad_usage("unknown option '--" + key + "'");
-    if (args.count("peer")) return peer_main(args);
     suite s;
     config& cfg = s.cfg;
     for (const auto& f : flags) {
