@@ -953,7 +953,9 @@ TEST_CASE("load refuses what is no .ten before reading it whole; /proc files are
     file_options nocheck;
     nocheck.nocheck = true;
     if (fs::exists("/proc/self/status"))
-        CHECK(error_class([&] { (void)load("/proc/self/status", nocheck); }) == "bad_magic");
+        for (const bool mapped : {false, true})
+            CHECK(error_class([&] { (void)(mapped ? load_mmap : load)("/proc/self/status", nocheck); }) ==
+                  "bad_magic");
 }
 
 TEST_CASE("save reports a failed write with the path and the reason") {

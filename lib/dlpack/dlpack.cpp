@@ -24,7 +24,14 @@ std::string describe(DLDataType t) {
         s += std::to_string(t.bits);
     } else {
         // Opaque handles, bool (code 6 from DLPack 0.8), codes unknown here.
-        s = t.code == kDLOpaqueHandle ? "opaque handle" : t.code == 6 ? "bool" : "type code " + std::to_string(t.code);
+        if (t.code == kDLOpaqueHandle) {
+            s = "opaque handle";
+        } else if (t.code == 6) {
+            s = "bool";
+        } else {
+            s = "type code ";
+            s += std::to_string(t.code);
+        }
         s += " (";
         s += std::to_string(t.bits);
         s += " bits)";
@@ -147,13 +154,9 @@ tensor from_dlpack(DLManagedTensor* mt, std::string info) {
                                            std::to_string(max_supported_rank));
     if (dl.ndim > 0 && !dl.shape) throw_error(errc::bad_argument, "from_dlpack: null shape");
     shape_t shape(dl.shape, dl.shape + dl.ndim);
-    for (int i = 0; i < dl.ndim; ++i)
-        if (shape[i] < 0)
-            throw_error(errc::bad_argument, "from_dlpack: dimension " + std::to_string(i) + " is " +
-                                                std::to_string(shape[i]) + ", negative");
     std::uint64_t count = 0;
     try {
-        count = detail::element_count(shape);
+        count = detail::element_count(shape);  // negative dimensions, overflow
     } catch (const error& e) {
         throw_error(e.code(), std::string("from_dlpack: ") + e.what());
     }

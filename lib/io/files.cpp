@@ -353,8 +353,10 @@ std::vector<tensor> load_mmap(const std::filesystem::path& path, const file_opti
     check_extension(path, opt.nocheck);
     // Compressed bytes cannot be viewed in place (see io.hpp).
     if (compressed(path, opt)) return load(path, opt);
-    // A pipe or device cannot be mapped: read it as load() does.
-    if (struct stat st {}; ::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode))
+    // A pipe or device cannot be mapped, nor can a file of /proc whose size
+    // says 0: read them as load() does.
+    if (struct stat st {}; ::stat(path.c_str(), &st) == 0 && !S_ISDIR(st.st_mode) &&
+                           (!S_ISREG(st.st_mode) || st.st_size == 0))
         return load(path, opt);
     const buffer mapped = map_file(path);
     return about_file(path, [&] { return decode_buffer(mapped, decode_options_of(opt)); });

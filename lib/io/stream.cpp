@@ -128,7 +128,6 @@ public:
 
     void skip_padding(const chunk_info& c) { skip(c, chunk_size(c.length) - chunk_preamble - c.length); }
 
-    bool remaining_known() const { return in_.remaining().has_value(); }
 
 private:
     source& in_;

@@ -37,12 +37,12 @@ namespace tenbin {
 namespace {
 
 std::string str(std::size_t n) { return std::to_string(n); }
-// "1 frame", "3 frames".
 // A blocking send or receive that a signal handler interrupted is begun
 // again (the socket's timeout with it), as pyzmq does: the caller's signal
 // handlers, a profiler's SIGPROF, must not fail a receive or end a loader.
 bool interrupted(int rc) noexcept { return rc < 0 && zmq_errno() == EINTR; }
 
+// "1 frame", "3 frames".
 std::string frames_text(std::size_t n) { return str(n) + (n == 1 ? " frame" : " frames"); }
 
 [[noreturn]] void fail(errc code, const std::string& message) { throw error(code, message); }

@@ -42,19 +42,18 @@ int main(int argc, char** argv) {
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
-        // A word where a command belongs: name it, not "a subcommand is required".
-        if (argc > 1 && argv[1][0] != '-' && app.get_subcommands().empty()) {
-            std::cerr << "tenbin: error: unknown command '" << argv[1] << "'; the commands are";
-            for (const auto& command : commands) std::cerr << ' ' << command.app->get_name();
-            std::cerr << " (see tenbin --help)\n";
-            return exit_usage;
-        }
-        // An option before any command: name it too.
+        // What stands where a command belongs is named, not "a subcommand
+        // is required": an unknown word, or an option before any command.
         const std::string first = argc > 1 ? argv[1] : "";
-        if (first.size() > 1 && first[0] == '-' && first != "-h" && first != "--help" && first != "--version" &&
-            app.get_subcommands().empty()) {
-            std::cerr << "tenbin: error: unknown option '" << first << "'; options go after a command"
-                      << " (see tenbin --help)\n";
+        if (!first.empty() && app.get_subcommands().empty() && first != "-h" && first != "--help" &&
+            first != "--version") {
+            if (first[0] != '-') {
+                std::cerr << "tenbin: error: unknown command '" << first << "'; the commands are";
+                for (const auto& command : commands) std::cerr << ' ' << command.app->get_name();
+            } else {
+                std::cerr << "tenbin: error: unknown option '" << first << "'; options go after a command";
+            }
+            std::cerr << " (see tenbin --help)\n";
             return exit_usage;
         }
         // --help and --version exit 0; wrong options or arguments exit with
