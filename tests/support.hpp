@@ -8,14 +8,15 @@
 
 #include <cstdlib>
 #include <cstring>
-#include <initializer_list>
-#include <string_view>
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
 #include <iterator>
-#include <stdexcept>
 #include <span>
+#include <stdexcept>
 #include <string>
+#include <string_view>
+#include <system_error>
 #include <vector>
 
 namespace test_support {
@@ -90,6 +91,29 @@ inline std::int64_t str64(std::string_view s) {
     std::memcpy(&v, s.data(), s.size());
     return v;
 }
+
+// A fresh directory under the system's temporary one, removed with
+// everything in it (files, ipc socket files) when it goes out of scope.
+class temp_dir {
+public:
+    explicit temp_dir(std::string_view prefix = "tenbin-test") {
+        std::string name = (fs::temp_directory_path() / (std::string(prefix) + "-XXXXXX")).string();
+        if (!::mkdtemp(name.data())) throw std::runtime_error("mkdtemp failed: " + name);
+        path_ = name;
+    }
+    ~temp_dir() {
+        std::error_code ignored;
+        fs::remove_all(path_, ignored);
+    }
+    temp_dir(const temp_dir&) = delete;
+    temp_dir& operator=(const temp_dir&) = delete;
+
+    fs::path operator/(const std::string& name) const { return path_ / name; }
+    const fs::path& path() const noexcept { return path_; }
+
+private:
+    fs::path path_;
+};
 
 // The error classes a malformed manifest entry allows.
 inline std::vector<std::string> allowed_errors(const nlohmann::json& entry) {

@@ -33,8 +33,10 @@ tensor batch_of(int n, std::int32_t seed) {
 
 std::int32_t seed_of(const std::vector<tensor>& b) { return b.at(0).values<std::int32_t>()[0] / 1000; }
 
+// ipc socket files live in a directory removed when the tests end.
 std::string ipc_path(const char* tag) {
-    return "/tmp/tenbin-test-" + std::to_string(::getpid()) + "-" + tag;
+    static const test_support::temp_dir dir("tenbin-connect");
+    return (dir / tag).string();
 }
 
 connection_options quick() {

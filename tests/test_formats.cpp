@@ -76,20 +76,6 @@ std::string text_of(const std::vector<std::byte>& v, std::size_t from, std::size
     return {reinterpret_cast<const char*>(v.data() + from), n};
 }
 
-// A temporary folder removed at the end of the test.
-struct temp_dir {
-    fs::path path;
-    temp_dir() {
-        char name[] = "/tmp/tenbin-formats-XXXXXX";
-        REQUIRE(::mkdtemp(name) != nullptr);
-        path = name;
-    }
-    ~temp_dir() {
-        std::error_code ec;
-        fs::remove_all(path, ec);
-    }
-};
-
 template <class F>
 std::string message_of(F&& f) {
     try {
@@ -496,8 +482,8 @@ TEST_CASE("safetensors metadata is written first and read back in order") {
     CHECK(decode_safetensors_with_metadata(as_buffer(plain)).metadata.empty());
 
     temp_dir dir;
-    save_safetensors(dir.path / "m.safetensors", want, meta);
-    const safetensors_contents loaded = load_safetensors_with_metadata(dir.path / "m.safetensors");
+    save_safetensors(dir / "m.safetensors", want, meta);
+    const safetensors_contents loaded = load_safetensors_with_metadata(dir / "m.safetensors");
     CHECK(loaded.metadata == meta);
     check_same(loaded.tensors, want);
 
@@ -505,8 +491,8 @@ TEST_CASE("safetensors metadata is written first and read back in order") {
     CHECK(message_of([&] { encode_safetensors(want, twice); }).find("'format' given twice") != std::string::npos);
     CHECK(error_class([&] { encode_safetensors(want, {{"k\xff", "v"}}); }) == "bad_argument");
     CHECK(error_class([&] { encode_safetensors(want, {{"k", "v\xc3"}}); }) == "bad_argument");
-    CHECK(error_class([&] { save_safetensors(dir.path / "bad.safetensors", want, twice); }) == "bad_argument");
-    CHECK(!std::filesystem::exists(dir.path / "bad.safetensors"));
+    CHECK(error_class([&] { save_safetensors(dir / "bad.safetensors", want, twice); }) == "bad_argument");
+    CHECK(!std::filesystem::exists(dir / "bad.safetensors"));
 }
 
 TEST_CASE("safetensors headers are checked as strictly as tenbin chunks") {
@@ -626,12 +612,12 @@ TEST_CASE("files of every format round-trip through load_any and save_any") {
     const auto want = sample();
     for (const char* name : {"x.npz", "x.safetensors"}) {
         CAPTURE(name);
-        save_any(dir.path / name, want);
-        check_same(load_any(dir.path / name), want);
+        save_any(dir / name, want);
+        check_same(load_any(dir / name), want);
     }
-    save_npy(dir.path / "one.npy", want[0].value);
-    check_same(load_npy(dir.path / "one.npy"), want[0].value);
-    const auto one = load_any(dir.path / "one.npy");
+    save_npy(dir / "one.npy", want[0].value);
+    check_same(load_npy(dir / "one.npy"), want[0].value);
+    const auto one = load_any(dir / "one.npy");
     REQUIRE(one.size() == 1);
     CHECK(one[0].name.empty());
 
@@ -640,21 +626,21 @@ TEST_CASE("files of every format round-trip through load_any and save_any") {
     CHECK(format_of("a.safetensors") == file_format::safetensors);
     CHECK(!format_of("a.txt"));
     CHECK(!format_of("npz"));
-    CHECK(error_class([&] { save_any(dir.path / "x.txt", want); }) == "bad_extension");
-    CHECK(error_class([&] { load_any(dir.path / "x.txt"); }) == "bad_extension");
-    CHECK(error_class([&] { save_any(dir.path / "two.npy", want); }) == "bad_argument");
-    CHECK(!fs::exists(dir.path / "two.npy"));
-    CHECK(error_class([&] { load_any(dir.path / "missing.npz"); }) == "io_error");
+    CHECK(error_class([&] { save_any(dir / "x.txt", want); }) == "bad_extension");
+    CHECK(error_class([&] { load_any(dir / "x.txt"); }) == "bad_extension");
+    CHECK(error_class([&] { save_any(dir / "two.npy", want); }) == "bad_argument");
+    CHECK(!fs::exists(dir / "two.npy"));
+    CHECK(error_class([&] { load_any(dir / "missing.npz"); }) == "io_error");
     // Errors name the file.
     {
-        std::ofstream(dir.path / "bad.safetensors") << "12345678";
+        std::ofstream(dir / "bad.safetensors") << "12345678";
     }
-    CHECK(message_of([&] { load_any(dir.path / "bad.safetensors"); }).find("bad.safetensors") != std::string::npos);
+    CHECK(message_of([&] { load_any(dir / "bad.safetensors"); }).find("bad.safetensors") != std::string::npos);
 }
 
 TEST_CASE("names that cannot be infos are refused when writing .ten, never truncated") {
     temp_dir dir;
-    const fs::path out = dir.path / "out.ten";
+    const fs::path out = dir / "out.ten";
     std::vector<named_tensor> list = {{"short", patterned(dtype::u1, {2})},
                                       {"much_too_long", patterned(dtype::u1, {2})}};
     CHECK(error_class([&] { save_any(out, list); }) == "bad_argument");
@@ -689,13 +675,13 @@ TEST_CASE("every valid .ten vector survives each format and back") {
             if (want[i].name.empty()) want[i] = {"arr_" + std::to_string(i), want[i].value.with_info("arr_" + std::to_string(i))};
         for (const char* ext : {".npz", ".safetensors"}) {
             CAPTURE(ext);
-            const fs::path f = dir.path / (path + ext);
+            const fs::path f = dir / (path + ext);
             save_any(f, original);
             const auto back = load_any(f);
             check_same(back, want);
             // And back to .ten: the same tensors; byte-identical to the
             // vector when every tensor had a name.
-            const fs::path t = dir.path / (path + ext + ".ten");
+            const fs::path t = dir / (path + ext + ".ten");
             save_any(t, back);
             const auto again = load(t);
             REQUIRE(again.size() == want.size());
@@ -707,7 +693,7 @@ TEST_CASE("every valid .ten vector survives each format and back") {
                 CHECK(same_bytes(read_file(t).bytes(), read_file(vectors_dir() / path).bytes()));
         }
         for (std::size_t i = 0; i < original.size(); ++i) {
-            const fs::path f = dir.path / (path + std::to_string(i) + ".npy");
+            const fs::path f = dir / (path + std::to_string(i) + ".npy");
             save_any(f, std::span(&original[i], 1));
             check_same(load_npy(f), original[i].value);
         }
@@ -757,29 +743,29 @@ TEST_CASE("NumPy reads the .npy and .npz files we write, and our safetensors") {
                                {"safetensors", nlohmann::json::object()}};
     for (std::size_t i = 0; i < list.size(); ++i) {
         const std::string f = numbered("t", i) + ".npy";
-        save_npy(dir.path / f, list[i].value);
+        save_npy(dir / f, list[i].value);
         expected["npy"][f] = describe("", list[i].value);
     }
     auto all = nlohmann::json::array();
     for (const auto& n : list) all.push_back(describe(n.name, n.value));
-    save_npz(dir.path / "all.npz", list);
+    save_npz(dir / "all.npz", list);
     expected["npz"]["all.npz"] = all;
-    save_npz(dir.path / "none.npz", std::vector<named_tensor>{});
+    save_npz(dir / "none.npz", std::vector<named_tensor>{});
     expected["npz"]["none.npz"] = nlohmann::json::array();
-    save_safetensors(dir.path / "all.safetensors", list);
+    save_safetensors(dir / "all.safetensors", list);
     expected["safetensors"]["all.safetensors"] = all;
     const safetensors_metadata meta = {{"format", "pt"}, {"z", "\xc3\xa9t\xc3\xa9"}, {"a", "x"}};
-    save_safetensors(dir.path / "meta.safetensors", list, meta);
+    save_safetensors(dir / "meta.safetensors", list, meta);
     expected["safetensors"]["meta.safetensors"] = all;
     expected["safetensors_metadata"]["meta.safetensors"] = meta;
-    std::ofstream(dir.path / "expected.json") << expected.dump();
-    CHECK(run_peer("check", dir.path) == 0);
+    std::ofstream(dir / "expected.json") << expected.dump();
+    CHECK(run_peer("check", dir.path()) == 0);
 }
 
 TEST_CASE("we read the .npy and .npz files NumPy writes") {
     temp_dir dir;
-    REQUIRE(run_peer("write", dir.path) == 0);
-    std::ifstream in(dir.path / "expected.json");
+    REQUIRE(run_peer("write", dir.path()) == 0);
+    std::ifstream in(dir / "expected.json");
     const auto expected = nlohmann::json::parse(in);
     REQUIRE(expected["npy"].size() >= 12);
     // Named, not structured, bindings: clang 14 cannot capture those (CAPTURE).
@@ -787,21 +773,21 @@ TEST_CASE("we read the .npy and .npz files NumPy writes") {
         const std::string file = item.key();
         const auto& want = item.value();
         CAPTURE(file);
-        CHECK(describe("", load_npy(dir.path / file)) == want);
+        CHECK(describe("", load_npy(dir / file)) == want);
     }
     for (const auto& item : expected["npz"].items()) {
         const std::string file = item.key();
         const auto& want = item.value();
         CAPTURE(file);
         auto got = nlohmann::json::array();
-        for (const auto& n : load_npz(dir.path / file)) got.push_back(describe(n.name, n.value));
+        for (const auto& n : load_npz(dir / file)) got.push_back(describe(n.name, n.value));
         CHECK(got == want);
     }
     for (const auto& item : expected["refused"].items()) {
         const std::string file = item.key();
         const auto& cls = item.value();
         CAPTURE(file);
-        CHECK(error_class([&] { load_any(dir.path / file); }) == cls.get<std::string>());
+        CHECK(error_class([&] { load_any(dir / file); }) == cls.get<std::string>());
     }
 }
 
@@ -989,9 +975,9 @@ TEST_CASE("npz: ZIP64 wherever a field would overflow (limits lowered to small a
     // Whatever the case, NumPy, zipfile and unzip read the archive, and so
     // do we.
     temp_dir dir;
-    std::ofstream(dir.path / "zip64.npz", std::ios::binary)
+    std::ofstream(dir / "zip64.npz", std::ios::binary)
         .write(reinterpret_cast<const char*>(v.data()), static_cast<std::streamsize>(v.size()));
-    check_python_reads(dir.path, "zip64.npz", {"a", "b", "c"}, three);
+    check_python_reads(dir.path(), "zip64.npz", {"a", "b", "c"}, three);
     check_same(decode_npz(buffer::copy(v)), three);
 }
 
@@ -1016,9 +1002,9 @@ TEST_CASE("npz: 65535 members take a ZIP64 end record, which NumPy reads") {
     std::vector<std::string> names;
     for (std::size_t i = 0; i < many.size(); ++i) names.push_back(numbered("arr_", i));
     temp_dir dir;
-    save_npz(dir.path / "many.npz", many);
-    CHECK(same_bytes(read_file(dir.path / "many.npz").bytes(), v));
-    check_python_reads(dir.path, "many.npz", names,
+    save_npz(dir / "many.npz", many);
+    CHECK(same_bytes(read_file(dir / "many.npz").bytes(), v));
+    check_python_reads(dir.path(), "many.npz", names,
                        {{names[0], many[0].value}, {names[0x1234], many[0x1234].value},
                         {names[0xfffe], many[0xfffe].value}});
 
@@ -1045,7 +1031,7 @@ TEST_CASE("npz: a real archive beyond 4 GiB (only with TENBIN_BIG_TESTS=1)") {
                                             {"after", patterned(dtype::i4, {5}, 8)}};
     MESSAGE("made " << n << " bytes in " << seconds(t0) << " s");
     temp_dir dir;
-    const fs::path file = dir.path / "big.npz";
+    const fs::path file = dir / "big.npz";
     t0 = clock::now();
     save_npz(file, list);
     MESSAGE("save_npz: " << seconds(t0) << " s");
@@ -1072,6 +1058,6 @@ TEST_CASE("npz: a real archive beyond 4 GiB (only with TENBIN_BIG_TESTS=1)") {
     check_same(back[1].value, list[1].value);
     MESSAGE("load_npz and compare: " << seconds(t0) << " s");
     t0 = clock::now();
-    check_python_reads(dir.path, "big.npz", {"big", "after"}, list);
+    check_python_reads(dir.path(), "big.npz", {"big", "after"}, list);
     MESSAGE("NumPy, zipfile and unzip: " << seconds(t0) << " s");
 }

@@ -94,25 +94,6 @@ private:
     std::mt19937_64 rng_{12345};
 };
 
-// A fresh directory under the system's temporary one, removed afterwards.
-class temp_dir {
-public:
-    temp_dir() {
-        std::string tmpl = (fs::temp_directory_path() / "tenbin-io-XXXXXX").string();
-        if (!::mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
-        path_ = tmpl;
-    }
-    ~temp_dir() {
-        std::error_code ec;
-        fs::remove_all(path_, ec);
-    }
-    fs::path operator/(const std::string& name) const { return path_ / name; }
-    const fs::path& path() const noexcept { return path_; }
-
-private:
-    fs::path path_;
-};
-
 struct pipe_fds {
     int r = -1, w = -1;
     pipe_fds() {

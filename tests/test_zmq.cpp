@@ -49,30 +49,11 @@ const char* transport_name(transport t) {
     return "?";
 }
 
-// A private directory for ipc socket files, removed with everything in it
-// when the tests end.
-class ipc_directory {
-public:
-    ipc_directory() {
-        std::string templ = (std::filesystem::temp_directory_path() / "tenbin-zmq-XXXXXX").string();
-        if (!::mkdtemp(templ.data())) throw std::runtime_error("mkdtemp failed");
-        path_ = templ;
-    }
-    ~ipc_directory() {
-        std::error_code ignored;
-        std::filesystem::remove_all(path_, ignored);
-    }
-    const std::filesystem::path& path() const { return path_; }
-
-private:
-    std::filesystem::path path_;
-};
-
 // A fresh address to bind: inproc names and ipc paths are unique per call;
 // tcp lets the kernel pick the port.
 std::string bind_address(transport t) {
     static std::atomic<int> counter{0};
-    static const ipc_directory ipc_dir;
+    static const test_support::temp_dir ipc_dir("tenbin-zmq");  // ipc socket files, removed at exit
     const std::string id = std::to_string(counter++);
     switch (t) {
     case transport::inproc: return "inproc://tenbin-test-" + id;

@@ -22,6 +22,7 @@
 using namespace tenbin;
 using test_support::error_class;
 using test_support::same_bytes;
+using test_support::temp_dir;
 namespace fs = std::filesystem;
 
 namespace {
@@ -108,23 +109,6 @@ void write_in_bytes(sink& s, bytes_view all) {
         s.write({&one, 1});
     }
 }
-
-class temp_dir {
-public:
-    temp_dir() {
-        std::string t = (fs::temp_directory_path() / "tenbin-zstd-XXXXXX").string();
-        REQUIRE(::mkdtemp(t.data()));
-        path_ = t;
-    }
-    ~temp_dir() {
-        std::error_code ignored;
-        fs::remove_all(path_, ignored);
-    }
-    fs::path operator/(const std::string& name) const { return path_ / name; }
-
-private:
-    fs::path path_;
-};
 
 std::vector<std::byte> file_bytes(const fs::path& p) {
     const buffer b = test_support::read_file(p);
