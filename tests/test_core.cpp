@@ -432,6 +432,10 @@ TEST_CASE("malformed chunked buffers get their class") {
         auto bad = good;
         bad[3] = std::byte{'X'};
         CHECK(error_class([&] { decode_buffer(bad); }) == "bad_magic");
+        // Fewer than 8 bytes: a start of the magic is cut short, anything
+        // else is not tenbin at all.
+        CHECK(error_class([&] { decode_buffer(std::as_bytes(std::span("HELLO", 5))); }) == "bad_magic");
+        CHECK(error_class([&] { decode_buffer(std::as_bytes(std::span("~TenB", 5))); }) == "truncated");
         CHECK(error_class([&] { decode_buffer(chunks_of({header})); }) == "odd_chunk_count");
         CHECK(error_class([&] { decode_buffer(chunks_of({header, std::vector<std::byte>(2)})); }) ==
               "data_size_mismatch");

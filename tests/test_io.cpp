@@ -523,6 +523,14 @@ TEST_CASE("read rejects malformed chunks with their class") {
         memory_source in(bytes);
         CHECK(error_class([&] { (void)read(in); }) == "bad_magic");
     }
+    SUBCASE("a few bytes that are not tenbin") {
+        const std::string_view text = "HELLO";
+        memory_source in(std::as_bytes(std::span(text)));
+        CHECK(error_class([&] { (void)read(in); }) == "bad_magic");
+        const std::string_view cut = "~TenB";
+        memory_source short_magic(std::as_bytes(std::span(cut)));
+        CHECK(error_class([&] { (void)read(short_magic); }) == "truncated");
+    }
     SUBCASE("bad magic in the data chunk") {
         append_chunk(bytes, h);
         append_chunk(bytes, t.data().bytes());

@@ -3,6 +3,7 @@
 #include "core/chunk_plan.hpp"
 #include "core/codec_detail.hpp"
 
+#include <algorithm>
 #include <array>
 #include <bit>
 #include <optional>
@@ -328,10 +329,11 @@ std::vector<buffer> decode_chunks(const buffer& chunked, const limits& lim) {
         if (out.size() >= 2 * lim.max_tensors)
             throw_error(errc::limit_exceeded, where() + ": more than " + str(lim.max_tensors) +
                                                   " tensors (limits::max_tensors)");
+        // Bytes that differ from the magic are not tenbin, however few.
+        if (std::memcmp(base + at, chunk_magic, std::min<std::size_t>(left, 8)) != 0)
+            throw_error(errc::bad_magic, where() + ": does not start with ~TenBin~");
         if (left < 8)
             throw_error(errc::truncated, where() + ": input ends " + str(left) + " bytes into the magic");
-        if (std::memcmp(base + at, chunk_magic, 8) != 0)
-            throw_error(errc::bad_magic, where() + ": does not start with ~TenBin~");
         if (left < chunk_preamble)
             throw_error(errc::truncated, where() + ": input ends inside the length field");
         const std::int64_t len = get_i64(base + at + 8);

@@ -66,7 +66,7 @@ public:
         const std::size_t got = read_full(pre);
         if (got == 0) return std::nullopt;
         const std::string where = what + " at offset " + str(at);
-        if (got >= 8 && std::memcmp(pre.data(), chunk_magic, 8) != 0)
+        if (std::memcmp(pre.data(), chunk_magic, std::min<std::size_t>(got, 8)) != 0)
             throw_error(errc::bad_magic, where + ": does not start with ~TenBin~");
         if (got < chunk_preamble)
             throw_error(errc::truncated, where + ": input ends " + str(got) +
