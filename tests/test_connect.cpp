@@ -230,11 +230,71 @@ TEST_CASE("a topic goes out as a frame in front and is filtered on") {
     REQUIRE(zsend_multipart(raw, {batch_of(10, 8)}, with_topic));
     raw.send(longer, zmq::send_flags::sndmore);
     raw.send(zmq::buffer(std::string_view("not a header")), zmq::send_flags::none);
+    raw.send(zmq::buffer(std::string_view("training-heartbeat")), zmq::send_flags::none);  // a topic alone
     REQUIRE(pub.send(batch_of(10, 9)));
     sub.socket().set(zmq::sockopt::rcvtimeo, 2000);
     const auto next = sub.recv();
     REQUIRE(next);
     CHECK(seed_of(*next) == 9);
+}
+
+namespace {
+
+// Publishes a message on topic "training" every 2 ms until stopped (or
+// for 20 s at most): traffic a "train" subscriber receives and drops, with
+// no pause long enough for a receive's timeout.
+struct other_topic_flood {
+    std::atomic<bool> stop{false};
+    std::string url;  // zsub+tcp://127.0.0.1:port
+    std::thread thread;
+    explicit other_topic_flood(zmq::context_t& ctx) {
+        zmq::socket_t pub(ctx, zmq::socket_type::pub);
+        pub.bind("tcp://127.0.0.1:*");
+        url = "zsub+" + pub.get(zmq::sockopt::last_endpoint);
+        thread = std::thread([this, pub = std::move(pub)]() mutable {
+            const zmq::const_buffer topic = zmq::buffer(std::string_view("training"));
+            send_options o;
+            o.envelope = {&topic, 1};
+            for (int i = 0; i < 10000 && !stop; ++i) {
+                zsend_multipart(pub, {batch_of(10, i)}, o);
+                std::this_thread::sleep_for(2ms);
+            }
+            pub.set(zmq::sockopt::linger, 0);
+        });
+    }
+    ~other_topic_flood() {
+        stop = true;
+        thread.join();
+    }
+};
+
+}  // namespace
+
+TEST_CASE("messages of longer topics, dropped, do not stretch a receive's timeout") {
+    auto ctx = std::make_shared<zmq::context_t>(1);
+    other_topic_flood flood(*ctx);
+    SUBCASE("connection::recv") {
+        connection_options so = quick();
+        so.topic = "train";
+        so.recv_timeout = 300ms;
+        connection sub(ctx, strings{flood.url}, so);
+        const auto start = std::chrono::steady_clock::now();
+        CHECK_FALSE(sub.recv());
+        // Without a deadline each dropped message began the 300 ms again,
+        // and the receive lasted as long as the flood (20 s).
+        CHECK(std::chrono::steady_clock::now() - start < 5s);
+        CHECK(sub.stats().messages() == 0);
+    }
+    SUBCASE("a loader closes promptly") {
+        loader_options lo;
+        lo.connection.topic = "train";
+        std::optional<loader> l;
+        l.emplace(ctx, strings{flood.url}, lo);
+        std::this_thread::sleep_for(200ms);  // some "training" messages arrive and are dropped
+        const auto start = std::chrono::steady_clock::now();
+        l.reset();
+        CHECK(std::chrono::steady_clock::now() - start < 5s);
+    }
 }
 
 TEST_CASE("a sub connection is subscribed once connected, before it is first used") {

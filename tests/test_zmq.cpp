@@ -495,6 +495,40 @@ TEST_CASE("ROUTER answers a REQ peer's malformed message through the envelope th
     }
 }
 
+TEST_CASE("a message with nothing after its envelope is refused with the envelope; extra hops are named") {
+    zmq::context_t ctx;
+    auto router = make_socket(ctx, zmq::socket_type::router);
+    auto dealer = make_socket(ctx, zmq::socket_type::dealer);
+    link(router, dealer, transport::inproc);
+    recv_options ropt;
+    ropt.envelope = envelope_spec::frames(2);
+
+    // [identity, "hb"]: both frames are envelope, no tenbin frame follows.
+    dealer.send(zmq::str_buffer("hb"), zmq::send_flags::none);
+    try {
+        (void)zrecv(router, ropt);
+        FAIL("no error");
+    } catch (const malformed_message& e) {
+        CHECK(e.code() == errc::odd_chunk_count);
+        REQUIRE(e.envelope().size() == 2);
+        CHECK(e.envelope()[1] == "hb");
+    }
+
+    // A second routing frame in front (a proxy's hop, say) that router()
+    // does not take: the error says where to look.
+    ropt.envelope = envelope_spec::router();
+    const zmq::const_buffer hop[] = {zmq::str_buffer("hop-2")};
+    send_options sopt;
+    sopt.envelope = hop;
+    REQUIRE(zsend_multipart(dealer, {patterned(dtype::f4, {4}, "x", 1)}, sopt));
+    try {
+        (void)zrecv(router, ropt);
+        FAIL("no error");
+    } catch (const malformed_message& e) {
+        CHECK(std::string(e.what()).find("envelope_spec::delimited()") != std::string::npos);
+    }
+}
+
 TEST_CASE("ROUTER tells an empty list from a delimiter") {
     zmq::context_t ctx;
     auto router = make_socket(ctx, zmq::socket_type::router);

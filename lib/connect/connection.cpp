@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
+#include <chrono>
 #include <cstdint>
 #include <mutex>
 
@@ -25,20 +27,45 @@ bool topic_applies(const connection_options& opt, socket_kind kind) {
     return !opt.topic.empty() && (kind == socket_kind::pub || kind == socket_kind::sub);
 }
 
+// Whether `socket` has a message before `deadline`.
+bool readable_before(zmq::socket_ref socket, std::chrono::steady_clock::time_point deadline) {
+    for (;;) {
+        const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+        if (left.count() <= 0) return false;
+        zmq_pollitem_t item{socket.handle(), 0, ZMQ_POLLIN, 0};
+        const int rc = zmq_poll(&item, 1, to_ms(left));
+        if (rc > 0) return true;
+        if (rc < 0 && zmq_errno() != EINTR) throw zmq::error_t();
+    }
+}
+
 // The next message whose topic frame is `topic`. ZeroMQ subscriptions
 // match prefixes: messages of longer topics that start with it come too,
-// and are dropped here, malformed or not.
-std::optional<message> receive_of_topic(zmq::socket_ref socket, const recv_options& ro, const std::string& topic) {
-    for (;;) {
+// and are dropped here, malformed or not. They do not restart the wait:
+// with a `timeout`, a blocking receive ends when it is over, however many
+// other messages came meanwhile.
+std::optional<message> receive_of_topic(zmq::socket_ref socket, recv_options ro, const std::string& topic,
+                                        std::optional<std::chrono::milliseconds> timeout) {
+    const bool bounded = timeout && ro.flags == zmq::recv_flags::none;
+    const auto deadline = bounded ? std::chrono::steady_clock::now() + *timeout : std::chrono::steady_clock::time_point{};
+    for (bool first = true;; first = false) {
+        if (bounded && !first) {
+            if (!readable_before(socket, deadline)) return std::nullopt;
+            ro.flags = zmq::recv_flags::dontwait;  // it is there
+        }
+        std::optional<message> m;
         try {
-            std::optional<message> m = zrecv(socket, ro);
-            if (!m) return m;
-            const zmq::message_t& frame = m->envelope.front();
-            if (std::string_view(frame.data<char>(), frame.size()) == topic) return m;
+            m = zrecv(socket, ro);
         } catch (const malformed_message& e) {
             if (e.envelope().front() != topic) continue;
             throw;
         }
+        if (!m) {
+            if (bounded && !first) continue;  // polled, but taken by no one else: only a spurious wake-up
+            return m;
+        }
+        const zmq::message_t& frame = m->envelope.front();
+        if (std::string_view(frame.data<char>(), frame.size()) == topic) return m;
     }
 }
 
@@ -197,7 +224,7 @@ std::optional<std::vector<tensor>> connection::receive(zmq::recv_flags flags) {
     const bool topic = topic_applies(opt_, endpoints_.front().kind);
     if (topic) ro.envelope = envelope_spec::topic();
     // Without a topic, straight from zrecv (perf: no move through a loop).
-    std::optional<message> m = topic ? receive_of_topic(socket_, ro, opt_.topic) : zrecv(socket_, ro);
+    std::optional<message> m = topic ? receive_of_topic(socket_, ro, opt_.topic, opt_.recv_timeout) : zrecv(socket_, ro);
     if (!m) return std::nullopt;
     std::uint64_t bytes = 0;
     for (const tensor& t : m->tensors) bytes += t.nbytes();

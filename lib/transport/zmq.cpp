@@ -433,34 +433,48 @@ private:
 // Which part of a message a receive accepts.
 enum class form { any, single, multipart };
 
-// How many leading frames of `frames` are envelope.
+// How many leading frames of `frames` are envelope: all of them when the
+// message has nothing after its envelope (the caller refuses it, with the
+// envelope, so that a subscriber still sees its topic).
 std::size_t envelope_size(const incoming_list& frames, const envelope_spec& spec) {
     const std::size_t n = frames.size();
     switch (spec.how) {
     case envelope_spec::kind::none:
         return 0;
     case envelope_spec::kind::frames:
-        if (spec.count >= n)
-            fail(errc::odd_chunk_count, "message of " + frames_text(n) + " has no tenbin frame after an envelope of " +
-                                            str(spec.count));
-        return spec.count;
+        return std::min(spec.count, n);
     case envelope_spec::kind::router:
         // [identity, "", body...] from REQ; [identity, body...] from DEALER.
         // A tenbin header is never empty, but an empty list's single-part
         // frame is: a final empty frame is the body.
-        if (n < 2) fail(errc::odd_chunk_count, "message of 1 frame has no tenbin frame after a ROUTER identity");
         return n > 2 && frames[1].size() == 0 ? 2 : 1;
     case envelope_spec::kind::delimited:
-        for (std::size_t i = 0; i < n; ++i) {
-            if (frames[i].size() != 0) continue;
-            if (i + 1 == n)
-                fail(errc::odd_chunk_count, "message of " + frames_text(n) + " ends with its delimiter (frame " +
-                                                str(i) + "): no tenbin frame after the envelope");
-            return i + 1;
-        }
+        for (std::size_t i = 0; i < n; ++i)
+            if (frames[i].size() == 0) return i + 1;
         fail(errc::odd_chunk_count, "message of " + frames_text(n) + " has no empty delimiter frame");
     }
     fail(errc::bad_argument, "unknown envelope_spec kind");
+}
+
+// What a message that is all envelope lacks, for its error.
+std::string nothing_after(std::size_t n, const envelope_spec& spec) {
+    switch (spec.how) {
+    case envelope_spec::kind::router:
+        return "message of " + frames_text(n) + " has no tenbin frame after a ROUTER identity";
+    case envelope_spec::kind::delimited:
+        return "message of " + frames_text(n) + " ends with its delimiter (frame " + str(n - 1) +
+               "): no tenbin frame after the envelope";
+    default:
+        return "message of " + frames_text(n) + " has no tenbin frame after an envelope of " + str(spec.count);
+    }
+}
+
+// Throws `code` and `text`, with the envelope when the message had one.
+[[noreturn]] void fail_with_envelope(const std::vector<zmq::message_t>& envelope, errc code, const std::string& text) {
+    if (envelope.empty()) throw error(code, text);
+    std::vector<std::string> copy;
+    for (const zmq::message_t& f : envelope) copy.emplace_back(f.data<char>(), f.size());
+    throw malformed_message(code, text, std::move(copy));
 }
 
 // Reads one whole message into `frames`. Returns false when the first frame
@@ -503,6 +517,8 @@ std::optional<message> receive(zmq::socket_ref socket, const recv_options& opt, 
         out.envelope.reserve(skip);
         for (std::size_t i = 0; i < skip; ++i) out.envelope.push_back(frames[i].take_message());
     }
+    if (skip == frames.size())
+        fail_with_envelope(out.envelope, errc::odd_chunk_count, nothing_after(skip, opt.envelope));
 
     const std::size_t n = frames.size() - skip;
     out.single = n == 1;
@@ -536,16 +552,19 @@ std::optional<message> receive(zmq::socket_ref socket, const recv_options& opt, 
         const bool missing = opt.envelope.how == envelope_spec::kind::none && n > 1 &&
                              (n % 2 == 1 || first < header_size(0) || first % 8 != 0);
         const bool taken = opt.envelope.how == envelope_spec::kind::frames;
+        // Behind a proxy or over several hops, each ROUTER on the way adds
+        // an identity.
+        const bool routed = opt.envelope.how == envelope_spec::kind::router;
         const std::string text =
             where + ": " + e.what() +
             (missing ? " (a ROUTER identity or PUB topic in front? see recv_options::envelope)"
              : taken ? " (recv_options::envelope took " + frames_text(skip) +
                            " off the front: does the sender put them there?)"
-                     : "");
-        if (out.envelope.empty()) throw error(e.code(), text);
-        std::vector<std::string> envelope;
-        for (const zmq::message_t& f : out.envelope) envelope.emplace_back(f.data<char>(), f.size());
-        throw malformed_message(e.code(), text, std::move(envelope));
+             : routed ? " (envelope_spec::router() took " + frames_text(skip) +
+                            " off the front; behind a proxy or several ROUTER hops more identities come "
+                            "first: envelope_spec::delimited() takes all up to the empty delimiter)"
+                      : "");
+        fail_with_envelope(out.envelope, e.code(), text);
     }
 
     // libzmq gives no alignment guarantee; typed access needs one. The
