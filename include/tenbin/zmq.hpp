@@ -191,12 +191,21 @@ bool zsend_multipart(zmq::socket_ref socket, tensor_span tensors, const send_opt
 /// A wait interrupted by a signal handler (EINTR) is begun again, with the
 /// whole receive timeout; so is a send's. A signal never fails either.
 ///
+/// A message is read from its first frame: call it between messages.
+/// Frames of your own in front of the tenbin ones are best taken by
+/// `opt.envelope`; if you read them yourself, the rest is taken as the
+/// message (and fails to decode if you read tenbin frames too). ZMQ_CONFLATE
+/// keeps only the last frame of each message, so it suits the single-part
+/// form only (libzmq does not support it with multipart messages).
+///
 /// Tensors view the received frames (zero-copy) and keep them alive; their
 /// bytes are read-only (over inproc they may be the sender's own memory):
 /// use `tensor::clone` to write. A received tensor keeps its own frame
-/// alive, not the others of its message: keeping a small label tensor never
-/// pins a large image frame received with it (which is closed, and over
-/// inproc handed back to the sender, once its own tensors are gone). The
+/// alive, not the others of its message: in a multipart message, keeping a
+/// small label tensor never pins a large image frame received with it
+/// (which is closed, and over inproc handed back to the sender, once its
+/// own tensors are gone). A single-part message is one frame, which each of
+/// its tensors keeps whole: `tensor::clone` a small one kept for long. The
 /// tensors of one message do share one small bookkeeping block (about
 /// 100 bytes per tensor, plus the bytes of frames of at most 33 bytes,
 /// which ZeroMQ stores inside the message object), freed with the last of
