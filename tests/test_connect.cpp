@@ -178,6 +178,12 @@ TEST_CASE("a router connection is refused; a closed or moved-from one says so") 
           "bad_argument: cannot receive: the connection is closed (or moved from)");
     moved.close();
     CHECK(error_class([&] { (void)moved.try_recv(); }) == "bad_argument");
+    // Assigning over a connection that is the only owner of its context
+    // closes its socket before the context ends (which waits for it).
+    connection reassigned("zpull://127.0.0.1:*", quick());
+    reassigned = connection("zpull://127.0.0.1:*", quick());
+    CHECK(reassigned.endpoints().size() == 1);
+    CHECK_FALSE(reassigned.try_recv());
     connection tx("zpush://127.0.0.1:9", quick());
     tx.close();
     CHECK(error_text([&] { tx.send(batch_of(1, 1)); }) ==

@@ -185,7 +185,19 @@ void set_heartbeat(zmq::socket_ref socket, std::chrono::milliseconds interval) {
 }
 
 connection::connection(connection&&) noexcept = default;
-connection& connection::operator=(connection&&) noexcept = default;
+// Not the default, which assigns in declaration order: the context first,
+// whose last owner would then wait in zmq_ctx_term for the old socket,
+// still open, for ever.
+connection& connection::operator=(connection&& o) noexcept {
+    if (this == &o) return *this;
+    close();
+    socket_ = std::move(o.socket_);
+    context_ = std::move(o.context_);
+    opt_ = std::move(o.opt_);
+    endpoints_ = std::move(o.endpoints_);
+    stats_ = std::move(o.stats_);
+    return *this;
+}
 connection::~connection() = default;
 
 bool connection::send(tensor_span tensors) {
