@@ -555,6 +555,23 @@ TEST_CASE("a loader shuts down cleanly from either side, even while blocked") {
         }  // must not hang
         CHECK(true);
     }
+    SUBCASE("closing takes and transforms no more of what waits on the socket") {
+        auto ctx = std::make_shared<zmq::context_t>(1);
+        connection tx(ctx, strings{"zpush+inproc://slow-transform"}, quick());
+        std::atomic<int> transforms{0};
+        {
+            loader_options lo;
+            lo.transform = [&](std::vector<tensor> b) {
+                ++transforms;
+                std::this_thread::sleep_for(100ms);
+                return b;
+            };
+            loader l(ctx, strings{"zpull+inproc://slow-transform"}, lo);
+            for (int i = 0; i < 20; ++i) REQUIRE(tx.send(batch_of(10, i)));
+            while (transforms == 0) std::this_thread::sleep_for(1ms);
+        }  // closes while the first transform runs, 19 messages waiting
+        CHECK(transforms <= 2);
+    }
     SUBCASE("next with a timeout raises a timeout error") {
         loader l(strings{"zpull+inproc://quiet"}, {});
         CHECK(error_class([&] { l.next(100ms); }) == "timeout");

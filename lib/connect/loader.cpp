@@ -115,7 +115,7 @@ bool loader::state::receive_into(std::vector<arrival>& got, Receive&& receive) {
     // Whatever the caller's transform throws is the caller's to see, in
     // that batch's place, never skipped as malformed input; the loader
     // goes on.
-    if (opt.transform) {
+    if (opt.transform && !stop.load(std::memory_order_relaxed)) {  // once closed, it is dropped anyway
         try {
             batch = opt.transform(std::move(*batch));
         } catch (...) {
@@ -205,7 +205,10 @@ void loader::state::run() {
         };
         while (!stop.load(std::memory_order_relaxed)) {
             if (!receive_into(got, [&] { return conn->recv(); })) continue;
+            // Not after close(): what stays on the socket is not taken (nor
+            // transformed) only to be dropped.
             for (std::size_t taken = 1; taken < room.messages && in_hand() < room.bytes &&
+                                        !stop.load(std::memory_order_relaxed) &&
                                         receive_into(got, [&] { return conn->try_recv(); });
                  ++taken) {
             }
