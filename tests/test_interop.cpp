@@ -154,7 +154,7 @@ void check_clean_exit(const peer_result& r) {
 struct spec {
     dtype t;
     shape_t shape;
-    const char* info;
+    std::string_view info;
 };
 
 const std::vector<spec>& full_set() {
@@ -164,7 +164,7 @@ const std::vector<spec>& full_set() {
         {dtype::i8, {3}, "big"}, {dtype::u1, {2, 8, 8, 3}, "image"}, {dtype::u2, {5}, "y"},
         {dtype::u4, {2, 3}, "u32"}, {dtype::u8, {6}, "u64"}, {dtype::f8, {}, "scalar"},
         {dtype::f4, {0, 4}, "none"}, {dtype::u1, {0}, ""}, {dtype::i2, {1, 2, 1, 1, 2, 1, 1, 1, 2}, "ninedims"},
-        {dtype::u1, {5000}, "large"}, {dtype::f4, {1000}, "abcdefgh"},
+        {dtype::u1, {5000}, "large"}, {dtype::f4, {1000}, "abcdefgh"}, {dtype::u1, {3}, std::string_view("a\0b", 3)},
     };
     return s;
 }
@@ -189,7 +189,7 @@ std::vector<tensor> generate(tensor_set which, std::uint64_t seed) {
             const std::uint64_t x = i * 2654435761u + base;
             bytes[i] = static_cast<std::uint8_t>((x ^ (x >> 13)) & 0xff);
         }
-        out.emplace_back(s.t, s.shape, buffer::adopt(std::move(bytes)), s.info);
+        out.emplace_back(s.t, s.shape, buffer::adopt(std::move(bytes)), std::string(s.info));
     }
     return out;
 }

@@ -51,7 +51,7 @@ struct decode_options {
 struct tensor_header {
     /// Element type.
     tenbin::dtype dtype = tenbin::dtype::u1;
-    /// The tensor's name, trailing NULs stripped.
+    /// The tensor's name, NULs stripped from both ends (as Python does).
     std::string info;
     /// Dimensions (empty for rank 0).
     shape_t shape;

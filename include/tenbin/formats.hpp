@@ -179,7 +179,8 @@ std::optional<file_format> format_of(const std::filesystem::path& path);
 /// the tensors' bytes (a view's bytes are copied).
 std::vector<named_tensor> named(tensor_span tensors);
 /// Tensors whose infos are the names. Throws bad_argument naming the first
-/// name that is not a valid info (more than 8 characters, not ASCII, NUL).
+/// name that is not a valid info (more than 8 characters, not ASCII, NUL
+/// at either end).
 std::vector<tensor> to_tensors(std::span<const named_tensor> tensors);
 
 /// Loads any file `format_of` knows: a .ten file is mapped (`load_mmap`;

@@ -27,7 +27,8 @@ inline constexpr std::size_t max_supported_rank = 64;
 
 namespace detail {
 [[noreturn]] void throw_error(errc code, const std::string& message);
-// Throws bad_argument unless `info` has at most 8 ASCII bytes and no NUL.
+// Throws bad_argument unless `info` has at most 8 ASCII bytes, neither
+// first nor last a NUL (decoders strip those).
 void check_info(std::string_view info);
 // Throws bad_argument for a dtype value outside the enumeration.
 void check_dtype(tenbin::dtype t);

@@ -65,18 +65,6 @@ std::string_view str64_text(const std::byte* p) noexcept {
     return {reinterpret_cast<const char*>(p), static_cast<std::size_t>(64 - std::countl_zero(w) + 7) / 8};
 }
 
-// True when the first `n` bytes of the word are ASCII without NUL, tested
-// on the whole word at once: the bytes past `n` are made 0x01, then no byte
-// may have its top bit set or be zero.
-constexpr bool ascii_without_nul(std::uint64_t w, std::size_t n) noexcept {
-    constexpr std::uint64_t ones = 0x0101010101010101, tops = 0x8080808080808080;
-    const std::uint64_t past = n >= 8 ? 0 : ~std::uint64_t{0} << (8 * n);
-    const std::uint64_t v = (w & ~past) | (ones & past);
-    return (v & tops) == 0 && ((v - ones) & ~v & tops) == 0;
-}
-static_assert(ascii_without_nul(0, 0) && ascii_without_nul(0x4142, 2) && !ascii_without_nul(0x4100, 2) &&
-              !ascii_without_nul(0x80, 1) && ascii_without_nul(0x7f7f7f7f7f7f7f7f, 8));
-
 // Runs `f`; an error it throws gets `where()` in front of its message.
 // `where` is called only then: decode_list runs this once per received
 // tensor, and building the text there cost several allocations each.
@@ -162,14 +150,14 @@ std::uint64_t decode_header_into(bytes_view h, const limits& lim, dtype& dtype_o
     }
     dtype_out = *dt;
 
-    const std::string_view info = str64_text(p + 8);
-    if (!ascii_without_nul(static_cast<std::uint64_t>(get_i64(p + 8)), info.size()))
-        for (std::size_t i = 0; i < info.size(); ++i) {
-            const auto c = static_cast<unsigned char>(info[i]);
-            if (c == 0 || c > 127)
-                throw_error(errc::bad_header, "info byte " + str(i) + " is " + str(c) +
-                                                  "; infos are ASCII without NUL");
-        }
+    std::string_view info = str64_text(p + 8);
+    if (static_cast<std::uint64_t>(get_i64(p + 8)) & 0x8080808080808080)
+        for (std::size_t i = 0; i < info.size(); ++i)
+            if (const auto c = static_cast<unsigned char>(info[i]); c > 127)
+                throw_error(errc::bad_header, "info byte " + str(i) + " is " + str(c) + "; infos are ASCII");
+    // As Python does: NULs go from both ends (the trailing ones are padding),
+    // those inside stay.
+    while (!info.empty() && info.front() == '\0') info.remove_prefix(1);
     set_info(info);
 
     const std::int64_t ndim = get_i64(p + 16);

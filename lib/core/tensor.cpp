@@ -14,13 +14,15 @@ void check_info(std::string_view info) {
         throw_error(errc::bad_argument, "info '" + std::string(info) + "' has " +
                                             std::to_string(info.size()) +
                                             " characters; the format holds at most 8");
-    for (std::size_t i = 0; i < info.size(); ++i) {
-        const auto c = static_cast<unsigned char>(info[i]);
-        if (c == 0 || c > 127)
-            throw_error(errc::bad_argument, "info byte " + std::to_string(i) + " is " +
-                                                std::to_string(c) +
-                                                "; infos are ASCII without NUL");
-    }
+    for (std::size_t i = 0; i < info.size(); ++i)
+        if (const auto c = static_cast<unsigned char>(info[i]); c > 127)
+            throw_error(errc::bad_argument, "info byte " + std::to_string(i) + " is " + std::to_string(c) +
+                                                "; infos are ASCII");
+    // Decoders strip NULs from both ends (Python's too): such an info would
+    // come back changed. NULs inside come back, as Python writes them.
+    if (!info.empty() && (info.front() == '\0' || info.back() == '\0'))
+        throw_error(errc::bad_argument, "info of " + std::to_string(info.size()) +
+                                            " bytes starts or ends with NUL, which decoders strip");
 }
 
 void check_dtype(tenbin::dtype t) {

@@ -69,7 +69,7 @@ def str64(s):
 
 def unstr64(word):
     raw = np.array([word], dtype="<i8").tobytes()
-    return raw.rstrip(b"\0").decode("ascii")
+    return raw.strip(b"\0").decode("ascii")  # both ends, as tenbin.py does
 
 
 # ---- headers and the list form ---------------------------------------------
@@ -170,7 +170,7 @@ FULL = [
     ("i8", (3,), "big"), ("u1", (2, 8, 8, 3), "image"), ("u2", (5,), "y"),
     ("u4", (2, 3), "u32"), ("u8", (6,), "u64"), ("f8", (), "scalar"),
     ("f4", (0, 4), "none"), ("u1", (0,), ""), ("i2", (1, 2, 1, 1, 2, 1, 1, 1, 2), "ninedims"),
-    ("u1", (5000,), "large"), ("f4", (1000,), "abcdefgh"),
+    ("u1", (5000,), "large"), ("f4", (1000,), "abcdefgh"), ("u1", (3,), "a\0b"),
 ]
 # What the real tensorcom decoder can read back: no uint32, no rank 0.
 COMPAT = [t for t in FULL if t[0] != "u4" and t[1] != ()]
