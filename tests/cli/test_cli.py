@@ -150,6 +150,28 @@ class Info(unittest.TestCase):
                     self.assertEqual(int(words[-2]), t["nbytes"])
                     self.assertEqual(words[-1], t["sha256"])
 
+    def test_control_characters_in_infos_are_escaped_in_the_table(self):
+        # Infos Python writes: a NUL inside, a line break, a terminal escape.
+        infos = [b"a\0b", b"x\ny", b"\x1b[31m"]
+        data = b""
+        for info in infos:
+            header = struct.pack("<8s8sqq", b"u1", info, 1, 2)
+            for payload in (header, b"\x07\x08"):
+                padded = payload + b"\0" * ((len(payload) + 63) // 64 * 64 - len(payload))
+                data += b"~TenBin~" + struct.pack("<q", len(payload)) + padded
+        path = os.path.join(_tmp.name, "control.ten")
+        with open(path, "wb") as f:
+            f.write(data)
+        r = run("info", path)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        out = r.stdout.decode()
+        self.assertNotIn("\x1b", out)
+        lines = out.splitlines()
+        self.assertEqual(len(lines), 5, lines)  # title, heading, 3 rows: no row broken
+        self.assertEqual([row.split()[1] for row in lines[2:]], ["a\\x00b", "x\\x0ay", "\\x1b[31m"])
+        r = run("info", "--json", path)
+        self.assertEqual([t["info"] for t in json.loads(r.stdout)["tensors"]], ["a\0b", "x\ny", "\x1b[31m"])
+
     def test_many_files_give_one_line_each_in_order(self):
         r = run("info", "--json", *[vec(e["path"]) for e in VALID])
         self.assertEqual(r.returncode, 0, r.stderr)

@@ -78,7 +78,7 @@ void print_table(std::ostream& out, const std::vector<tensor>& tensors, std::str
     for (std::size_t i = 0; i < tensors.size(); ++i) {
         const auto& t = tensors[i];
         const std::string_view name = names ? std::string_view((*names)[i]) : t.info();
-        rows.push_back({{std::to_string(i), std::string(name.empty() ? "-" : name),
+        rows.push_back({{std::to_string(i), name.empty() ? "-" : printable(name),
                          std::string(code(t.dtype())), shape_text(t.shape()),
                          std::to_string(t.nbytes()), sha256_hex(t.data().bytes())}});
     }
@@ -109,6 +109,22 @@ std::string one_line(std::string_view text) {
     std::string out(text);
     for (char& c : out)
         if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = ' ';
+    return out;
+}
+
+std::string printable(std::string_view text) {
+    std::string out;
+    for (char c : text) {
+        const auto u = static_cast<unsigned char>(c);
+        if (u >= 0x20 && u != 0x7f) {
+            out += c;
+            continue;
+        }
+        static constexpr char hex[] = "0123456789abcdef";
+        out += "\\x";
+        out += hex[u >> 4];
+        out += hex[u & 15];
+    }
     return out;
 }
 

@@ -97,6 +97,11 @@ void print_current_error(std::string_view where);
 /// space, so that an error message stays on one line.
 std::string one_line(std::string_view text);
 
+/// `text` with control characters (a NUL inside an info, a line break or a
+/// terminal escape in a name from an untrusted file) shown as \xNN, for
+/// tables on a terminal.
+std::string printable(std::string_view text);
+
 // ---- loading ----------------------------------------------------------------
 
 /// The tensors of a .ten file or single-part buffer under any name (mapped,

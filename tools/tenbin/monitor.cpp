@@ -29,7 +29,7 @@ std::string layout(const std::vector<tensor>& tensors) {
     for (std::size_t i = 0; i < tensors.size(); ++i) {
         const tensor& t = tensors[i];
         out << (i ? ", " : "") << code(t.dtype()) << shape_text(t.shape());
-        if (!t.info().empty()) out << ' ' << t.info();
+        if (!t.info().empty()) out << ' ' << printable(t.info());
     }
     return out.str();
 }

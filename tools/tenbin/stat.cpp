@@ -157,7 +157,7 @@ int run_stat(const stat_cli_options& opt) {
         for (const summary& s : stats) {
             const std::string nans = s.nans ? " (" + std::to_string(s.nans) + " NaN)" : "";
             std::printf("%5zu %-8s %-5s %-18s %12s %12s %12s %12s %6llu%s\n", s.index,
-                        s.info.empty() ? "-" : s.info.c_str(), std::string(code(s.type)).c_str(),
+                        s.info.empty() ? "-" : printable(s.info).c_str(), std::string(code(s.type)).c_str(),
                         shape_text(s.shape).c_str(), number(s, s.min).c_str(), number(s, s.max).c_str(),
                         number(s, s.mean).c_str(), number(s, s.stddev()).c_str(),
                         static_cast<unsigned long long>(s.messages), nans.c_str());
