@@ -10,6 +10,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 namespace fuzz {
 
@@ -42,6 +43,21 @@ inline bool decoder_error(tenbin::errc c) {
 
 inline void check_error(const tenbin::error& e) {
     if (!decoder_error(e.code())) fail("unexpected error class from a decoder:", e.what());
+}
+
+// Whether header `again` is header `original` decoded and encoded again:
+// the same bytes, but for the info, whose leading NULs decoding strips (as
+// Python does). Both are whole headers (at least 24 bytes).
+inline bool same_header(tenbin::bytes_view original, tenbin::bytes_view again) {
+    if (original.size() != again.size() || original.size() < 24) return false;
+    const std::byte* a = original.data();
+    const std::byte* b = again.data();
+    if (std::memcmp(a, b, 8) != 0 || std::memcmp(a + 16, b + 16, original.size() - 16) != 0) return false;
+    std::size_t lead = 0;
+    while (lead < 8 && a[8 + lead] == std::byte{0}) ++lead;
+    std::byte info[8] = {};
+    std::memcpy(info, a + 8 + lead, 8 - lead);
+    return std::memcmp(info, b + 8, 8) == 0;
 }
 
 // Small limits keep every iteration fast; the targets also run some inputs

@@ -1,6 +1,6 @@
 // libFuzzer target: decode_header over arbitrary bytes. An accepted header
 // must be consistent (size, rank, byte count computed without overflow) and
-// re-encode to exactly the input.
+// re-encode to exactly the input (but for leading NULs of its info).
 #include "common.hpp"
 
 #include <cstring>
@@ -32,13 +32,6 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
             if (static_cast<unsigned char>(c) > 127) fuzz::fail("non-ASCII info accepted");
         if (!h.info.empty() && (h.info.front() == 0 || h.info.back() == 0))
             fuzz::fail("info keeps a NUL at an end (decoders strip them, as Python does)");
-        // Leading NULs of an info are stripped: such a header is not canonical.
-        bool leading_nul = false;
-        if (size >= 16) {
-            std::uint64_t word;
-            std::memcpy(&word, data + 8, 8);
-            leading_nul = data[8] == 0 && word != 0;
-        }
 
         // Canonical: encoding the decoded header gives the input back. The
         // encoder wants data, so describe an empty buffer with a zero-size
@@ -47,14 +40,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         v.dtype = h.dtype;
         v.info = h.info;
         v.shape = h.shape;
-        if (h.nbytes == 0 && !leading_nul) {
+        if (h.nbytes == 0) {
             std::vector<std::byte> out(size);
             try {
                 tenbin::encode_header_into(v, out);
             } catch (const tenbin::error& e) {
                 fuzz::fail("decoded header cannot be encoded:", e.what());
             }
-            if (std::memcmp(out.data(), data, size) != 0) fuzz::fail("header is not canonical");
+            if (!fuzz::same_header(input, out)) fuzz::fail("header is not canonical");
         }
     }
     return 0;
