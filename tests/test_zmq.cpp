@@ -79,6 +79,15 @@ void link(zmq::socket_t& server, zmq::socket_t& client, transport t) {
     client.connect(server.get(zmq::sockopt::last_endpoint));
 }
 
+// A ROUTER and a DEALER linked over inproc, for the envelope tests; `ctx`
+// makes any other socket a test needs.
+struct router_and_dealer {
+    zmq::context_t ctx;
+    zmq::socket_t router = make_socket(ctx, zmq::socket_type::router);
+    zmq::socket_t dealer = make_socket(ctx, zmq::socket_type::dealer);
+    router_and_dealer() { link(router, dealer, transport::inproc); }
+};
+
 // A tensor of the given dtype and shape whose bytes follow a pattern.
 tensor patterned(dtype t, shape_t shape, std::string info = {}, int seed = 0) {
     tensor out = tensor::zeros(t, std::move(shape), std::move(info));
@@ -279,11 +288,7 @@ TEST_CASE("DEALER/ROUTER: the router sees the identity and replies with it") {
     }
 }
 
-TEST_CASE("a forgotten envelope and the wrong form get errors that say what to do") {
-    zmq::context_t ctx;
-    auto router = make_socket(ctx, zmq::socket_type::router);
-    auto dealer = make_socket(ctx, zmq::socket_type::dealer);
-    link(router, dealer, transport::inproc);
+TEST_CASE_FIXTURE(router_and_dealer, "a forgotten envelope and the wrong form get errors that say what to do") {
     const std::vector<tensor> request{patterned(dtype::f4, {3}, "a", 1), patterned(dtype::u1, {2}, "b", 2)};
     REQUIRE(zsend_multipart(dealer, request));
     const std::string envelope = error_text([&] { (void)zrecv(router); });
@@ -504,11 +509,7 @@ TEST_CASE("ROUTER answers a REQ peer's malformed message through the envelope th
     }
 }
 
-TEST_CASE("a message with nothing after its envelope is refused with the envelope; extra hops are named") {
-    zmq::context_t ctx;
-    auto router = make_socket(ctx, zmq::socket_type::router);
-    auto dealer = make_socket(ctx, zmq::socket_type::dealer);
-    link(router, dealer, transport::inproc);
+TEST_CASE_FIXTURE(router_and_dealer, "a message with nothing after its envelope is refused with the envelope; extra hops are named") {
     recv_options ropt;
     ropt.envelope = envelope_spec::frames(2);
 
@@ -532,11 +533,7 @@ TEST_CASE("a message with nothing after its envelope is refused with the envelop
     CHECK(std::string(hopped->what()).find("envelope_spec::delimited()") != std::string::npos);
 }
 
-TEST_CASE("ROUTER tells an empty list from a delimiter") {
-    zmq::context_t ctx;
-    auto router = make_socket(ctx, zmq::socket_type::router);
-    auto dealer = make_socket(ctx, zmq::socket_type::dealer);
-    link(router, dealer, transport::inproc);
+TEST_CASE_FIXTURE(router_and_dealer, "ROUTER tells an empty list from a delimiter") {
     recv_options ropt;
     ropt.envelope = envelope_spec::router();
 
