@@ -128,7 +128,6 @@ public:
 
     void skip_padding(const chunk_info& c) { skip(c, chunk_size(c.length) - chunk_preamble - c.length); }
 
-
 private:
     source& in_;
     std::uint64_t offset_ = 0;  // bytes consumed by this read call
