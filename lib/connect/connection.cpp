@@ -43,8 +43,9 @@ bool readable_before(zmq::socket_ref socket, std::chrono::steady_clock::time_poi
 // match prefixes: messages of longer topics that start with it come too,
 // and are dropped here, malformed or not. They do not restart the wait:
 // with a `timeout`, a blocking receive ends when it is over, however many
-// other messages came meanwhile.
-std::optional<message> receive_of_topic(zmq::socket_ref socket, recv_options ro, const std::string& topic,
+// other messages came meanwhile. `ro` is the caller's, whose flags this
+// changes after the first message (not copied: it holds expect_infos).
+std::optional<message> receive_of_topic(zmq::socket_ref socket, recv_options& ro, const std::string& topic,
                                         std::optional<std::chrono::milliseconds> timeout) {
     const bool bounded = timeout && ro.flags == zmq::recv_flags::none;
     const auto deadline = bounded ? std::chrono::steady_clock::now() + *timeout : std::chrono::steady_clock::time_point{};
