@@ -714,6 +714,21 @@ TEST_CASE("a message over limits::max_bytes is refused in both forms and the nex
     expect_good(p.pull, seq, opt);
 }
 
+TEST_CASE("limit_message_size bounds a socket of the user's as a connection bounds its own") {
+    zmq::context_t ctx(1);
+    zmq::socket_t pull(ctx, zmq::socket_type::pull);
+    REQUIRE(pull.get(zmq::sockopt::maxmsgsize) == -1);
+    limits l;
+    l.max_bytes = MiB;
+    limit_message_size(pull, l);
+    CHECK(pull.get(zmq::sockopt::maxmsgsize) == MiB + (std::int64_t{1} << 26));
+    limit_message_size(pull);
+    CHECK(pull.get(zmq::sockopt::maxmsgsize) == static_cast<std::int64_t>(limits{}.max_bytes) + (std::int64_t{1} << 26));
+    l.max_bytes = UINT64_MAX;  // too large to bound: unbounded
+    limit_message_size(pull, l);
+    CHECK(pull.get(zmq::sockopt::maxmsgsize) == -1);
+}
+
 TEST_CASE("a frame over ZMQ_MAXMSGSIZE never reaches memory; the sender reconnects and goes on") {
     // A connection sets ZMQ_MAXMSGSIZE to limits::max_bytes plus 64 MiB for
     // chunk overhead: libzmq reads the frame's length, refuses it and drops

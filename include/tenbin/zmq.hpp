@@ -227,4 +227,14 @@ std::optional<message> zrecv_single(zmq::socket_ref socket, const recv_options& 
 /// list, as zsend_multipart sends it. Otherwise the same contract as `zrecv`.
 std::optional<message> zrecv_multipart(zmq::socket_ref socket, const recv_options& opt = {});
 
+/// Bounds what a peer can make `socket` allocate, as a `connection` does:
+/// sets ZMQ_MAXMSGSIZE to `l.max_bytes` plus 64 MiB (room for a single-part
+/// message's headers and padding), so that libzmq disconnects a peer sending
+/// a larger frame before it allocates the frame. The decoder's own limits
+/// come after the allocation: pass the same `l` in `recv_options::decode`.
+/// libzmq applies the option to connections made after it is set: call this
+/// before `bind` and `connect`. A `max_bytes` within 64 MiB of 2^63 leaves
+/// the socket unbounded. Throws zmq::error_t for socket errors.
+void limit_message_size(zmq::socket_ref socket, const limits& l = {});
+
 }  // namespace tenbin

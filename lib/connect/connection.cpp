@@ -19,10 +19,6 @@ int to_ms(std::chrono::milliseconds ms) {
     return static_cast<int>(std::min<std::int64_t>(ms.count(), INT32_MAX));
 }
 
-// A single-part message carries its tensors plus chunk preambles, headers
-// and padding; this allowance covers them for any sane tensor count.
-constexpr std::int64_t frame_overhead_allowance = std::int64_t{1} << 26;
-
 bool topic_applies(const connection_options& opt, socket_kind kind) {
     return !opt.topic.empty() && (kind == socket_kind::pub || kind == socket_kind::sub);
 }
@@ -154,11 +150,7 @@ connection::connection(std::shared_ptr<zmq::context_t> context, std::span<const 
     if (opt_.recv_timeout) socket_.set(zmq::sockopt::rcvtimeo, to_ms(*opt_.recv_timeout));
     if (opt_.send_timeout) socket_.set(zmq::sockopt::sndtimeo, to_ms(*opt_.send_timeout));
     if (opt_.heartbeat) set_heartbeat(socket_, *opt_.heartbeat);
-    // A peer sending frames over the byte limit is disconnected by ZeroMQ
-    // before it allocates them.
-    if (opt_.limits.max_bytes < static_cast<std::uint64_t>(INT64_MAX - frame_overhead_allowance))
-        socket_.set(zmq::sockopt::maxmsgsize,
-                    static_cast<std::int64_t>(opt_.limits.max_bytes) + frame_overhead_allowance);
+    limit_message_size(socket_, opt_.limits);
     if (kind == socket_kind::sub) socket_.set(zmq::sockopt::subscribe, opt_.topic);
     if (kind == socket_kind::pub && opt_.pub_nodrop) socket_.set(zmq::sockopt::xpub_nodrop, 1);
     for (endpoint& ep : endpoints_) {

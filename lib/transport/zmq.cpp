@@ -677,6 +677,18 @@ bool zsend_multipart(zmq::socket_ref socket, tensor_span tensors, const send_opt
     return true;
 }
 
+void limit_message_size(zmq::socket_ref socket, const limits& l) {
+    // A single-part message carries its tensors plus chunk preambles,
+    // headers and padding; this allowance covers them for any sane tensor
+    // count.
+    constexpr std::int64_t allowance = std::int64_t{1} << 26;
+    const std::int64_t size = l.max_bytes < static_cast<std::uint64_t>(INT64_MAX - allowance)
+                                  ? static_cast<std::int64_t>(l.max_bytes) + allowance
+                                  : -1;  // libzmq's "no limit"
+    const int rc = zmq_setsockopt(socket.handle(), ZMQ_MAXMSGSIZE, &size, sizeof size);
+    if (rc != 0) throw zmq::error_t();
+}
+
 std::optional<message> zrecv(zmq::socket_ref socket, const recv_options& opt) {
     return receive(socket, opt, form::any);
 }

@@ -468,6 +468,23 @@ class Wire(unittest.TestCase):
                 self.assertEqual(rc, 3, err)
                 self.assertEqual([list(json.loads(line)) for line in out.splitlines()], [["error", "message"], ["tensors"]])
 
+    def test_max_bytes_refuses_larger_messages_and_takes_units(self):
+        # mp_batch carries 32 data bytes, buf_batch.bin 112.
+        endpoint = free_tcp_endpoint()
+        receiver = start("recv", endpoint, "--json", "--count", "2", "--timeout", "20", "--max-bytes", "100b")
+        push = self.socket(zmq.PUSH, linger=1000)
+        push.connect(endpoint)
+        push.send(open(vec("buf_batch.bin"), "rb").read())
+        push.send_multipart(frames_of("mp_batch"))
+        rc, out, err = finish(receiver)
+        self.assertEqual(rc, 3, err)
+        lines = [json.loads(line) for line in out.splitlines()]
+        self.assertEqual(lines[0]["error"], "limit_exceeded", out)
+        self.assertEqual(lines[1], {"tensors": expected_tensors(BY_PATH["mp_batch"])})
+        for bad in ("-1", "lots", "1 parsecs"):
+            with self.subTest(max_bytes=bad):
+                self.assertEqual(run("recv", endpoint, "--max-bytes", bad).returncode, 64)
+
     def test_a_timeout_wins_over_a_malformed_message(self):
         endpoint = free_tcp_endpoint()
         receiver = start("recv", endpoint, "--json", "--count", "2", "--timeout", "2")

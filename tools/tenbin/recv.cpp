@@ -72,9 +72,11 @@ int run_recv(const recv_cli_options& opt) {
     socket.set(zmq::sockopt::rcvtimeo, timeout_ms(opt.timeout));
     socket.set(zmq::sockopt::linger, 1000);  // replies only; never hang at exit
     if (type == zmq::socket_type::sub) socket.set(zmq::sockopt::subscribe, "");
+    recv_options ro;
+    ro.decode.limits.max_bytes = opt.socket.max_bytes;
+    limit_message_size(socket, ro.decode.limits);  // before attach: libzmq applies it to new connections
     attach(socket, opt.socket, endpoints, "tenbin recv");
 
-    recv_options ro;
     if (type == zmq::socket_type::router) ro.envelope = envelope_spec::router();
 
     std::size_t malformed = 0;

@@ -82,6 +82,14 @@ void add_socket_choice(CLI::App& app, socket_choice& choice, std::vector<std::st
                    "Ping each peer this often and drop one silent for three pings (a dead host, a cut "
                    "network); 0: off")
         ->check(nonnegative);
+    if (receiving)
+        app.add_option("--max-bytes", choice.max_bytes,
+                       "Tensor bytes one message may carry (e.g. 64MiB; k, M, G are powers of 1024);\n"
+                       "a peer sending a larger frame is disconnected before it is allocated, a\n"
+                       "message over it is refused as limit_exceeded")
+            ->transform(CLI::AsSizeValue(false))
+            ->check(positive)
+            ->capture_default_str();
 }
 
 std::string plain_endpoint_note(const socket_choice& choice) {
@@ -103,6 +111,7 @@ connection_options connection_options_for(const socket_choice& choice, const std
     if (choice.bind) co.bind = true;
     if (choice.connect) co.bind = false;
     if (choice.heartbeat_ms > 0) co.heartbeat = std::chrono::milliseconds(choice.heartbeat_ms);
+    if (choice.receiving) co.limits.max_bytes = choice.max_bytes;
     return co;
 }
 

@@ -8,6 +8,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,8 @@ struct socket_choice {
     bool bind = false;
     bool connect = false;
     int heartbeat_ms = 0;  ///< 0: no heartbeats
+    /// Receiving commands: tensor bytes a message may carry (--max-bytes).
+    std::uint64_t max_bytes = tenbin::limits{}.max_bytes;
 
     // What the command can do (set by add_socket_choice):
     std::vector<std::string> kinds;  ///< the socket kinds it allows
@@ -27,7 +30,8 @@ struct socket_choice {
 
 /// Records what the command can do in `choice` (the socket kinds it allows,
 /// the kind a plain endpoint gets without --socket, whether it receives) and
-/// adds --socket (one of `kinds`), --bind, --connect and --heartbeat-ms.
+/// adds --socket (one of `kinds`), --bind, --connect and --heartbeat-ms;
+/// a receiving command also gets --max-bytes.
 void add_socket_choice(CLI::App& app, socket_choice& choice, std::vector<std::string> kinds,
                        tenbin::socket_kind plain_default, bool receiving);
 
@@ -39,7 +43,8 @@ bool is_plain_endpoint(const std::string& url);
 /// connects ..." for a command's help footer, ending with a line break.
 std::string plain_endpoint_note(const socket_choice& choice);
 
-/// connection_options with kind and bind set from `choice`: when `url` is a
+/// connection_options with kind, bind, heartbeats and limits set from
+/// `choice`: when `url` is a
 /// plain endpoint and no --socket was given, the kind is the command's
 /// default; a plain endpoint binds as tensorcom would for the kind, and so
 /// does a receiving PAIR (so that two PAIR commands meet).
