@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <mutex>
 #include <numeric>
 #include <set>
@@ -160,6 +161,15 @@ TEST_CASE("sending on a receiving socket, or the reverse, is refused with a clea
     CHECK(seed_of(*rx.recv()) == 5);
     CHECK(error_class([] { loader l("zpush://127.0.0.1:*"); }) == "bad_url");
     CHECK(error_class([] { loader l("zpub://127.0.0.1:*"); }) == "bad_url");
+    // A loader only receives: kinds that must also send are refused at once.
+    for (socket_kind k : {socket_kind::req, socket_kind::rep, socket_kind::router}) {
+        CAPTURE(name(k));
+        loader_options lo;
+        lo.connection.kind = k;
+        CHECK(error_class([&] { loader l("tcp://127.0.0.1:*", lo); }) == "bad_url");
+        CHECK(error_text([&] { loader l("tcp://127.0.0.1:*", lo); }).find("use pull, sub, dealer or pair") !=
+              std::string::npos);
+    }
 }
 
 TEST_CASE("a router connection is refused; a closed or moved-from one says so") {
@@ -168,9 +178,6 @@ TEST_CASE("a router connection is refused; a closed or moved-from one says so") 
     CHECK(error_class([&] { connection c("tcp://127.0.0.1:*", router); }) == "bad_argument");
     CHECK(error_text([&] { connection c("tcp://127.0.0.1:*", router); }).find("envelope_spec::router()") !=
           std::string::npos);
-    loader_options lo;
-    lo.connection.kind = socket_kind::router;
-    CHECK(error_class([&] { loader l("tcp://127.0.0.1:*", lo); }) == "bad_argument");
 
     connection rx("zpull://127.0.0.1:*", quick());
     connection moved = std::move(rx);
@@ -451,6 +458,50 @@ TEST_CASE("messages already waiting are queued together, in order, errors in pla
     CHECK(l.malformed() == 3);
     CHECK(l.stats().messages() == 17);
     CHECK(l.peak_queued_messages() > 1);  // they were queued together
+}
+
+TEST_CASE("a deep queue hands a long burst to the consumer in parts, not at its end") {
+    // 200 messages wait before the loader binds; its queue has room for
+    // all. The transform blocks on the 100th message until the consumer
+    // has had the first: a loader that queued only at the end of its burst
+    // would keep the consumer waiting for ever.
+    auto ctx = std::make_shared<zmq::context_t>(1);
+    zmq::socket_t tx(*ctx, zmq::socket_type::push);
+    tx.connect("inproc://deep");
+    for (int i = 0; i < 200; ++i) REQUIRE(zsend_multipart(tx, batch_of(3, i)));
+    std::mutex m;
+    std::condition_variable cv;
+    bool first_taken = false;
+    int transformed = 0;
+    loader_options lo;
+    lo.queue_messages = 100000;
+    lo.transform = [&](std::vector<tensor> b) {
+        std::unique_lock lock(m);
+        if (++transformed == 100) cv.wait_for(lock, 20s, [&] { return first_taken; });
+        return b;
+    };
+    loader l(ctx, strings{"zpull+inproc://deep"}, lo);
+    CHECK(seed_of(*l.next(10000ms)) == 0);
+    {
+        std::lock_guard lock(m);
+        first_taken = true;
+    }
+    cv.notify_all();
+    for (int i = 1; i < 200; ++i) REQUIRE(seed_of(*l.next(10000ms)) == i);
+}
+
+TEST_CASE("a loader's next(milliseconds::max()) waits for ever, not for nothing") {
+    loader l("zpull://127.0.0.1:*", {});
+    connection tx(strings{"zpush://" + l.endpoints().at(0).address.substr(6)}, quick());
+    std::thread producer([&] {
+        std::this_thread::sleep_for(200ms);
+        tx.send(batch_of(3, 4));
+    });
+    std::optional<std::vector<tensor>> got;
+    CHECK_NOTHROW(got = l.next(std::chrono::milliseconds::max()));
+    producer.join();
+    REQUIRE(got);
+    CHECK(seed_of(*got) == 4);
 }
 
 TEST_CASE("a loader takes off its socket no more than its queue has room for, in bytes too") {

@@ -188,6 +188,9 @@ public:
     ~connection();
 
     /// Sends one message. Returns false when the send timeout expired.
+    /// Owned tensors go without a copy (see zsend_multipart): ZeroMQ reads
+    /// their bytes until it has sent them (over inproc, until the receiver
+    /// drops them), so do not refill a sent tensor; send a new one.
     /// Throws bad_argument for 64-bit dtypes unless allow64, wrong infos,
     /// a socket that cannot send (zpull, zsub), or a closed connection.
     bool send(tensor_span tensors);
@@ -278,14 +281,19 @@ struct loader_options {
     /// so one oversized message cannot stall the loader. A full queue is
     /// refilled once the consumer has taken it down to half (in one go:
     /// each refill wakes the loader thread once), so small messages want
-    /// a deep queue; `queue_bytes` bounds it for large ones.
+    /// a deep queue; `queue_bytes` bounds it for large ones. Messages
+    /// already waiting on the socket are queued 64 at a time, however deep
+    /// the queue.
     std::size_t queue_messages = 64;
     /// Bound on the tensor bytes waiting in the queue.
     std::uint64_t queue_bytes = std::uint64_t{512} << 20;
     /// Run on the loader thread on each received batch before queueing.
     /// Whatever it throws is raised from next() in that batch's place (not
     /// counted as malformed, whatever `skip_malformed` says), and the
-    /// loader goes on with the next batch.
+    /// loader goes on with the next batch. close() does not interrupt a
+    /// transform that is running: the destructor waits for it to return,
+    /// so a transform that can block long (on the consumer, say) makes
+    /// destruction wait as long.
     std::function<std::vector<tensor>(std::vector<tensor>)> transform{};
     /// Malformed messages are skipped (counted in `malformed()`) instead of
     /// being raised from next(). Raising is the default.
@@ -306,7 +314,8 @@ class loader {
 public:
     /// Starts the loader thread on the URLs (each brace-expanded) and waits
     /// until its socket is bound/connected. Throws bad_url (also for URLs
-    /// of a socket that cannot receive: zpush, zpub), or zmq::error_t when
+    /// of a socket that cannot receive, zpush and zpub, or that must also
+    /// send: req, rep, router), or zmq::error_t when
     /// an endpoint is refused (address in use...). Without a context
     /// given, one is chosen as for `connection`.
     loader(std::span<const std::string> urls, loader_options opt = {});
@@ -315,7 +324,8 @@ public:
     /// The same on the caller's context, which the loader keeps alive.
     loader(std::shared_ptr<zmq::context_t> context, std::span<const std::string> urls,
            loader_options opt = {});
-    /// Stops the thread and discards what is queued; never hangs.
+    /// Stops the thread and discards what is queued. Waits at most about
+    /// 50 ms for the thread, plus the transform running, if any.
     ~loader();
     loader(const loader&) = delete;
     loader& operator=(const loader&) = delete;
@@ -325,6 +335,8 @@ public:
     /// nothing once close() was called and the queue is drained.
     std::optional<std::vector<tensor>> next();
     /// Like next(), but waits at most `timeout`; throws errc::timeout then.
+    /// A timeout past what the clock can count (milliseconds::max())
+    /// waits for ever.
     std::optional<std::vector<tensor>> next(std::chrono::milliseconds timeout);
     /// Stops receiving (from any thread) and wakes a blocked next(). Queued
     /// batches can still be taken.
@@ -347,7 +359,8 @@ public:
     std::size_t peak_queued_messages() const;
     /// The most bytes ever queued at once (thread-safe).
     std::uint64_t peak_queued_bytes() const;
-    /// Malformed messages skipped so far (with skip_malformed; thread-safe).
+    /// Malformed messages received so far: skipped with skip_malformed,
+    /// raised from next() otherwise (thread-safe).
     std::uint64_t malformed() const;
     /// The endpoints as bound/connected (a bound `*` port resolved).
     std::vector<endpoint> endpoints() const;

@@ -44,7 +44,7 @@ bool readable_before(zmq::socket_ref socket, std::chrono::steady_clock::time_poi
 std::optional<message> receive_of_topic(zmq::socket_ref socket, recv_options& ro, const std::string& topic,
                                         std::optional<std::chrono::milliseconds> timeout) {
     const bool bounded = timeout && ro.flags == zmq::recv_flags::none;
-    const auto deadline = bounded ? std::chrono::steady_clock::now() + *timeout : std::chrono::steady_clock::time_point{};
+    const auto deadline = bounded ? detail::deadline_after(*timeout) : std::chrono::steady_clock::time_point{};
     for (bool first = true;; first = false) {
         if (bounded && !first) {
             if (!readable_before(socket, deadline)) return std::nullopt;

@@ -15,6 +15,8 @@ namespace {
 // How often the loader thread looks up from a quiet socket to see whether
 // it was asked to stop: the bound on how long close() takes.
 constexpr std::chrono::milliseconds poll_interval{50};
+// Messages taken off the socket before they are queued (see run).
+constexpr std::size_t max_burst = 64;
 
 std::uint64_t data_bytes(const std::vector<tensor>& batch) {
     std::uint64_t n = 0;
@@ -193,24 +195,26 @@ void loader::state::run() {
     // One message waited for, then those already waiting while the queue
     // had room for them, in messages and in bytes: never more in hand than
     // that room, or one message when it is full (as before batching). What
-    // stays on the socket counts against its high-water mark instead.
+    // stays on the socket counts against its high-water mark instead. A
+    // burst is queued after at most max_burst messages, so that a deep
+    // queue does not keep the consumer waiting for a long burst to end.
     std::vector<arrival> got;
     std::exception_ptr fatal;
     try {
         room_left room{opt.queue_messages, opt.queue_bytes};
-        auto in_hand = [&] {
-            std::uint64_t n = 0;
-            for (const arrival& a : got) n += a.bytes;
-            return n;
-        };
         while (!stop.load(std::memory_order_relaxed)) {
             if (!receive_into(got, [&] { return conn->recv(); })) continue;
+            const std::size_t most = std::min(room.messages, max_burst);
+            // A skipped malformed message adds nothing to `got`.
+            std::uint64_t in_hand = got.empty() ? 0 : got.back().bytes;
             // Not after close(): what stays on the socket is not taken (nor
             // transformed) only to be dropped.
-            for (std::size_t taken = 1; taken < room.messages && in_hand() < room.bytes &&
-                                        !stop.load(std::memory_order_relaxed) &&
-                                        receive_into(got, [&] { return conn->try_recv(); });
+            for (std::size_t taken = 1; taken < most && in_hand < room.bytes &&
+                                        !stop.load(std::memory_order_relaxed);
                  ++taken) {
+                const std::size_t before = got.size();
+                if (!receive_into(got, [&] { return conn->try_recv(); })) break;
+                if (got.size() > before) in_hand += got.back().bytes;
             }
             room = queue_all(got);
         }
@@ -245,6 +249,12 @@ loader::loader(std::shared_ptr<zmq::context_t> context, std::span<const std::str
     if (!detail::can_receive(kind))
         throw error(errc::bad_url, "a loader receives, but '" + urls.front() + "' makes a " +
                                        std::string(name(kind)) + " socket, which cannot");
+    // It only receives: REQ and REP must take turns sending, and a ROUTER
+    // needs an envelope on every message.
+    if (kind == socket_kind::req || kind == socket_kind::rep || kind == socket_kind::router)
+        throw error(errc::bad_url, "a loader only receives, but '" + urls.front() + "' makes a " +
+                                       std::string(name(kind)) +
+                                       " socket, which must also send; use pull, sub, dealer or pair");
     if (opt.reuse_allocations) reuse_large_allocations();
     state_->stats = statistics(opt.connection.stats_horizon);
     state_->opt = std::move(opt);
@@ -289,7 +299,7 @@ std::optional<std::vector<tensor>> loader::next() {
 std::optional<std::vector<tensor>> loader::next(std::chrono::milliseconds timeout) {
     state& s = *state_;
     std::unique_lock lock(s.mutex);
-    if (!s.changed.wait_for(lock, timeout, [&] { return s.ready(); }))
+    if (!s.changed.wait_until(lock, detail::deadline_after(timeout), [&] { return s.ready(); }))
         throw error(errc::timeout, "no batch within " + std::to_string(timeout.count()) + " ms");
     return s.take();
 }
