@@ -172,6 +172,26 @@ TEST_CASE("sending on a receiving socket, or the reverse, is refused with a clea
     }
 }
 
+TEST_CASE("receiving sockets close at once; sending ones linger as told") {
+    // A sub that never met its publisher holds its subscription, which a
+    // linger would wait for at close (10 s by default).
+    const std::string nobody = "127.0.0.1:1";  // nothing listens there
+    connection_options o = quick();
+    o.recv_timeout = 100ms;
+    const auto t0 = std::chrono::steady_clock::now();
+    {
+        connection sub("zsub://" + nobody, o);
+        CHECK(sub.socket().get(zmq::sockopt::linger) == 0);
+        CHECK_FALSE(sub.recv());
+    }
+    CHECK(std::chrono::steady_clock::now() - t0 < 5s);  // a hang bound, not a timing
+    connection pull("zpull://127.0.0.1:*", o);
+    CHECK(pull.socket().get(zmq::sockopt::linger) == 0);
+    o.linger = 1234ms;
+    connection push("zpush://" + nobody, o);
+    CHECK(push.socket().get(zmq::sockopt::linger) == 1234);
+}
+
 TEST_CASE("a router connection is refused; a closed or moved-from one says so") {
     connection_options router = quick();
     router.kind = socket_kind::router;

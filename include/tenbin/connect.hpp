@@ -130,7 +130,10 @@ struct connection_options {
     int recv_hwm = 16;
     /// How long closing waits to deliver queued messages. ZeroMQ's default
     /// is forever (a hang at exit when the peer is gone); tensorcom's 0
-    /// silently drops them. Unsent messages after this are dropped.
+    /// silently drops them. Unsent messages after this are dropped. Pull
+    /// and sub sockets close at once (linger 0): they have no messages of
+    /// yours to deliver, and a sub that never met its publisher would
+    /// otherwise wait this long for its subscription to go out.
     std::chrono::milliseconds linger{10000};
     /// Receive timeout: recv() gives up and returns nothing. Unset = wait.
     std::optional<std::chrono::milliseconds> recv_timeout{};

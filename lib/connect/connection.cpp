@@ -146,7 +146,7 @@ connection::connection(std::shared_ptr<zmq::context_t> context, std::span<const 
     socket_ = zmq::socket_t(*context_, zmq_socket_type(kind));
     socket_.set(zmq::sockopt::sndhwm, opt_.send_hwm);
     socket_.set(zmq::sockopt::rcvhwm, opt_.recv_hwm);
-    socket_.set(zmq::sockopt::linger, to_ms(opt_.linger));
+    socket_.set(zmq::sockopt::linger, detail::can_send(kind) ? to_ms(opt_.linger) : 0);
     if (opt_.recv_timeout) socket_.set(zmq::sockopt::rcvtimeo, to_ms(*opt_.recv_timeout));
     if (opt_.send_timeout) socket_.set(zmq::sockopt::sndtimeo, to_ms(*opt_.send_timeout));
     if (opt_.heartbeat) set_heartbeat(socket_, *opt_.heartbeat);
