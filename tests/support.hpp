@@ -5,6 +5,8 @@
 
 #include <nlohmann/json.hpp>
 #include <openssl/evp.h>
+#include <signal.h>
+#include <sys/resource.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -143,6 +145,30 @@ std::string error_text(F&& f) {
         return std::string(tenbin::name(e.code())) + ": " + e.what();
     }
     return "no error";
+}
+
+// Runs `f` with writes past `bytes` of any file failing with EFBIG (as a
+// full disk would make them fail: SIGXFSZ ignored), and returns what it
+// returns.
+template <class F>
+auto with_file_size_limit(rlim_t bytes, F&& f) {
+    struct sigaction ignore {}, old_action {};
+    ignore.sa_handler = SIG_IGN;
+    ::sigaction(SIGXFSZ, &ignore, &old_action);
+    rlimit old_limit{};
+    ::getrlimit(RLIMIT_FSIZE, &old_limit);
+    rlimit small = old_limit;
+    small.rlim_cur = bytes;
+    if (::setrlimit(RLIMIT_FSIZE, &small) != 0) throw std::runtime_error("setrlimit(RLIMIT_FSIZE) failed");
+    struct restore {
+        rlimit limit;
+        struct sigaction action;
+        ~restore() {
+            ::setrlimit(RLIMIT_FSIZE, &limit);
+            ::sigaction(SIGXFSZ, &action, nullptr);
+        }
+    } restore_at_end{old_limit, old_action};
+    return f();
 }
 
 }  // namespace test_support

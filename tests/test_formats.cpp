@@ -638,6 +638,27 @@ TEST_CASE("files of every format round-trip through load_any and save_any") {
     CHECK(message_of([&] { load_any(dir / "bad.safetensors"); }).find("bad.safetensors") != std::string::npos);
 }
 
+TEST_CASE("a failed write leaves an existing file of any format whole, and no new one") {
+    temp_dir dir;
+    const auto want = sample();
+    std::vector<named_tensor> big{{"big", tensor::zeros(dtype::u1, {4 << 20})}};
+    for (const char* name : {"x.npy", "x.npz", "x.safetensors", "x.ten"}) {
+        CAPTURE(name);
+        const std::vector<named_tensor> old{want[0]};
+        save_any(dir / name, old);
+        auto fails = [&](const fs::path& p) {
+            return test_support::with_file_size_limit(1 << 20, [&] { return error_class([&] { save_any(p, big); }); });
+        };
+        CHECK(fails(dir / name) == "io_error");
+        check_same(load_any(dir / name)[0].value, old[0].value);
+        CHECK(fails(dir / ("new-" + std::string(name))) == "io_error");
+        CHECK(!fs::exists(dir / ("new-" + std::string(name))));
+    }
+    std::size_t files = 0;
+    for ([[maybe_unused]] const auto& e : fs::directory_iterator(dir.path())) ++files;
+    CHECK(files == 4);  // no temporary left behind
+}
+
 TEST_CASE("names that cannot be infos are refused when writing .ten, never truncated") {
     temp_dir dir;
     const fs::path out = dir / "out.ten";

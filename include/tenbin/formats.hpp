@@ -27,8 +27,9 @@
 // or saving a .ten file), and is refused, never truncated, when it does not.
 //
 // Loaders map the file: tensors whose data is aligned view the mapping (as
-// `load_mmap` does), so do not save over a file while tensors loaded from it
-// live. Savers write the file in place (no temporary file).
+// `load_mmap` does). Savers replace a file as `save` does (a new file renamed
+// over it once whole), so a failed save leaves the old file whole, and
+// tensors loaded from a file may be saved back to it.
 //
 // Thread-safety: every function works only on its arguments (and the named
 // file): calls from any number of threads are safe for distinct output files.

@@ -234,9 +234,11 @@ struct file_options {
 /// An existing regular file is replaced by a new file (same directory, same
 /// permissions) renamed over it once it is whole: readers and mappings of
 /// the old file keep it as it was, tensors mapped from it may be saved back
-/// to it, and a save that fails leaves it untouched. A symlink is followed
-/// and kept. A new file, a file with other hard links, a pipe or a device,
-/// or a directory where no file can be made is written in place, except a
+/// to it, and a save that fails leaves it untouched. A new file is made the
+/// same way, so a save that fails leaves none. A symlink is followed and
+/// kept. A file with other hard links, a pipe or a device, a dangling
+/// symlink, or a directory where no file can be made beside the path is
+/// written in place, except a
 /// file this process maps (`load_mmap`, `map_file`): rewriting that in place
 /// would change or fault the tensors viewing it, so it is always replaced
 /// (its other hard links keep the old bytes), and where no new file can be

@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <string>
@@ -165,10 +166,12 @@ private:
 // An existing file is replaced by a new one renamed over it: the tensors
 // being saved may be mapped from it (load_mmap, then save back), and
 // readers, mappings included, keep the old file whole until they are done;
-// no reader ever sees it half written. A new file, anything but a regular
-// file (a pipe, a device), or a file with other hard links (which would keep
-// the old bytes) is written in place, unless this process maps it: then
-// only a new file is safe, and the other links keep the old bytes.
+// no reader ever sees it half written, and a failed write leaves it as it
+// was. A new file is made the same way, so that a failed write leaves
+// nothing. Anything but a regular file (a pipe, a device), a dangling
+// symlink, or a file with other hard links (which would keep the old
+// bytes) is written in place, unless this process maps it: then only a new
+// file is safe, and the other links keep the old bytes.
 struct replacement {
     unique_fd fd{-1};              // the new file, or -1: write in place
     std::filesystem::path target;  // the path's file, through symlinks
@@ -178,9 +181,11 @@ struct replacement {
 replacement make_replacement(const std::filesystem::path& path) {
     replacement r;
     struct stat st {};
-    if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return r;
-    const bool mapped = mapped_files::of_process().contains({st.st_dev, st.st_ino});
-    if (st.st_nlink != 1 && !mapped) return r;
+    const bool exists = ::stat(path.c_str(), &st) == 0;
+    if (!exists && (errno != ENOENT || ::lstat(path.c_str(), &st) == 0)) return r;
+    if (exists && !S_ISREG(st.st_mode)) return r;
+    const bool mapped = exists && mapped_files::of_process().contains({st.st_dev, st.st_ino});
+    if (exists && st.st_nlink != 1 && !mapped) return r;
     // Writing in place is what a mapped file must not get.
     auto cannot = [&](const std::string& why, int err) {
         if (mapped)
@@ -188,7 +193,7 @@ replacement make_replacement(const std::filesystem::path& path) {
                            "replaced by a new file, and " + why, err);
     };
     std::error_code ec;
-    r.target = std::filesystem::canonical(path, ec);
+    r.target = exists ? std::filesystem::canonical(path, ec) : path;
     if (ec) {
         cannot("its real path is unknown", ec.value());
         return r;
@@ -202,7 +207,7 @@ replacement make_replacement(const std::filesystem::path& path) {
     name += std::to_string(serial++);
     r.temp = r.target.parent_path() / name;
     int fd;
-    do fd = ::open(r.temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    do fd = ::open(r.temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, exists ? 0600 : 0666);
     while (fd < 0 && errno == EINTR);
     if (fd < 0) {
         cannot("none can be made beside it: open " + in_quotes(r.temp), errno);
@@ -210,7 +215,8 @@ replacement make_replacement(const std::filesystem::path& path) {
     }
     // The file it replaces keeps its permissions (and its owner, as far as
     // this process may set it).
-    if (::fchmod(fd, st.st_mode & 07777) != 0 || (::fchown(fd, st.st_uid, st.st_gid) != 0 && errno != EPERM)) {
+    if (exists &&
+        (::fchmod(fd, st.st_mode & 07777) != 0 || (::fchown(fd, st.st_uid, st.st_gid) != 0 && errno != EPERM))) {
         const int err = errno;
         ::close(fd);
         ::unlink(r.temp.c_str());
@@ -223,27 +229,9 @@ replacement make_replacement(const std::filesystem::path& path) {
 
 }  // namespace
 
-void save(const std::filesystem::path& path, tensor_span tensors, const file_options& opt) {
-    check_extension(path, opt.nocheck);
-    // Encode the headers first, so that an unencodable list leaves any
-    // existing file untouched.
-    const detail::chunk_plan plan(tensors);
-#if !TENBIN_HAS_ZSTD
-    if (compressed(path, opt)) no_zstd(path);
-#endif
+void detail::write_file(const std::filesystem::path& path, const std::function<void(int fd)>& write) {
     auto write_to = [&](unique_fd f, const std::filesystem::path& name) {
-        about_file(path, [&] {
-            fd_sink plain(f.get());
-#if TENBIN_HAS_ZSTD
-            if (compressed(path, opt)) {
-                zstd_sink z(plain, opt.zstd_level);
-                z.write(plan.pieces());
-                z.finish();
-                return;
-            }
-#endif
-            plain.write(plan.pieces());
-        });
+        write(f.get());
         // Errors of delayed writes (NFS, full disks) can surface only here.
         if (::close(f.release()) != 0) throw_io_error("close " + in_quotes(name), errno);
     };
@@ -259,6 +247,30 @@ void save(const std::filesystem::path& path, tensor_span tensors, const file_opt
         return;
     }
     write_to(open_file(path, O_WRONLY | O_CREAT | O_TRUNC, 0666), path);
+}
+
+void save(const std::filesystem::path& path, tensor_span tensors, const file_options& opt) {
+    check_extension(path, opt.nocheck);
+    // Encode the headers first, so that an unencodable list leaves any
+    // existing file untouched.
+    const detail::chunk_plan plan(tensors);
+#if !TENBIN_HAS_ZSTD
+    if (compressed(path, opt)) no_zstd(path);
+#endif
+    detail::write_file(path, [&](int fd) {
+        about_file(path, [&] {
+            fd_sink plain(fd);
+#if TENBIN_HAS_ZSTD
+            if (compressed(path, opt)) {
+                zstd_sink z(plain, opt.zstd_level);
+                z.write(plan.pieces());
+                z.finish();
+                return;
+            }
+#endif
+            plain.write(plan.pieces());
+        });
+    });
 }
 
 std::vector<tensor> load(const std::filesystem::path& path, const file_options& opt) {

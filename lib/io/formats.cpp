@@ -3,12 +3,9 @@
 #include "io/sys_error.hpp"
 
 #include <algorithm>
-#include <cerrno>
 #include <set>
 #include <string_view>
 
-#include <fcntl.h>
-#include <unistd.h>
 
 namespace tenbin {
 
@@ -33,23 +30,18 @@ std::vector<std::byte> byte_plan::concat() const {
 }
 
 void write_plan(const std::filesystem::path& path, const byte_plan& plan) {
-    int fd;
-    do fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-    while (fd < 0 && errno == EINTR);
-    if (fd < 0) throw_io_error("open " + in_quotes(path), errno);
-    try {
-        fd_sink out(fd);
-        // writev takes at most IOV_MAX pieces at a time; fd_sink handles any
-        // number, but hand it bounded batches all the same.
-        const auto pieces = plan.pieces();
-        for (std::size_t i = 0; i < pieces.size(); i += 512)
-            out.write(pieces.subspan(i, std::min<std::size_t>(512, pieces.size() - i)));
-    } catch (const error& e) {
-        ::close(fd);
-        throw error(e.code(), in_quotes(path) + ": " + e.what());
-    }
-    // Errors of delayed writes (NFS, full disks) can surface only here.
-    if (::close(fd) != 0) throw_io_error("close " + in_quotes(path), errno);
+    write_file(path, [&](int fd) {
+        try {
+            fd_sink out(fd);
+            // writev takes at most IOV_MAX pieces at a time; fd_sink handles
+            // any number, but hand it bounded batches all the same.
+            const auto pieces = plan.pieces();
+            for (std::size_t i = 0; i < pieces.size(); i += 512)
+                out.write(pieces.subspan(i, std::min<std::size_t>(512, pieces.size() - i)));
+        } catch (const error& e) {
+            throw error(e.code(), in_quotes(path) + ": " + e.what());
+        }
+    });
 }
 
 bool valid_utf8(std::string_view s) noexcept {
