@@ -29,13 +29,19 @@
 #include <cstring>
 #include <exception>
 #include <filesystem>
+#include <fstream>
+#include <functional>
+#include <iomanip>
 #include <iostream>
 #include <map>
 #include <optional>
 #include <sstream>
+#include <string_view>
 #include <thread>
 
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -563,6 +569,9 @@ private:
 // The hidden `--peer send|recv` role: one side of run_processes, or with
 // `--impl session` of a process_pair.
 int peer_main(const std::map<std::string, std::string>& args) {
+    // Ends with tenbin-bench, killed mid-run, rather than block on.
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() == 1) return 1;
     auto get = [&](const std::string& k) {
         auto it = args.find(k);
         if (it == args.end()) fail("peer needs --" + k);
@@ -645,7 +654,7 @@ struct suite {
         return cfg.filter.empty() || (name + " " + transport).find(cfg.filter) != std::string::npos;
     }
     void add(result r) {
-        r.reps = cfg.reps;
+        if (r.reps == 0) r.reps = cfg.reps;
         print_row(r);
         results.push_back(std::move(r));
     }
@@ -809,11 +818,12 @@ struct suite {
                 cfg, [&](int c) { return run_processes(cfg, tp, tp, f, w, 2, c); }, w.payload);
             auto rate = [&](double sec) { return throughput(w, f, count, sec); };
             // Python is slower: fewer repetitions keep the run short.
+            const int reps = std::max(3, cfg.reps - 2);
             const auto m = interleave(
-                std::max(3, cfg.reps - 2), [&] { return rate(run_processes(cfg, tp, tp, f, w, 2, count)); },
+                reps, [&] { return rate(run_processes(cfg, tp, tp, f, w, 2, count)); },
                 [&] { return rate(run_processes(cfg, pp, pp, f, w, 2, count)); });
             add({std::string(name_of(f)) + " vs python", "tcp-2proc", w.payload, m.first, m.second, "GB/s",
-                 "tensorcom-style Python (pyzmq defaults)", "tenbin receiver with reuse_large_allocations"});
+                 "tensorcom-style Python (pyzmq defaults)", "both tenbin peers with reuse_large_allocations", reps});
         }
     }
 
@@ -827,16 +837,16 @@ struct suite {
         auto run = [&](const peer& p) {
             return [&, p] { return static_cast<double>(w.payload) * count / run_processes(cfg, p, p, form::multi, w, 2, count) / 1e9; };
         };
-        const auto m = interleave_all(std::max(3, cfg.reps - 2),
-                                      {run(t_reuse), run(t_default), run(r_default), run(r_reuse), run(py)});
+        const int reps = std::max(3, cfg.reps - 2);
+        const auto m = interleave_all(reps, {run(t_reuse), run(t_default), run(r_default), run(r_reuse), run(py)});
         add({"batch multi, reuse on", "tcp-2proc", w.payload, m[0], m[2], "GB/s", "raw libzmq, glibc defaults",
-             "77 MB: 256x3x224x224 f2 + 256 i4"});
+             "77 MB: 256x3x224x224 f2 + 256 i4", reps});
         add({"batch multi, both glibc defaults", "tcp-2proc", w.payload, m[1], m[2], "GB/s",
-             "raw libzmq, glibc defaults", {}});
+             "raw libzmq, glibc defaults", {}, reps});
         add({"batch multi, both reuse on", "tcp-2proc", w.payload, m[0], m[3], "GB/s",
-             "raw libzmq + reuse_large_allocations", {}});
+             "raw libzmq + reuse_large_allocations", {}, reps});
         add({"batch multi vs python", "tcp-2proc", w.payload, m[0], m[4], "GB/s",
-             "tensorcom-style Python (pyzmq defaults)", "tenbin with reuse on"});
+             "tensorcom-style Python (pyzmq defaults)", "tenbin with reuse on", reps});
     }
 
     // ---- 4: the codec alone ----
@@ -1049,10 +1059,15 @@ const char* usage =
     "                    [--reps N] [--rep-time S] [--python PATH] [--python-peer SCRIPT]\n"
     "  --quick        the short run (under a minute on 2 cores)\n"
     "  --json FILE    write the results as a JSON array\n"
-    "  --filter TEXT  only cases whose \"name transport\" contains TEXT\n"
-    "  --malloc MODE  in-process and C++ two-process cases: call\n"
+    "  --filter TEXT  only the groups of cases whose \"group transport\" contains TEXT;\n"
+    "                 the groups: multi, single, small (inproc, ipc, tcp, tcp-2proc),\n"
+    "                 anatomy inproc, loader tcp, codec memory, file file, multi vs\n"
+    "                 python, single vs python, batch multi (tcp-2proc)\n"
+    "  --malloc MODE  in-process and C++ two-process stream cases: call\n"
     "                 tenbin::reuse_large_allocations() (reuse, the default) or not\n"
-    "  --reps N       repetitions per case, at least 1 (quick 5, full 7)\n"
+    "                 (the Python and batch cases set their own)\n"
+    "  --reps N       repetitions per case, at least 1 (quick 5, full 7; the Python\n"
+    "                 and batch cases 2 fewer, at least 3)\n"
     "  --rep-time S   seconds per repetition, roughly (quick 0.03, full 0.25)\n"
     "  --python PATH  the interpreter of the Python cases (/usr/bin/python3, which\n"
     "                 has pyzmq and NumPy)\n"
@@ -1080,7 +1095,7 @@ int run(int argc, char** argv) {
         const std::string a = argv[i];
         if (a == "--quick" || a == "--help" || a == "-h") {
             flags.push_back(a);
-        } else if (a.rfind("--", 0) == 0 && i + 1 < argc) {
+        } else if (a.rfind("--", 0) == 0 && i + 1 < argc && std::string_view(argv[i + 1]).rfind("--", 0) != 0) {
             args[a.substr(2)] = argv[++i];
         } else {
             return bad_usage(a.rfind("--", 0) == 0 ? "option '" + a + "' needs a value" : "unknown argument '" + a + "'");
@@ -1124,6 +1139,15 @@ int run(int argc, char** argv) {
         cfg.rep_time = *t;
     }
     if (cfg.malloc_mode == "reuse") tenbin::reuse_large_allocations();
+    // A JSON file that cannot be written fails now, not after the run.
+    if (args.count("json")) {
+        const bool existed = std::filesystem::exists(args["json"]);
+        if (!std::ofstream(args["json"], std::ios::app)) {
+            std::cerr << "tenbin-bench: cannot write " << args["json"] << std::endl;
+            return 1;
+        }
+        if (!existed) std::filesystem::remove(args["json"]);
+    }
 
     const auto t0 = clock_type::now();
     std::cout << "tenbin-bench " << (cfg.quick ? "quick" : "full") << ": medians of " << cfg.reps
@@ -1132,26 +1156,39 @@ int run(int argc, char** argv) {
     print_header();
     const std::vector<std::uint64_t> sizes = {4 * KiB, 64 * KiB, MiB, 16 * MiB, 64 * MiB};
     const std::vector<std::string> transports = {"inproc", "ipc", "tcp", "tcp-2proc"};
-    s.streams(form::multi, sizes, transports);
-    s.streams(form::single, sizes, transports);
-    s.streams(form::small, {0}, transports);
-    s.anatomy(MiB);
-    s.loader(cfg.quick ? std::vector<std::uint64_t>{0, MiB} : std::vector<std::uint64_t>{0, 64 * KiB, MiB, 16 * MiB});
-    s.codec();
-    s.files();
     const std::vector<std::uint64_t> py_sizes =
         cfg.quick ? std::vector<std::uint64_t>{16 * MiB} : sizes;
-    s.python(form::multi, py_sizes);
-    s.python(form::single, py_sizes);
-    s.batch();
-    std::cout << "total " << seconds_since(t0) << " s" << std::endl;
+    // A group that fails (a peer missing, a socket error) is reported and
+    // the others still run: their results are written all the same.
+    int failed = 0;
+    auto group = [&](const char* what, const std::function<void()>& run_group) {
+        try {
+            run_group();
+        } catch (const std::exception& e) {
+            ++failed;
+            std::cerr << "tenbin-bench: " << what << " failed: " << e.what() << std::endl;
+        }
+    };
+    group("multi", [&] { s.streams(form::multi, sizes, transports); });
+    group("single", [&] { s.streams(form::single, sizes, transports); });
+    group("small", [&] { s.streams(form::small, {0}, transports); });
+    group("anatomy", [&] { s.anatomy(MiB); });
+    group("loader", [&] {
+        s.loader(cfg.quick ? std::vector<std::uint64_t>{0, MiB} : std::vector<std::uint64_t>{0, 64 * KiB, MiB, 16 * MiB});
+    });
+    group("codec", [&] { s.codec(); });
+    group("files", [&] { s.files(); });
+    group("multi vs python", [&] { s.python(form::multi, py_sizes); });
+    group("single vs python", [&] { s.python(form::single, py_sizes); });
+    group("batch", [&] { s.batch(); });
+    std::cout << "total " << std::fixed << std::setprecision(1) << seconds_since(t0) << " s" << std::endl;
     if (args.count("json")) write_json(args["json"], s.results);
     shared_context()->close();
-    if (s.results.empty()) {
+    if (s.results.empty() && !failed) {
         std::cerr << "tenbin-bench: no case matches --filter '" << cfg.filter << "'\n";
         return 1;
     }
-    return 0;
+    return failed ? 1 : 0;
 }
 
 }  // namespace

@@ -111,14 +111,14 @@ std::string json_number(double v) {
 }  // namespace
 
 void print_header() {
-    std::cout << std::left << std::setw(34) << "case" << std::setw(10) << "transport" << std::right
+    std::cout << std::left << std::setw(36) << "case" << std::setw(10) << "transport" << std::right
               << std::setw(9) << "size" << std::setw(10) << "tenbin" << std::setw(10) << "baseline"
               << "  " << std::left << std::setw(6) << "unit" << std::right << std::setw(7) << "ratio"
               << "  " << std::left << "baseline is" << std::endl;
 }
 
 void print_row(const result& r) {
-    std::cout << std::left << std::setw(34) << r.name << std::setw(10) << r.transport << std::right
+    std::cout << std::left << std::setw(36) << r.name << std::setw(10) << r.transport << std::right
               << std::setw(9) << (r.bytes ? human_bytes(r.bytes) : "-") << std::setw(10) << figure(r.tenbin)
               << std::setw(10) << figure(r.baseline) << "  " << std::left << std::setw(6) << r.unit
               << std::right << std::setw(7) << std::fixed << std::setprecision(2) << r.ratio() << "  "
@@ -156,7 +156,7 @@ child::child(const std::vector<std::string>& argv) {
     std::vector<char*> args;
     for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
     args.push_back(nullptr);
-    const int rc = posix_spawn(&pid_, args[0], &fa, nullptr, args.data(), environ);
+    const int rc = posix_spawnp(&pid_, args[0], &fa, nullptr, args.data(), environ);  // searches PATH
     posix_spawn_file_actions_destroy(&fa);
     ::close(in[0]);
     ::close(out[1]);

@@ -37,6 +37,8 @@ def main():
     if len(sys.argv) != 3:
         sys.exit("usage: plot.py RESULTS.json OUT.png")
     rows = json.load(open(sys.argv[1]))
+    if not any(r["name"] in ("multi", "single") for r in rows):
+        sys.exit(f"plot.py: {sys.argv[1]} has no multi or single rows to plot (run tenbin-bench without --filter)")
     fig, axes = plt.subplots(1, 2, figsize=(13, 5.5))
     for ax, form in zip(axes, ["multi", "single"]):
         sizes = set()

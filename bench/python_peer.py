@@ -13,6 +13,9 @@ np.frombuffer then views. Same protocol as tenbin-bench's --peer roles:
         stdin, send --count more.
 """
 import argparse
+import ctypes
+import os
+import signal
 import struct
 import sys
 import time
@@ -75,12 +78,13 @@ def encode_buffer(arrays, infos):
 
 
 def decode_buffer(buf):
+    # Slices of the received bytes, as tensorcom's decode_chunks takes them:
+    # each slice of a bytes object is a copy.
     chunks, at = [], 0
-    view = memoryview(buf)
     while at < len(buf):
-        assert view[at : at + 8] == MAGIC
-        (n,) = struct.unpack("<q", view[at + 8 : at + 16])
-        chunks.append(view[at + 16 : at + 16 + n])
+        assert buf[at : at + 8] == MAGIC
+        (n,) = struct.unpack("<q", buf[at + 8 : at + 16])
+        chunks.append(buf[at + 16 : at + 16 + n])
         at += 16 + roundup(n)
     return decode_list(chunks)
 
@@ -120,7 +124,19 @@ def workload(name, nbytes):
     raise SystemExit("unknown set " + name)
 
 
+def die_with_parent():
+    """Ends this peer when tenbin-bench goes (killed mid-run), as a blocked
+    receive never would (Linux: PR_SET_PDEATHSIG)."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)
+    except (OSError, AttributeError):  # not Linux: the peer ends with its run
+        return
+    if os.getppid() == 1:  # the parent went before the request
+        sys.exit(1)
+
+
 def main():
+    die_with_parent()
     ap = argparse.ArgumentParser()
     ap.add_argument("role", choices=["send", "recv"])
     for flag in ("--form", "--set", "--bytes", "--warmup", "--count", "--endpoint"):
