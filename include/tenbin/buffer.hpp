@@ -7,6 +7,8 @@
 // memory lives as long as any buffer (and so any tensor) refers to it.
 #pragma once
 
+#include <tenbin/config.hpp>
+
 #include <cstddef>
 #include <cstdint>
 #include <functional>

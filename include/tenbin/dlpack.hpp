@@ -11,6 +11,11 @@
 // and `from_dlpack` takes it as an argument.
 #pragma once
 
+#include <tenbin/config.hpp>
+#if !TENBIN_HAS_DLPACK
+#error "this tenbin was built without DLPack (-Ddlpack=disabled, or no dlpack/dlpack.h found)"
+#endif
+
 #include <tenbin/tensor.hpp>
 
 #include <dlpack/dlpack.h>

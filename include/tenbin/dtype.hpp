@@ -1,6 +1,8 @@
 // tenbin: element types, spelled with NumPy's short codes as the format does.
 #pragma once
 
+#include <tenbin/config.hpp>
+
 #include <cstddef>
 #include <cstdint>
 #include <optional>

@@ -1,6 +1,8 @@
 // tenbin: the one error type of the library.
 #pragma once
 
+#include <tenbin/config.hpp>
+
 #include <stdexcept>
 #include <string>
 #include <string_view>

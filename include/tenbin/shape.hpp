@@ -7,6 +7,8 @@
 // what shapes need, and converts to `std::span<const std::int64_t>` like one.
 #pragma once
 
+#include <tenbin/config.hpp>
+
 #include <algorithm>
 #include <concepts>
 #include <cstddef>

@@ -11,6 +11,8 @@
 // several endpoints of ONE socket: `zsub://host:78{80..83}`, `{a,b}`.
 #pragma once
 
+#include <tenbin/config.hpp>
+
 #include <optional>
 #include <span>
 #include <string>

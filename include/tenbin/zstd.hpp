@@ -13,6 +13,11 @@
 // Like every sink and source, these are used by one thread at a time.
 #pragma once
 
+#include <tenbin/config.hpp>
+#if !TENBIN_HAS_ZSTD
+#error "this tenbin was built without zstd (-Dzstd=disabled, or no libzstd found)"
+#endif
+
 #include <tenbin/io.hpp>
 
 #include <cstdint>
