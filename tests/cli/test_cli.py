@@ -247,6 +247,12 @@ class Info(unittest.TestCase):
         self.assertEqual(json.loads(r.stdout), {"file": "-", "tensors": expected_tensors(entry)})
         r = run("info", "-", input=data[:-3])
         self.assertEqual(ERROR_LINE.match(r.stderr.decode().strip())["cls"], "truncated")
+        # pzstd writes a skippable frame first (magic 0x184D2A50, 4-byte
+        # length, payload): zstd readers pass over it, and so must this.
+        skippable = struct.pack("<II", 0x184D2A50, 4) + b"\0\0\0\0"
+        r = run("info", "--json", "-", input=skippable + data)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(json.loads(r.stdout), {"file": "-", "tensors": expected_tensors(entry)})
 
 
 class Arguments(unittest.TestCase):

@@ -3,7 +3,9 @@
 
 #include <tenbin/config.hpp>
 #include <tenbin/io.hpp>
+#if TENBIN_HAS_ZSTD
 #include <tenbin/zstd.hpp>
+#endif
 
 #include <openssl/evp.h>
 
@@ -211,8 +213,12 @@ std::vector<tensor> read_fd(int fd) {
         got += n;
     }
     peeked_source whole(in, bytes_view(head, got));
+    // A zstd frame, or a skippable frame (magic 0x184D2A50 to 0x184D2A5F,
+    // little-endian), which pzstd writes first.
     constexpr std::byte zstd_magic[4]{std::byte{0x28}, std::byte{0xb5}, std::byte{0x2f}, std::byte{0xfd}};
-    if (got == sizeof head && std::equal(head, head + 4, zstd_magic)) {
+    const bool skippable = got == sizeof head && (head[0] & std::byte{0xf0}) == std::byte{0x50} &&
+                           head[1] == std::byte{0x2a} && head[2] == std::byte{0x4d} && head[3] == std::byte{0x18};
+    if (got == sizeof head && (skippable || std::equal(head, head + 4, zstd_magic))) {
 #if TENBIN_HAS_ZSTD
         zstd_source unpacked(whole);
         return read(unpacked);
