@@ -700,6 +700,17 @@ class Pipelines(unittest.TestCase):
         code, _, err = finish(start("serve", "zpush://127.0.0.1:1"))
         self.assertEqual(code, 64)
         self.assertIn("nothing to send", err)
+        # Refused before anything is allocated or sent.
+        for spec, says in (("f4:1000000000000", "more than a ZeroMQ frame holds"),
+                           ("f4:99999999999,99999999999", "more than a ZeroMQ frame holds"),
+                           ("toolongname=f4:1", "toolongname")):
+            with self.subTest(spec=spec):
+                code, _, err = finish(start("serve", "zpush://127.0.0.1:1", "--synthetic", spec), timeout=20)
+                self.assertEqual(code, 64, err)
+                self.assertIn(says, err)
+        code, _, err = finish(start("serve", "zpush://127.0.0.1:1", "-f", vec("f4_matrix.ten"), "--infos", "p,q"))
+        self.assertEqual(code, 64, err)
+        self.assertIn("--infos gives 2 infos", err)
         code, _, err = finish(start("convert", vec("f4_matrix.ten"), os.path.join(_tmp.name, "out.xyz")))
         self.assertEqual(code, 64)
         self.assertIn("unknown extension", err)

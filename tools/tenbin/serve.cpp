@@ -85,7 +85,21 @@ std::vector<tensor> synthetic_batch(const std::string& spec, std::uint64_t seed)
                     throw usage_error("--synthetic: '" + part + "': bad dimension '" + d + "'");
                 shape.push_back(v);
             }
-        tensor x = tensor::zeros(*t, std::move(shape), info);
+        // Refused before anything is allocated: a frame holds less than
+        // 2 GiB, so a tensor can never be larger.
+        std::uint64_t bytes = itemsize(*t);
+        for (std::int64_t d : shape)
+            if (d != 0 && bytes > max_frame_size / static_cast<std::uint64_t>(d)) bytes = max_frame_size + 1;
+            else bytes *= static_cast<std::uint64_t>(d);
+        if (bytes > max_frame_size)
+            throw usage_error("--synthetic: '" + part + "': over " + std::to_string(max_frame_size) +
+                              " bytes, more than a ZeroMQ frame holds");
+        tensor x;
+        try {
+            x = tensor::zeros(*t, std::move(shape), info);
+        } catch (const tenbin::error& e) {  // the name
+            throw usage_error("--synthetic: '" + part + "': " + e.what());
+        }
         fill(x, seed * 131 + out.size());
         out.push_back(std::move(x));
     }
@@ -107,11 +121,17 @@ int run_serve(const serve_cli_options& opt) {
     if (!opt.synthetic.empty())
         for (std::uint64_t seed = 0; seed < 2; ++seed) batches.push_back(synthetic_batch(opt.synthetic, seed));
     if (batches.empty()) throw usage_error("nothing to send: give --file or --synthetic");
+    const std::vector<std::string> infos = opt.infos.empty() ? std::vector<std::string>{} : split(opt.infos, ',');
+    for (std::size_t b = 0; b < batches.size() && !infos.empty(); ++b)
+        if (batches[b].size() != infos.size())
+            throw usage_error("--infos gives " + std::to_string(infos.size()) + " infos, but " +
+                              (b < opt.files.size() ? "'" + opt.files[b] + "'" : std::string("--synthetic")) +
+                              " has " + std::to_string(batches[b].size()) + " tensors");
 
     connection_options co = connection_options_for(opt.socket, opt.url);
     co.multipart = !opt.single;
     co.allow64 = true;  // the files or specs say what to send
-    if (!opt.infos.empty()) co.infos = split(opt.infos, ',');
+    if (!infos.empty()) co.infos = infos;
     co.send_timeout = std::chrono::milliseconds(std::max(0, timeout_ms(opt.timeout)));
     if (timeout_ms(opt.timeout) < 0) co.send_timeout.reset();
     connection conn = open_connection(opt.socket, {opt.url}, co, "tenbin serve");
