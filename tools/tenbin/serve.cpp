@@ -86,12 +86,16 @@ std::vector<tensor> synthetic_batch(const std::string& spec, std::uint64_t seed)
                 shape.push_back(v);
             }
         // Refused before anything is allocated: a frame holds less than
-        // 2 GiB, so a tensor can never be larger.
-        std::uint64_t bytes = itemsize(*t);
-        for (std::int64_t d : shape)
-            if (d != 0 && bytes > max_frame_size / static_cast<std::uint64_t>(d)) bytes = max_frame_size + 1;
-            else bytes *= static_cast<std::uint64_t>(d);
-        if (bytes > max_frame_size)
+        // 2 GiB, so a tensor can never be larger. count() throws only on
+        // overflow here (no dimension is negative): larger still.
+        const auto fits_a_frame = [&] {
+            try {
+                return tensor_view{*t, shape, {}, {}}.count() <= max_frame_size / itemsize(*t);
+            } catch (const tenbin::error&) {
+                return false;
+            }
+        };
+        if (!fits_a_frame())
             throw usage_error("--synthetic: '" + part + "': over " + std::to_string(max_frame_size) +
                               " bytes, more than a ZeroMQ frame holds");
         tensor x;
