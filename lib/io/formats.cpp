@@ -6,7 +6,6 @@
 #include <set>
 #include <string_view>
 
-
 namespace tenbin {
 
 namespace detail {

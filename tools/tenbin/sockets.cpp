@@ -85,8 +85,8 @@ void add_socket_choice(CLI::App& app, socket_choice& choice, std::vector<std::st
     if (receiving)
         app.add_option("--max-bytes", choice.max_bytes,
                        "Tensor bytes one message may carry (e.g. 64MiB; k, M, G are powers of 1024);\n"
-                       "a peer sending a larger frame is disconnected before it is allocated, a\n"
-                       "message over it is refused as limit_exceeded")
+                       "a message over it is refused as limit_exceeded, and a peer sending a frame\n"
+                       "over it by more than 64 MiB is disconnected before the frame is allocated")
             ->transform(CLI::AsSizeValue(false))
             ->check(positive)
             ->capture_default_str();
