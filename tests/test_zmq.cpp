@@ -88,6 +88,14 @@ struct router_and_dealer {
     router_and_dealer() { link(router, dealer, transport::inproc); }
 };
 
+// A PULL socket and a PUSH connected to it over inproc.
+struct pull_and_push {
+    zmq::context_t ctx;
+    zmq::socket_t pull = make_socket(ctx, zmq::socket_type::pull);
+    zmq::socket_t push = make_socket(ctx, zmq::socket_type::push);
+    pull_and_push() { link(pull, push, transport::inproc); }
+};
+
 // A tensor of the given dtype and shape whose bytes follow a pattern.
 tensor patterned(dtype t, shape_t shape, std::string info = {}, int seed = 0) {
     tensor out = tensor::zeros(t, std::move(shape), std::move(info));
@@ -782,6 +790,106 @@ TEST_CASE("each received tensor keeps only its own frame: a kept small tensor do
     kept_tiny = tensor();
     CHECK(kept_small.info() == "small");
     CHECK(kept_small.view() == small.view());
+}
+
+TEST_CASE_FIXTURE(pull_and_push, "receiving into a kept message reuses its list and drops what it held first") {
+    std::atomic<int> first_released{0}, second_released{0};
+    void* first_at = nullptr;
+    void* second_at = nullptr;
+    REQUIRE(zsend_multipart(push, counted_tensor(1 << 16, first_released, &first_at)));
+    REQUIRE(zsend_multipart(push, counted_tensor(1 << 16, second_released, &second_at)));
+    const std::vector<tensor> sample = sample_tensors(40);
+    REQUIRE(zsend_single(push, sample));
+    REQUIRE(zsend_multipart(push, sample));
+
+    message into;
+    REQUIRE(zrecv_multipart(pull, into));
+    REQUIRE(into.tensors.size() == 1);
+    CHECK(into.tensors[0].data().data() == static_cast<const std::byte*>(first_at));
+    CHECK(holds_pattern(into.tensors[0]));
+    const tensor* list = into.tensors.data();
+
+    // The next receive drops the first message's tensor, so its frame goes
+    // back to the sender, and reuses the list's storage.
+    REQUIRE(zrecv(pull, into));
+    CHECK(first_released.load() == 1);
+    REQUIRE(into.tensors.size() == 1);
+    CHECK(into.tensors.data() == list);
+    CHECK(into.tensors[0].data().data() == static_cast<const std::byte*>(second_at));
+    CHECK_FALSE(into.single);
+
+    // A copy taken out keeps its frame past the next receive.
+    const tensor kept = into.tensors[0];
+    REQUIRE(zrecv_single(pull, into));
+    CHECK(second_released.load() == 0);
+    CHECK(into.single);
+    check_same(into.tensors, sample);
+    CHECK(holds_pattern(kept));
+
+    REQUIRE(zrecv(pull, into));
+    CHECK_FALSE(into.single);
+    check_same(into.tensors, sample);
+
+    // Nothing waiting: false, and the message is empty.
+    recv_options now;
+    now.flags = zmq::recv_flags::dontwait;
+    CHECK_FALSE(zrecv(pull, into, now));
+    CHECK(into.tensors.empty());
+    CHECK_FALSE(zrecv_multipart(pull, into, now));
+    CHECK_FALSE(zrecv_single(pull, into, now));
+    CHECK(second_released.load() == 0);  // `kept` still holds it
+}
+
+TEST_CASE_FIXTURE(pull_and_push, "receiving into a kept message: errors leave it empty, envelopes arrive in it, the next message is intact") {
+    const std::vector<tensor> good = sample_tensors(41);
+    message into;
+    REQUIRE(zsend_multipart(push, good));
+    REQUIRE(zrecv(pull, into));
+    REQUIRE_FALSE(into.tensors.empty());
+
+    // A data frame shorter than its header says, after one good tensor:
+    // the decoder fails part-way through the list.
+    auto frames = frames_of(good);
+    frames[3].pop_back();
+    send_raw(push, frames);
+    REQUIRE(zsend_multipart(push, good));
+    CHECK(errc_of([&] { (void)zrecv(pull, into); }) == "data_size_mismatch");
+    CHECK(into.tensors.empty());
+    REQUIRE(zrecv(pull, into));
+    check_same(into.tensors, good);
+
+    // The wrong form, refused.
+    REQUIRE(zsend_multipart(push, good));
+    CHECK(errc_of([&] { (void)zrecv_single(pull, into); }) == "odd_chunk_count");
+    CHECK(into.tensors.empty());
+
+    // A malformed message behind an envelope: the error carries the
+    // envelope, the message holds none of it.
+    recv_options topic;
+    topic.envelope = envelope_spec::topic();
+    send_raw(push, {bytes_of("news"), bytes_of("garbage!"), bytes_of("x")});
+    try {
+        (void)zrecv(pull, into, topic);
+        FAIL("no error");
+    } catch (const malformed_message& e) {
+        CHECK(e.envelope() == std::vector<std::string>{"news"});
+    }
+    CHECK(into.envelope.empty());
+    CHECK(into.tensors.empty());
+
+    // A good one behind the same envelope.
+    const std::vector<zmq::const_buffer> news{zmq::const_buffer("news", 4)};
+    send_options with_topic;
+    with_topic.envelope = news;
+    REQUIRE(zsend_multipart(push, good, with_topic));
+    REQUIRE(zrecv(pull, into, topic));
+    REQUIRE(into.envelope.size() == 1);
+    CHECK(into.envelope[0].to_string() == "news");
+    check_same(into.tensors, good);
+    // The next message without one clears it.
+    REQUIRE(zsend_multipart(push, good));
+    REQUIRE(zrecv(pull, into));
+    CHECK(into.envelope.empty());
 }
 
 TEST_CASE("the zero-copy frames of one message are released one by one") {

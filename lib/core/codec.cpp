@@ -226,9 +226,10 @@ namespace {
 
 // decode_list's body over any frame source: `frames.size()`,
 // `frames.bytes(i)` and `frames.take(i)` (frame i's data buffer: a copy, or
-// the frame itself given up), as detail::list_source has them.
+// the frame itself given up), as detail::list_source has them. Fills `out`,
+// reusing its storage.
 template <class Frames>
-std::vector<tensor> decode_list_with(Frames& frames, const decode_options& opt) {
+void fill_list(Frames& frames, const decode_options& opt, std::vector<tensor>& out) {
     const limits& lim = opt.limits;
     const std::size_t n = frames.size();
     if (n % 2 != 0)
@@ -237,7 +238,7 @@ std::vector<tensor> decode_list_with(Frames& frames, const decode_options& opt) 
     if (n / 2 > lim.max_tensors)
         throw_error(errc::limit_exceeded, str(n / 2) + " tensors exceed limits::max_tensors = " +
                                               str(lim.max_tensors));
-    std::vector<tensor> out;
+    out.clear();
     out.reserve(n / 2);
     std::uint64_t total = 0;
     for (std::size_t i = 0; i < n / 2; ++i) {
@@ -264,6 +265,12 @@ std::vector<tensor> decode_list_with(Frames& frames, const decode_options& opt) 
         parts.data = frames.take(2 * i + 1);
     }
     if (opt.expect_infos) check_infos(out, *opt.expect_infos);
+}
+
+template <class Frames>
+std::vector<tensor> decode_list_with(Frames& frames, const decode_options& opt) {
+    std::vector<tensor> out;
+    fill_list(frames, opt, out);
     return out;
 }
 
@@ -284,8 +291,8 @@ std::vector<tensor> decode_list(std::span<const buffer> frames, const decode_opt
     return decode_list_with(source, opt);
 }
 
-std::vector<tensor> detail::decode_list_from(list_source& frames, const decode_options& opt) {
-    return decode_list_with(frames, opt);
+void detail::decode_list_into(list_source& frames, const decode_options& opt, std::vector<tensor>& out) {
+    fill_list(frames, opt, out);
 }
 
 // ---- the chunked form -----------------------------------------------------

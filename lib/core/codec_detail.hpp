@@ -49,8 +49,10 @@ protected:
     ~list_source() = default;
 };
 
-// decode_list over a list_source: same checks and errors. Frames not taken
-// when it throws stay the source's.
-std::vector<tensor> decode_list_from(list_source& frames, const decode_options& opt);
+// decode_list over a list_source into `out`, whose storage it reuses (a
+// receive loop allocates no list per message): same checks and errors.
+// Frames not taken when it throws stay the source's; `out` is then left
+// with the tensors decoded so far.
+void decode_list_into(list_source& frames, const decode_options& opt, std::vector<tensor>& out);
 
 }  // namespace tenbin::detail

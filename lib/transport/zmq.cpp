@@ -507,11 +507,15 @@ bool receive_frames(zmq::socket_ref socket, const recv_options& opt, incoming_li
     return true;
 }
 
-std::optional<message> receive(zmq::socket_ref socket, const recv_options& opt, form want) {
+// Receives into `out`, reusing its storage; `out` is left empty when
+// nothing came and when this throws.
+bool receive_into(zmq::socket_ref socket, const recv_options& opt, form want, message& out) try {
+    out.tensors.clear();
+    out.envelope.clear();
+    out.single = false;
     incoming_list frames;
-    if (!receive_frames(socket, opt, frames)) return std::nullopt;
+    if (!receive_frames(socket, opt, frames)) return false;
 
-    message out;
     const std::size_t skip = envelope_size(frames, opt.envelope);
     if (skip) {
         out.envelope.reserve(skip);
@@ -539,7 +543,7 @@ std::optional<message> receive(zmq::socket_ref socket, const recv_options& opt, 
             if (want == form::single)
                 fail(errc::odd_chunk_count, "not single-part, which is one tenbin frame "
                                             "(zrecv accepts either form)");
-            out.tensors = detail::decode_list_from(tenbin_frames, opt.decode);
+            detail::decode_list_into(tenbin_frames, opt.decode, out.tensors);
         }
     } catch (const error& e) {
         const std::string where = n == 1 ? "single-part message of " + str(frames[skip].size()) + " bytes"
@@ -571,6 +575,16 @@ std::optional<message> receive(zmq::socket_ref socket, const recv_options& opt, 
     // copy stays read-only, like every received tensor.
     for (tensor& t : out.tensors)
         if (!t.data().aligned_to(itemsize(t.dtype()))) t = t.aligned();
+    return true;
+} catch (...) {
+    out.tensors.clear();
+    out.envelope.clear();
+    throw;
+}
+
+std::optional<message> receive(zmq::socket_ref socket, const recv_options& opt, form want) {
+    std::optional<message> out(std::in_place);
+    if (!receive_into(socket, opt, want, *out)) out.reset();
     return out;
 }
 
@@ -699,6 +713,18 @@ std::optional<message> zrecv_single(zmq::socket_ref socket, const recv_options& 
 
 std::optional<message> zrecv_multipart(zmq::socket_ref socket, const recv_options& opt) {
     return receive(socket, opt, form::multipart);
+}
+
+bool zrecv(zmq::socket_ref socket, message& into, const recv_options& opt) {
+    return receive_into(socket, opt, form::any, into);
+}
+
+bool zrecv_single(zmq::socket_ref socket, message& into, const recv_options& opt) {
+    return receive_into(socket, opt, form::single, into);
+}
+
+bool zrecv_multipart(zmq::socket_ref socket, message& into, const recv_options& opt) {
+    return receive_into(socket, opt, form::multipart, into);
 }
 
 }  // namespace tenbin
