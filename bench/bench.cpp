@@ -227,11 +227,13 @@ void check_received(const std::vector<tenbin::tensor>& got, const workload& w, b
     }
 }
 
-void recv_one(void* s, impl which, form f, const workload& w, bool verify) {
+// tenbin receives into `kept`, one message for the whole run, as the raw
+// receiver reuses one zmq_msg_t.
+void recv_one(void* s, impl which, form f, const workload& w, bool verify, tenbin::message& kept) {
     if (which == impl::tenbin) {
-        auto m = f == form::single ? tenbin::zrecv_single(ref(s)) : tenbin::zrecv_multipart(ref(s));
-        if (!m) fail("tenbin receive timed out");
-        check_received(m->tensors, w, verify);
+        const bool got = f == form::single ? tenbin::zrecv_single(ref(s), kept) : tenbin::zrecv_multipart(ref(s), kept);
+        if (!got) fail("tenbin receive timed out");
+        check_received(kept.tensors, w, verify);
         return;
     }
     // Frame i of a [header, data] message as the decoding variants check
@@ -309,7 +311,8 @@ double timed_receive(int warmup, int count, const std::function<void()>& ready, 
 // The same for recv_one.
 double receive_run(void* s, impl which, form f, const workload& w, int warmup, int count,
                    const std::function<void()>& ready) {
-    return timed_receive(warmup, count, ready, [&](bool verify) { recv_one(s, which, f, w, verify); });
+    tenbin::message kept;
+    return timed_receive(warmup, count, ready, [&](bool verify) { recv_one(s, which, f, w, verify, kept); });
 }
 
 void send_run(void* s, impl which, form f, const workload& w, int warmup, int count,
