@@ -61,8 +61,12 @@ constexpr std::uint64_t KiB = 1024, MiB = 1024 * KiB, GiB = 1024 * MiB;
 // receiver keeps every frame of a message open until the message is done
 // with); raw_decoded the format's work (the receiver decodes each header
 // and checks it against its data frame; the sender is plain raw); raw_floor
-// both, with nothing else: the floor for such a library.
-enum class impl { tenbin, raw, raw_kept, raw_decoded, raw_floor };
+// both, with nothing else: the floor for such a library. For small
+// messages, raw_tensors: the sender encodes each header as it sends, the
+// receiver decodes and checks it and hands the data frame, kept open by a
+// shared keeper, to a tenbin::tensor, the shortest way the library's
+// public types allow: the floor for a library that returns owned tensors.
+enum class impl { tenbin, raw, raw_kept, raw_decoded, raw_floor, raw_tensors };
 bool pins(impl i) { return i == impl::raw_kept || i == impl::raw_floor; }
 bool decodes(impl i) { return i == impl::raw_decoded || i == impl::raw_floor; }
 enum class form { multi, single, small };
@@ -172,6 +176,16 @@ void send_one(void* s, impl which, form f, const workload& w) {
         if (!ok) fail("tenbin send timed out");
         return;
     }
+    if (which == impl::raw_tensors) {
+        if (f != form::small) fail("raw_tensors sends small messages only");
+        const tenbin::tensor_view t = w.tensors[0].view();
+        std::array<std::byte, tenbin::header_size(tenbin::max_supported_rank)> header;
+        const std::size_t size = tenbin::header_size(t.ndim());
+        tenbin::encode_header_into(t, {header.data(), size});
+        check_zmq(zmq_send(s, header.data(), size, ZMQ_SNDMORE), "zmq_send header");
+        check_zmq(zmq_send(s, t.data.data(), t.data.size(), 0), "zmq_send data");
+        return;
+    }
     if (which != impl::raw && f != form::multi) fail("the anatomy cases are multipart only");
     if (f == form::single) {
         // One frame of the encoded size and the one copy tenbin also makes.
@@ -233,6 +247,35 @@ void recv_one(void* s, impl which, form f, const workload& w, bool verify, tenbi
     if (which == impl::tenbin) {
         const bool got = f == form::single ? tenbin::zrecv_single(ref(s), kept) : tenbin::zrecv_multipart(ref(s), kept);
         if (!got) fail("tenbin receive timed out");
+        check_received(kept.tensors, w, verify);
+        return;
+    }
+    if (which == impl::raw_tensors) {
+        if (f != form::small) fail("raw_tensors receives small messages only");
+        zmq_msg_t h;
+        zmq_msg_init(&h);
+        check_zmq(zmq_msg_recv(&h, s, 0), "zmq_msg_recv header");
+        tenbin::tensor_header header;
+        try {
+            header = tenbin::decode_header({static_cast<const std::byte*>(zmq_msg_data(&h)), zmq_msg_size(&h)});
+        } catch (...) {
+            zmq_msg_close(&h);
+            throw;
+        }
+        zmq_msg_close(&h);
+        struct frame {
+            zmq_msg_t m;
+            frame() { zmq_msg_init(&m); }
+            ~frame() { zmq_msg_close(&m); }
+        };
+        auto data = std::make_shared<frame>();
+        check_zmq(zmq_msg_recv(&data->m, s, 0), "zmq_msg_recv data");
+        const tenbin::mutable_bytes bytes{static_cast<std::byte*>(zmq_msg_data(&data->m)), zmq_msg_size(&data->m)};
+        if (bytes.size() != header.nbytes || zmq_msg_more(&data->m)) fail("raw receive got other frames than were sent");
+        kept.tensors.clear();
+        kept.tensors.emplace_back(header.dtype, std::move(header.shape),
+                                  tenbin::buffer::share(std::shared_ptr<const void>(std::move(data), bytes.data()), bytes, false),
+                                  header.info);
         check_received(kept.tensors, w, verify);
         return;
     }
@@ -742,6 +785,27 @@ struct suite {
                                    rate(w8, count8, impl::raw, impl::raw));
         add({"anatomy tenbin, 8 tensors", "inproc", w8.payload, m8.first, m8.second, "GB/s", versus,
              "both sides tenbin, 8 tensors of 128 KiB"});
+
+        // Small messages: there a message costs raw libzmq so little that
+        // building the owned tensor a receiver returns shows. Raw libzmq,
+        // the floor with owned tensors, tenbin.
+        const workload ws = make_workload("small", 0);
+        socket_pair ps("inproc", hwm_for(ws.payload));
+        auto small_rate = [&](int n, impl which) {
+            return [&, n, which] {
+                return throughput(ws, form::small, n, run_threads(ps, which, form::small, ws, warmup, n));
+            };
+        };
+        const int counts = calibrate(
+            cfg, [&](int c) { return run_threads(ps, impl::tenbin, form::small, ws, warmup, c); }, ws.payload);
+        const std::vector<double> ms = interleave_all(
+            cfg.reps, {small_rate(counts, impl::raw), small_rate(counts, impl::raw_tensors), small_rate(counts, impl::tenbin)});
+        const std::string small_versus = "raw libzmq, 2 copied frames";
+        add({"anatomy small, raw + tensors", "inproc", ws.payload, ms[1], ms[0], "msg/s", small_versus,
+             "raw libzmq encoding each header, decoding it into an owned tensor that keeps its frame: the floor"});
+        add({"anatomy small tenbin", "inproc", ws.payload, ms[2], ms[0], "msg/s", small_versus, "both sides tenbin"});
+        add({"anatomy small tenbin vs floor", "inproc", ws.payload, ms[2], ms[1], "msg/s", "the small floor above",
+             "both sides tenbin"});
     }
 
     // ---- the loader: receiving and decoding on a thread of its own ----
