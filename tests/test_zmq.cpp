@@ -981,6 +981,26 @@ TEST_CASE("copied sends hold no reference; unsent and undelivered zero-copy fram
         CHECK(got->tensors.at(0).data().data() != static_cast<const std::byte*>(original));
         CHECK(holds_pattern(got->tensors.at(0)));
     }
+    SUBCASE("by default, data under default_copy_threshold is copied and from it on handed over") {
+        std::atomic<int> small_released{0};
+        void* small_at = nullptr;
+        {
+            const std::vector<tensor> sent{counted_tensor(default_copy_threshold - 4, small_released, &small_at),
+                                           counted_tensor(default_copy_threshold, released, &original)};
+            REQUIRE(zsend_multipart(push, sent));
+        }
+        CHECK(small_released.load() == 1);  // copied: nothing else held it
+        CHECK(released.load() == 0);        // ZeroMQ holds the frame
+        auto got = zrecv(pull);
+        REQUIRE(got);
+        REQUIRE(got->tensors.size() == 2);
+        CHECK(got->tensors[0].data().data() != static_cast<const std::byte*>(small_at));
+        CHECK(got->tensors[1].data().data() == static_cast<const std::byte*>(original));
+        CHECK(holds_pattern(got->tensors[0]));
+        CHECK(holds_pattern(got->tensors[1]));
+        got.reset();
+        CHECK(released.load() == 1);
+    }
     SUBCASE("single-part always copies") {
         {
             tensor t = counted_tensor(n, released, &original);
