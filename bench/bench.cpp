@@ -706,8 +706,14 @@ struct suite {
     }
 
     // ---- 1-3: streams against raw libzmq ----
-    void streams(form f, const std::vector<std::uint64_t>& sizes, const std::vector<std::string>& transports) {
+    // With `contender` raw, raw libzmq against itself in the same
+    // alternation (the "noise" rows): what this machine's noise alone makes
+    // of a ratio that should be 1.
+    void streams(form f, const std::vector<std::uint64_t>& sizes, const std::vector<std::string>& transports,
+                 impl contender = impl::tenbin) {
         const bool small = f == form::small;
+        const bool noise = contender == impl::raw;
+        const std::string group = noise ? "noise" : name_of(f);
         const std::string versus = f == form::multi    ? "raw libzmq, zero-copy frames"
                                    : f == form::single ? "raw libzmq, 1 frame + memcpy"
                                                        : "raw libzmq, 2 copied frames";
@@ -715,25 +721,29 @@ struct suite {
             const workload w = small ? make_workload("small", 0) : make_workload("quad", size);
             const int warmup = 2;
             for (const std::string& transport : transports) {
-                if (!wanted(name_of(f), transport)) continue;
+                if (!wanted(group, transport)) continue;
                 auto to_rate = [&](double sec, int count) { return throughput(w, f, count, sec); };
                 std::pair<double, double> m;
                 if (transport == "tcp-2proc") {
                     process_pair p(cfg, f, w);
                     const int count = calibrate(
-                        cfg, [&](int c) { return p.run(impl::tenbin, warmup, c); }, w.payload);
+                        cfg, [&](int c) { return p.run(contender, warmup, c); }, w.payload);
                     m = interleave(
-                        cfg.reps, [&] { return to_rate(p.run(impl::tenbin, warmup, count), count); },
+                        cfg.reps, [&] { return to_rate(p.run(contender, warmup, count), count); },
                         [&] { return to_rate(p.run(impl::raw, warmup, count), count); });
                 } else {
                     socket_pair p(transport, hwm_for(w.payload));
                     const int count = calibrate(
-                        cfg, [&](int c) { return run_threads(p, impl::tenbin, f, w, warmup, c); }, w.payload);
+                        cfg, [&](int c) { return run_threads(p, contender, f, w, warmup, c); }, w.payload);
                     m = interleave(
-                        cfg.reps, [&] { return to_rate(run_threads(p, impl::tenbin, f, w, warmup, count), count); },
+                        cfg.reps, [&] { return to_rate(run_threads(p, contender, f, w, warmup, count), count); },
                         [&] { return to_rate(run_threads(p, impl::raw, f, w, warmup, count), count); });
                 }
-                add({name_of(f), transport, w.payload, m.first, m.second, small ? "msg/s" : "GB/s", versus, {}});
+                // A noise row's name holds no form's word: scripts that pick
+                // rows by "multi", "single" or "small" never take it for one.
+                add({noise ? "noise: raw vs raw" : name_of(f), transport, w.payload, m.first, m.second,
+                     small ? "msg/s" : "GB/s", versus,
+                     noise ? std::string("both sides raw libzmq, the ") + name_of(f) + " workload" : ""});
             }
         }
     }
@@ -1127,9 +1137,10 @@ const char* usage =
     "  --quick        the short run (under a minute on 2 cores)\n"
     "  --json FILE    write the results as a JSON array\n"
     "  --filter TEXT  only the groups of cases whose \"group transport\" contains TEXT;\n"
-    "                 the groups: multi, single, small (inproc, ipc, tcp, tcp-2proc),\n"
-    "                 anatomy inproc, loader tcp, codec memory, file file, multi vs\n"
-    "                 python, single vs python, batch multi (tcp-2proc)\n"
+    "                 the groups: multi, single, small, noise (inproc, ipc, tcp,\n"
+    "                 tcp-2proc), anatomy inproc, loader tcp, codec memory, file\n"
+    "                 file, multi vs python, single vs python, batch multi\n"
+    "                 (tcp-2proc)\n"
     "  --malloc MODE  in-process and C++ two-process stream cases: call\n"
     "                 tenbin::reuse_large_allocations() (reuse, the default) or not\n"
     "                 (the Python and batch cases set their own)\n"
@@ -1239,6 +1250,10 @@ int run(int argc, char** argv) {
     group("multi", [&] { s.streams(form::multi, sizes, transports); });
     group("single", [&] { s.streams(form::single, sizes, transports); });
     group("small", [&] { s.streams(form::small, {0}, transports); });
+    group("noise", [&] {
+        s.streams(form::multi, {MiB, 64 * MiB}, transports, impl::raw);
+        s.streams(form::small, {0}, transports, impl::raw);
+    });
     group("anatomy", [&] { s.anatomy(MiB); });
     group("loader", [&] {
         s.loader(cfg.quick ? std::vector<std::uint64_t>{0, MiB} : std::vector<std::uint64_t>{0, 64 * KiB, MiB, 16 * MiB});
