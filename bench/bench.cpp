@@ -811,10 +811,11 @@ struct suite {
         const std::vector<double> ms = interleave_all(
             cfg.reps, {small_rate(counts, impl::raw), small_rate(counts, impl::raw_tensors), small_rate(counts, impl::tenbin)});
         const std::string small_versus = "raw libzmq, 2 copied frames";
-        add({"anatomy small, raw + tensors", "inproc", ws.payload, ms[1], ms[0], "msg/s", small_versus,
+        // Named by size: a row named "small" is the small-message case.
+        add({"anatomy 256 B, raw + tensors", "inproc", ws.payload, ms[1], ms[0], "msg/s", small_versus,
              "raw libzmq encoding each header, decoding it into an owned tensor that keeps its frame: the floor"});
-        add({"anatomy small tenbin", "inproc", ws.payload, ms[2], ms[0], "msg/s", small_versus, "both sides tenbin"});
-        add({"anatomy small tenbin vs floor", "inproc", ws.payload, ms[2], ms[1], "msg/s", "the small floor above",
+        add({"anatomy 256 B tenbin", "inproc", ws.payload, ms[2], ms[0], "msg/s", small_versus, "both sides tenbin"});
+        add({"anatomy 256 B tenbin vs floor", "inproc", ws.payload, ms[2], ms[1], "msg/s", "the 256 B floor above",
              "both sides tenbin"});
     }
 
