@@ -234,12 +234,13 @@ std::optional<message> zrecv_multipart(zmq::socket_ref socket, const recv_option
 /// The same three receives into a message the caller keeps, as libzmq's
 /// zmq_msg_recv reuses a zmq_msg_t: `into`'s tensors and envelope are
 /// dropped first (releasing their frames, unless copies of the tensors
-/// live on elsewhere), then the message is received into it, reusing the
-/// storage of its tensor list. A loop that receives into one `message`
-/// allocates no list per message; for small messages that is about a
-/// tenth of the receive's own work. Returns false where the others return
-/// nothing; `into` is then empty, and it is empty after an exception too.
-/// Otherwise the same contract as the form's function above.
+/// live on elsewhere), then the message is received into it. A multipart
+/// message's tensors go into the list's existing storage, so a loop that
+/// receives them into one `message` allocates no list per message (for a
+/// one-tensor message about 200 instructions, a tenth of the receiving
+/// thread's). Returns false where the others return nothing; `into` is
+/// then empty, and it is empty after an exception too. Otherwise the same
+/// contract as the form's function above.
 bool zrecv(zmq::socket_ref socket, message& into, const recv_options& opt = {});
 /// `zrecv_single` into a message the caller keeps (see `zrecv(socket, into)`).
 bool zrecv_single(zmq::socket_ref socket, message& into, const recv_options& opt = {});
