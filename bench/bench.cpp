@@ -252,22 +252,17 @@ void recv_one(void* s, impl which, form f, const workload& w, bool verify, tenbi
     }
     if (which == impl::raw_tensors) {
         if (f != form::small) fail("raw_tensors receives small messages only");
-        zmq_msg_t h;
-        zmq_msg_init(&h);
-        check_zmq(zmq_msg_recv(&h, s, 0), "zmq_msg_recv header");
-        tenbin::tensor_header header;
-        try {
-            header = tenbin::decode_header({static_cast<const std::byte*>(zmq_msg_data(&h)), zmq_msg_size(&h)});
-        } catch (...) {
-            zmq_msg_close(&h);
-            throw;
-        }
-        zmq_msg_close(&h);
         struct frame {
             zmq_msg_t m;
             frame() { zmq_msg_init(&m); }
             ~frame() { zmq_msg_close(&m); }
         };
+        tenbin::tensor_header header;
+        {
+            frame h;
+            check_zmq(zmq_msg_recv(&h.m, s, 0), "zmq_msg_recv header");
+            header = tenbin::decode_header({static_cast<const std::byte*>(zmq_msg_data(&h.m)), zmq_msg_size(&h.m)});
+        }
         auto data = std::make_shared<frame>();
         check_zmq(zmq_msg_recv(&data->m, s, 0), "zmq_msg_recv data");
         const tenbin::mutable_bytes bytes{static_cast<std::byte*>(zmq_msg_data(&data->m)), zmq_msg_size(&data->m)};
@@ -761,17 +756,19 @@ struct suite {
         socket_pair p("inproc", hwm_for(w.payload));
         const int count = calibrate(
             cfg, [&](int c) { return run_threads(p, impl::tenbin, form::multi, w, warmup, c); }, w.payload);
-        // GB/s of `n` messages of `wl` from `sender` to `receiver`.
-        auto rate = [&](const workload& wl, int n, impl sender, impl receiver) {
-            return [&, n, sender, receiver] {
-                return throughput(wl, form::multi, n, run_threads(p, sender, receiver, form::multi, wl, warmup, n));
+        // The rate of `n` messages of `wl` in form `f` over `on`, from
+        // `sender` to `receiver` (GB/s; messages a second for small ones).
+        auto rate = [&](socket_pair& on, form f, const workload& wl, int n, impl sender, impl receiver) {
+            return [&, f, n, sender, receiver] {
+                return throughput(wl, f, n, run_threads(on, sender, receiver, f, wl, warmup, n));
             };
         };
+        auto multi = [&](int n, impl sender, impl receiver) { return rate(p, form::multi, w, n, sender, receiver); };
         const std::vector<double> m = interleave_all(
-            cfg.reps, {rate(w, count, impl::raw, impl::raw), rate(w, count, impl::raw, impl::raw_decoded),
-                       rate(w, count, impl::raw_kept, impl::raw_kept), rate(w, count, impl::raw_floor, impl::raw_floor),
-                       rate(w, count, impl::tenbin, impl::raw), rate(w, count, impl::raw, impl::tenbin),
-                       rate(w, count, impl::tenbin, impl::tenbin)});
+            cfg.reps, {multi(count, impl::raw, impl::raw), multi(count, impl::raw, impl::raw_decoded),
+                       multi(count, impl::raw_kept, impl::raw_kept), multi(count, impl::raw_floor, impl::raw_floor),
+                       multi(count, impl::tenbin, impl::raw), multi(count, impl::raw, impl::tenbin),
+                       multi(count, impl::tenbin, impl::tenbin)});
         const std::string versus = "raw libzmq, zero-copy frames";
         add({"anatomy raw + header decode", "inproc", w.payload, m[1], m[0], "GB/s", versus,
              "raw receiver decoding and checking every header"});
@@ -791,8 +788,8 @@ struct suite {
         const workload w8 = make_workload("octo", size);
         const int count8 = calibrate(
             cfg, [&](int c) { return run_threads(p, impl::tenbin, form::multi, w8, warmup, c); }, w8.payload);
-        const auto m8 = interleave(cfg.reps, rate(w8, count8, impl::tenbin, impl::tenbin),
-                                   rate(w8, count8, impl::raw, impl::raw));
+        const auto m8 = interleave(cfg.reps, rate(p, form::multi, w8, count8, impl::tenbin, impl::tenbin),
+                                   rate(p, form::multi, w8, count8, impl::raw, impl::raw));
         add({"anatomy tenbin, 8 tensors", "inproc", w8.payload, m8.first, m8.second, "GB/s", versus,
              "both sides tenbin, 8 tensors of 128 KiB"});
 
@@ -801,15 +798,11 @@ struct suite {
         // the floor with owned tensors, tenbin.
         const workload ws = make_workload("small", 0);
         socket_pair ps("inproc", hwm_for(ws.payload));
-        auto small_rate = [&](int n, impl which) {
-            return [&, n, which] {
-                return throughput(ws, form::small, n, run_threads(ps, which, form::small, ws, warmup, n));
-            };
-        };
+        auto small = [&](int n, impl which) { return rate(ps, form::small, ws, n, which, which); };
         const int counts = calibrate(
             cfg, [&](int c) { return run_threads(ps, impl::tenbin, form::small, ws, warmup, c); }, ws.payload);
         const std::vector<double> ms = interleave_all(
-            cfg.reps, {small_rate(counts, impl::raw), small_rate(counts, impl::raw_tensors), small_rate(counts, impl::tenbin)});
+            cfg.reps, {small(counts, impl::raw), small(counts, impl::raw_tensors), small(counts, impl::tenbin)});
         const std::string small_versus = "raw libzmq, 2 copied frames";
         // Named by size: a row named "small" is the small-message case.
         add({"anatomy 256 B, raw + tensors", "inproc", ws.payload, ms[1], ms[0], "msg/s", small_versus,
