@@ -66,8 +66,34 @@ constexpr std::uint64_t KiB = 1024, MiB = 1024 * KiB, GiB = 1024 * MiB;
 // receiver decodes and checks it and hands the data frame, kept open by a
 // shared keeper, to a tenbin::tensor, the shortest way the library's
 // public types allow: the floor for a library that returns owned tensors.
-enum class impl { tenbin, raw, raw_kept, raw_decoded, raw_floor, raw_tensors };
+enum class impl { tenbin, raw, raw_kept, raw_decoded, raw_floor, raw_tensors, pool, fresh, raw_fresh };
 bool pins(impl i) { return i == impl::raw_kept || i == impl::raw_floor; }
+// The producers (the "producer" rows) make every batch they send, writing
+// each byte of it: pool fills tensors from a tenbin::tensor_pool, fresh
+// allocates new tensors, raw_fresh mallocs each frame and hands it to
+// zmq_msg_init_data with a free callback. Their receivers are tenbin's
+// (pool, fresh) and raw libzmq's (raw_fresh).
+bool produces(impl i) { return i == impl::pool || i == impl::fresh || i == impl::raw_fresh; }
+impl receiver_for(impl i) {
+    if (!produces(i)) return i;
+    return i == impl::raw_fresh ? impl::raw : impl::tenbin;
+}
+// Names of the implementations the two-process peers run.
+const char* peer_name(impl i) {
+    switch (i) {
+    case impl::tenbin: return "tenbin";
+    case impl::raw: return "raw";
+    case impl::pool: return "pool";
+    case impl::fresh: return "fresh";
+    case impl::raw_fresh: return "raw_fresh";
+    default: fail("peers run tenbin, raw or a producer");
+    }
+}
+impl peer_impl(const std::string& name) {
+    for (impl i : {impl::tenbin, impl::raw, impl::pool, impl::fresh, impl::raw_fresh})
+        if (name == peer_name(i)) return i;
+    fail("unknown peer implementation " + name);
+}
 bool decodes(impl i) { return i == impl::raw_decoded || i == impl::raw_floor; }
 enum class form { multi, single, small };
 
@@ -169,7 +195,48 @@ void release_kept(void*, void* hint) {
     if (b->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete b;
 }
 
+void free_frame(void* data, void*) { std::free(data); }
+
+// A producer's message: every tensor of `w` made anew (from the pool, the
+// heap, or malloc for raw libzmq) and filled with its bytes.
+void produce_one(void* s, impl which, const workload& w) {
+    if (which == impl::raw_fresh) {
+        const std::size_t n = w.tensors.size();
+        for (std::size_t k = 0; k < n; ++k) {
+            check_zmq(zmq_send(s, w.headers[k].data(), w.headers[k].size(), ZMQ_SNDMORE), "zmq_send header");
+            const tenbin::buffer& d = w.tensors[k].data();
+            void* p = std::malloc(d.size() == 0 ? 1 : d.size());
+            if (!p) fail("out of memory");
+            std::memcpy(p, d.data(), d.size());
+            zmq_msg_t m;
+            check_zmq(zmq_msg_init_data(&m, p, d.size(), &free_frame, nullptr), "zmq_msg_init_data");
+            if (zmq_msg_send(&m, s, k + 1 < n ? ZMQ_SNDMORE : 0) < 0) {
+                zmq_msg_close(&m);
+                check_zmq(-1, "zmq_msg_send");
+            }
+        }
+        return;
+    }
+    // One pool for the process, as a producer keeps one (the sending
+    // thread is new for every repetition).
+    static tenbin::tensor_pool pool;
+    std::vector<tenbin::tensor> batch;
+    batch.reserve(w.tensors.size());
+    for (const tenbin::tensor& t : w.tensors) {
+        tenbin::tensor made = which == impl::pool ? pool.acquire(t.dtype(), t.shape(), t.info())
+                                                  : tenbin::tensor(t.dtype(), t.shape(),
+                                                                   tenbin::buffer::allocate(t.nbytes()), t.info());
+        if (t.nbytes() != 0) std::memcpy(made.mutable_bytes().data(), t.data().data(), t.nbytes());
+        batch.push_back(std::move(made));
+    }
+    if (!tenbin::zsend_multipart(ref(s), batch)) fail("tenbin send timed out");
+}
+
 void send_one(void* s, impl which, form f, const workload& w) {
+    if (produces(which)) {
+        if (f != form::multi) fail("the producers send multipart only");
+        return produce_one(s, which, w);
+    }
     if (which == impl::tenbin) {
         const bool ok = f == form::single ? tenbin::zsend_single(ref(s), w.tensors)
                                           : tenbin::zsend_multipart(ref(s), w.tensors);
@@ -244,6 +311,7 @@ void check_received(const std::vector<tenbin::tensor>& got, const workload& w, b
 // tenbin receives into `kept`, one message for the whole run, as the raw
 // receiver reuses one zmq_msg_t.
 void recv_one(void* s, impl which, form f, const workload& w, bool verify, tenbin::message& kept) {
+    which = receiver_for(which);
     if (which == impl::tenbin) {
         const bool got = f == form::single ? tenbin::zrecv_single(ref(s), kept) : tenbin::zrecv_multipart(ref(s), kept);
         if (!got) fail("tenbin receive timed out");
@@ -595,9 +663,8 @@ public:
     }
 
     double run(impl which, int warmup, int count) {
-        if (which != impl::tenbin && which != impl::raw) fail("peers run tenbin or raw");
-        const std::string line = std::string("run ") + (which == impl::tenbin ? "tenbin " : "raw ") +
-                                 std::to_string(warmup) + " " + std::to_string(count);
+        const std::string line = std::string("run ") + peer_name(which) + " " + std::to_string(warmup) + " " +
+                                 std::to_string(count);
         ends_.receiver.write_line(line);
         ends_.sender.write_line(line);
         return ends_.timed();
@@ -646,16 +713,15 @@ int peer_main(const std::map<std::string, std::string>& args) {
             });
         }
     };
-    auto impl_of = [](const std::string& name) { return name == "raw" ? impl::raw : impl::tenbin; };
     if (get("impl") != "session") {
-        run_once(impl_of(get("impl")), std::stoi(get("warmup")), std::stoi(get("count")));
+        run_once(peer_impl(get("impl")), std::stoi(get("warmup")), std::stoi(get("count")));
     } else {
         for (std::string line; (line = read_line()) != "quit";) {
             std::istringstream in(line);
             std::string verb, name;
             int warmup = 0, count = 0;
             if (!(in >> verb >> name >> warmup >> count) || verb != "run") fail("peer got \"" + line + "\"");
-            run_once(impl_of(name), warmup, count);
+            run_once(peer_impl(name), warmup, count);
         }
     }
     zmq_close(s);  // the sender's default linger: everything queued is delivered first
@@ -810,6 +876,49 @@ struct suite {
         add({"anatomy 256 B tenbin", "inproc", ws.payload, ms[2], ms[0], "msg/s", small_versus, "both sides tenbin"});
         add({"anatomy 256 B tenbin vs floor", "inproc", ws.payload, ms[2], ms[1], "msg/s", "the 256 B floor above",
              "both sides tenbin"});
+    }
+
+    // ---- producers: a tensor pool against a fresh tensor per message ----
+    // Each sender makes every batch it sends and writes all of its bytes
+    // (copied from the workload): from a tenbin::tensor_pool, as new
+    // tenbin tensors, or as malloc'd frames given to raw libzmq with
+    // zmq_msg_init_data. The pool's blocks come back once ZeroMQ is done
+    // with them, so it writes the same warm pages every time; the others
+    // pay the allocator and, for large blocks, a page fault per page.
+    void producers() {
+        const std::vector<std::pair<std::string, std::uint64_t>> cases = {
+            {"quad", MiB}, {"quad", 64 * MiB}, {"batch", 0}};
+        const int warmup = 2;
+        for (const auto& [set, size] : cases) {
+            const workload w = make_workload(set, size, false);
+            const std::string note = set == "batch" ? "the 77 MB batch" : "";
+            for (const std::string transport : {"inproc", "tcp-2proc"}) {
+                if (!wanted("producer", transport)) continue;
+                auto to_rate = [&](double sec, int count) { return throughput(w, form::multi, count, sec); };
+                std::vector<double> m;
+                if (transport == "tcp-2proc") {
+                    process_pair p(cfg, form::multi, w);
+                    const int count = calibrate(
+                        cfg, [&](int c) { return p.run(impl::pool, warmup, c); }, w.payload);
+                    auto run = [&](impl which) {
+                        return [&, which] { return to_rate(p.run(which, warmup, count), count); };
+                    };
+                    m = interleave_all(cfg.reps, {run(impl::pool), run(impl::fresh), run(impl::raw_fresh)});
+                } else {
+                    socket_pair p(transport, hwm_for(w.payload));
+                    const int count = calibrate(
+                        cfg, [&](int c) { return run_threads(p, impl::pool, form::multi, w, warmup, c); }, w.payload);
+                    auto run = [&](impl which) {
+                        return [&, which] { return to_rate(run_threads(p, which, form::multi, w, warmup, count), count); };
+                    };
+                    m = interleave_all(cfg.reps, {run(impl::pool), run(impl::fresh), run(impl::raw_fresh)});
+                }
+                add({"producer pool vs fresh", transport, w.payload, m[0], m[1], "GB/s",
+                     "a new tenbin tensor per message", note});
+                add({"producer pool vs raw", transport, w.payload, m[0], m[2], "GB/s",
+                     "raw libzmq, malloc + zmq_msg_init_data per frame", note});
+            }
+        }
     }
 
     // ---- the loader: receiving and decoding on a thread of its own ----
@@ -1249,6 +1358,7 @@ int run(int argc, char** argv) {
         s.streams(form::small, {0}, transports, impl::raw);
     });
     group("anatomy", [&] { s.anatomy(MiB); });
+    group("producer", [&] { s.producers(); });
     group("loader", [&] {
         s.loader(cfg.quick ? std::vector<std::uint64_t>{0, MiB} : std::vector<std::uint64_t>{0, 64 * KiB, MiB, 16 * MiB});
     });

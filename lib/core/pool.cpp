@@ -189,6 +189,10 @@ std::optional<tensor> tensor_pool::try_acquire(tenbin::dtype t, shape_t shape, s
     bool waited = false;
     for (;;) {
         if (auto it = s.idle.lower_bound(n); it != s.idle.end() && fits(it->first, n)) {
+            // Of the blocks of that size, the one given back last: its
+            // pages are the likeliest to be in cache (equal keys keep
+            // their insertion order).
+            it = std::prev(s.idle.upper_bound(it->first));
             block_capacity = it->first;
             block = it->second;
             s.idle.erase(it);
