@@ -491,6 +491,53 @@ class Wire(unittest.TestCase):
             with self.subTest(max_bytes=bad):
                 self.assertEqual(run("recv", endpoint, "--max-bytes", bad).returncode, 64)
 
+    def test_recv_memory_stays_bounded_under_a_flood(self):
+        # recv stalls on a full stdout pipe while a PUSH floods it with
+        # 512 KiB messages: what libzmq queues for it is bounded by the
+        # library's receive high-water mark (16 messages), not libzmq's 1000
+        # (500 MB here).
+        import fcntl
+        endpoint = free_tcp_endpoint()
+        rd, wr = os.pipe()
+        fcntl.fcntl(wr, getattr(fcntl, "F_SETPIPE_SZ", 1031), 4096)
+        receiver = subprocess.Popen([TOOL, "recv", endpoint, "--count", "100000", "--timeout", "60"],
+                                    stdout=wr, stderr=subprocess.DEVNULL)
+        os.close(wr)
+        self.addCleanup(os.close, rd)
+
+        def rss_kib():
+            with open(f"/proc/{receiver.pid}/status") as f:
+                return int(next(line for line in f if line.startswith("VmRSS:")).split()[1])
+
+        try:
+            push = self.socket(zmq.PUSH)
+            push.sndhwm = 4
+            push.sndtimeo = 3000
+            push.connect(endpoint)
+            n = 512 * 1024
+            header = struct.pack("<8s8sqq", b"u1", b"", 1, n)
+            data = bytes(n)
+            base, peak, sent = None, 0, 0
+            while sent < 1200:  # the unbounded receiver takes all of them
+                try:
+                    push.send(header, zmq.SNDMORE)
+                    push.send(data, copy=False)
+                except zmq.Again:
+                    break
+                sent += 1
+                if sent == 2:
+                    base = rss_kib()
+                if sent % 20 == 0:
+                    peak = max(peak, rss_kib())
+            time.sleep(1)
+            peak = max(peak, rss_kib())
+            self.assertIsNotNone(base)
+            self.assertLess(sent, 1200, "every message was taken: nothing held the flood back")
+            self.assertLess(peak - base, 160 * 1024, f"RSS grew from {base} to {peak} KiB ({sent} messages sent)")
+        finally:
+            receiver.kill()
+            receiver.wait()
+
     def test_a_timeout_wins_over_a_malformed_message(self):
         endpoint = free_tcp_endpoint()
         receiver = start("recv", endpoint, "--json", "--count", "2", "--timeout", "2")
