@@ -194,6 +194,22 @@ class Info(unittest.TestCase):
                     self.assertEqual(m["where"], path)
                     self.assertIn(m["cls"], acceptable(entry), lines[0])
 
+    def test_the_empty_file_of_every_format(self):
+        # The sanitizer build runs this too: an empty file's buffer has no
+        # bytes, not even an address.
+        for ext, status in ((".ten", 0), (".ten.zst", 1), (".npy", 1), (".npz", 1), (".safetensors", 1)):
+            with self.subTest(ext=ext):
+                path = os.path.join(_tmp.name, "empty" + ext)
+                open(path, "wb").close()
+                for mode in ([], ["--json"]):
+                    r = run("info", *mode, path)
+                    self.assertEqual(r.returncode, status, r.stderr)
+                    if status:
+                        self.assertEqual(len(r.stderr.decode().splitlines()), 1, r.stderr)
+                        self.assertIsNotNone(ERROR_LINE.match(r.stderr.decode().strip()), r.stderr)
+                    elif mode:
+                        self.assertEqual(json.loads(r.stdout)["tensors"], [])
+
     def test_a_bad_file_among_good_ones_fails_at_the_end(self):
         good1, good2 = VALID[0], VALID[4]
         bad = MALFORMED[0]
