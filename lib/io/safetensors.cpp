@@ -344,8 +344,16 @@ byte_plan plan_safetensors(std::span<const named_tensor> tensors, const safetens
         text += ":{\"dtype\":\"";
         text += st_dtype(t.dtype());
         text += "\",\"shape\":[";
-        for (std::size_t d = 0; d < t.shape().size(); ++d) text += (d ? "," : "") + std::to_string(t.shape()[d]);
-        text += "],\"data_offsets\":[" + str(offset) + "," + str(offset + t.nbytes()) + "]}";
+        // Appended piece by piece: g++ 12 -O3 warns (-Wrestrict) on "literal" + std::string here.
+        for (std::size_t d = 0; d < t.shape().size(); ++d) {
+            if (d) text += ',';
+            text += std::to_string(t.shape()[d]);
+        }
+        text += "],\"data_offsets\":[";
+        text += str(offset);
+        text += ',';
+        text += str(offset + t.nbytes());
+        text += "]}";
         offset += t.nbytes();
     }
     text += '}';
