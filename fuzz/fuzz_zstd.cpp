@@ -44,17 +44,18 @@ private:
 };
 
 // libzstd's own streaming decompression of the whole input (skippable
-// frames skipped, frames concatenated) in output blocks of `block_size`, or
-// nothing when it fails or passes `cap` bytes.
+// frames skipped, frames concatenated) in output blocks of `block_size`,
+// input handed over whole or (`byte_by_byte`) one byte a call; nothing when
+// it fails or passes `cap` bytes.
 std::optional<std::vector<std::byte>> decompress(tenbin::bytes_view in, int window_log, std::size_t cap,
-                                                 std::size_t block_size) {
+                                                 std::size_t block_size, bool byte_by_byte = false) {
     static ZSTD_DCtx* const d = ZSTD_createDCtx();  // reused: a context per input costs more than the work
     if (!d) return std::nullopt;
     ZSTD_DCtx_reset(d, ZSTD_reset_session_and_parameters);
     ZSTD_DCtx_setParameter(d, ZSTD_d_windowLogMax, window_log);
     std::vector<std::byte> out;
-    ZSTD_inBuffer src{in.data(), in.size(), 0};
-    std::byte block[64];
+    ZSTD_inBuffer src{in.data(), byte_by_byte ? std::min<std::size_t>(1, in.size()) : in.size(), 0};
+    std::byte block[4096];
     bool in_frame = false, ok = true;
     while (ok) {
         ZSTD_outBuffer dst{block, block_size, 0};
@@ -69,6 +70,10 @@ std::optional<std::vector<std::byte>> decompress(tenbin::bytes_view in, int wind
         if (src.pos != before || dst.pos != 0) in_frame = r != 0;
         out.insert(out.end(), block, block + dst.pos);
         if (out.size() > cap) ok = false;
+        if (src.pos == src.size && src.size < in.size()) {
+            ++src.size;
+            continue;
+        }
         if (src.pos == src.size && dst.pos < block_size) break;
     }
     if (!ok || in_frame) return std::nullopt;  // failed, or the input ends inside a frame
@@ -102,18 +107,20 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         if (e.code() != tenbin::errc::io_error && e.code() != tenbin::errc::truncated) fuzz::check_error(e);
         return 0;
     }
-    auto plain = decompress(stream, window_log, std::size_t{2} << 20, 64);
-    if (!plain) {
-        // libzstd 1.5.4 checks a frame's declared content size only when
-        // the output block has room for all of it (its one-shot path; the
-        // zstd tool refuses such a frame too), not while streaming into
-        // smaller blocks, as zstd_source does for a reader asking for a
-        // 16-byte preamble: a frame declaring 39 bytes that holds none
-        // passes. Found by this target; the same stream byte by byte tells
-        // that case from a real disagreement.
-        plain = decompress(stream, window_log, std::size_t{1} << 20, 1);
-        if (!plain) fuzz::fail("read accepted a stream that libzstd refuses");
-    }
+    // libzstd 1.5.4 checks a frame's declared content size on some paths
+    // only: when the output block has room for the whole frame (its
+    // one-shot path, as the zstd tool) or not; a frame declaring 39 bytes
+    // that holds none passes while streaming into small blocks, as
+    // zstd_source does for a reader asking for a 16-byte preamble (found by
+    // this target), and with the input in pieces, as short reads give it,
+    // a frame with an empty compressed block passes too. So the stream must
+    // decode on one of those paths, and give the same bytes.
+    std::optional<std::vector<std::byte>> plain;
+    for (std::size_t block : {64, 16, 4096, 1})
+        if ((plain = decompress(stream, window_log, block == 1 ? std::size_t{1} << 20 : std::size_t{2} << 20, block)))
+            break;
+    if (!plain) plain = decompress(stream, window_log, std::size_t{2} << 20, 16, true);
+    if (!plain) fuzz::fail("read accepted a stream that libzstd refuses");
     tenbin::decode_options dopt;
     dopt.limits = opt.limits;
     try {
