@@ -9,7 +9,9 @@
 
 int main() {
     zmq::context_t ctx;
-    zmq::socket_t frontend(ctx, zmq::socket_type::pull), backend(ctx, zmq::socket_type::push);
+    // Receiving sockets bounded (high-water mark, largest message), whatever a peer sends.
+    zmq::socket_t frontend = tenbin::bounded_socket(ctx, zmq::socket_type::pull);
+    zmq::socket_t backend(ctx, zmq::socket_type::push);
     frontend.bind("inproc://frontend");
     backend.bind("inproc://backend");
     // zmq::proxy runs until the context shuts down; a PAIR control socket
@@ -19,7 +21,8 @@ int main() {
     control_peer.connect("inproc://control");
     std::thread device([&] { zmq::proxy_steerable(frontend, backend, zmq::socket_ref(), control); });
 
-    zmq::socket_t producer(ctx, zmq::socket_type::push), consumer(ctx, zmq::socket_type::pull);
+    zmq::socket_t producer(ctx, zmq::socket_type::push);
+    zmq::socket_t consumer = tenbin::bounded_socket(ctx, zmq::socket_type::pull);
     producer.connect("inproc://frontend");
     consumer.connect("inproc://backend");
     consumer.set(zmq::sockopt::rcvtimeo, 5000);

@@ -15,7 +15,8 @@
 int main() {
     const auto path = std::filesystem::temp_directory_path() / ("record-" + std::to_string(::getpid()) + ".ten");
     zmq::context_t ctx;
-    zmq::socket_t tx(ctx, zmq::socket_type::pair), rx(ctx, zmq::socket_type::pair);
+    zmq::socket_t tx(ctx, zmq::socket_type::pair);
+    zmq::socket_t rx = tenbin::bounded_socket(ctx, zmq::socket_type::pair);  // bounded receive queue
     rx.bind("inproc://live");
     tx.connect("inproc://live");
     rx.set(zmq::sockopt::rcvtimeo, 2000);

@@ -22,7 +22,8 @@ tenbin::tensor sum_of(const tenbin::tensor& t) {
 
 int main() {
     zmq::context_t ctx;
-    zmq::socket_t server(ctx, zmq::socket_type::router);
+    // Sockets that receive are bounded (high-water mark, largest message).
+    zmq::socket_t server = tenbin::bounded_socket(ctx, zmq::socket_type::router);
     server.set(zmq::sockopt::rcvtimeo, 5000);
     server.bind("tcp://127.0.0.1:*");
     const std::string address = server.get(zmq::sockopt::last_endpoint);
@@ -53,7 +54,7 @@ int main() {
     const auto numbers = tenbin::tensor::from_vector(std::vector<float>{1, 2, 3, 4}, {4}, "numbers");
     bool ok = true;
     for (auto type : {zmq::socket_type::dealer, zmq::socket_type::req}) {
-        zmq::socket_t client(ctx, type);
+        zmq::socket_t client = tenbin::bounded_socket(ctx, type);
         client.set(zmq::sockopt::rcvtimeo, 5000);
         client.connect(address);
         // A DEALER talks to a ROUTER with no delimiter; a REQ adds one
@@ -65,7 +66,7 @@ int main() {
         ok = ok && sum == 10.0f;
     }
     {
-        zmq::socket_t client(ctx, zmq::socket_type::req);
+        zmq::socket_t client = tenbin::bounded_socket(ctx, zmq::socket_type::req);
         client.set(zmq::sockopt::rcvtimeo, 5000);
         client.connect(address);
         client.send(zmq::str_buffer("not tensors"), zmq::send_flags::none);

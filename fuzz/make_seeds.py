@@ -13,6 +13,7 @@ import json
 import pathlib
 import shutil
 import struct
+import subprocess
 import sys
 import zipfile
 
@@ -88,9 +89,35 @@ def format_seeds():
     return out
 
 
+def zstd(data):
+    """data as one zstd frame, by the zstd tool (None without it)."""
+    try:
+        return subprocess.run(["zstd", "-q", "-c", "--no-progress"], input=data, capture_output=True,
+                              check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+def zrecv_input(mode, frames):
+    """The zrecv target's input: mode byte, then framed frames."""
+    return bytes([mode]) + framed(frames)
+
+
+def sctp_input(hint, max_size, messages, cut=180):
+    """The sctp_parts target's input: messages cut into parts of at most `cut` bytes."""
+    out = bytes([hint]) + struct.pack("<H", max_size - 1)
+    for data, note in messages:
+        pieces = [data[i:i + cut] for i in range(0, len(data), cut)] or [b"\0"]
+        for j, piece in enumerate(pieces):
+            flags = (1 if j == len(pieces) - 1 else 0) | (2 if note else 0)
+            out += bytes([flags, len(piece) - 1]) + piece
+    return out
+
+
 def main():
     vectors, url_seeds, out = map(pathlib.Path, sys.argv[1:4])
-    targets = ["decode_buffer", "decode_list", "read", "decode_header", "url", "formats"]
+    targets = ["decode_buffer", "decode_list", "read", "decode_header", "url", "formats", "zrecv", "sctp_parts",
+               "zstd"]
     for t in targets:
         shutil.rmtree(out / t, ignore_errors=True)
         (out / t).mkdir(parents=True)
@@ -108,6 +135,17 @@ def main():
             put("decode_list", f.name, framed(payloads))
         for i, p in enumerate(payloads[0::2]):
             put("decode_header", f"{f.name}.{i}", p)
+        if len(data) < 4096:
+            # Single-part, then multipart behind a ROUTER identity and
+            # delimiter, through the envelope specs that take them.
+            put("zrecv", f"{f.name}.single", zrecv_input(0x00, [data]))
+            if payloads:
+                put("zrecv", f"{f.name}.router", zrecv_input(0x04, [b"id", b""] + payloads))
+                put("zrecv", f"{f.name}.topic", zrecv_input(0x16, [b"topic"] + payloads))
+        packed = zstd(data)
+        if packed is not None:
+            put("zstd", f"{f.name}.zst", bytes([0]) + packed)
+            put("zstd", f"{f.name}.zst.short", bytes([1]) + packed)
     for d in sorted(p for p in vectors.glob("mp_*") if p.is_dir()):
         frames = [p.read_bytes() for p in sorted(d.glob("*.bin"))]
         put("decode_list", d.name, framed(frames))
@@ -117,6 +155,14 @@ def main():
         put("url", f.name, f.read_bytes())
     for name, data in format_seeds():
         put("formats", name, data)
+    packed = zstd(b"")
+    if packed is not None:
+        # A skippable frame (as pzstd writes first), then two frames.
+        skippable = struct.pack("<II", 0x184D2A50, 4) + b"skip"
+        put("zstd", "skippable_concat", bytes([4]) + skippable + packed + packed)
+    put("sctp_parts", "two", sctp_input(0, 4096, [(bytes(range(200)), False), (b"x" * 500, False)]))
+    put("sctp_parts", "note_over", sctp_input(3, 300, [(b"n" * 40, True), (b"y" * 700, False), (b"z" * 10, False)]))
+    put("sctp_parts", "exact", sctp_input(1, 256, [(b"e" * 256, False), (b"f" * 257, False)], cut=100))
     for t in targets:
         print(f"{t}: {len(list((out / t).iterdir()))} seeds")
 

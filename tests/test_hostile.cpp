@@ -729,6 +729,23 @@ TEST_CASE("limit_message_size bounds a socket of the user's as a connection boun
     CHECK(pull.get(zmq::sockopt::maxmsgsize) == -1);
 }
 
+TEST_CASE("bounded_socket and bound_receive set the receive high-water mark and the message size") {
+    zmq::context_t ctx(1);
+    zmq::socket_t plain(ctx, zmq::socket_type::pull);
+    REQUIRE(plain.get(zmq::sockopt::rcvhwm) == 1000);  // libzmq's: a flood queues 1000 messages
+    limits l;
+    l.max_bytes = MiB;
+    zmq::socket_t bounded = bounded_socket(ctx, zmq::socket_type::pull, l);
+    CHECK(bounded.get(zmq::sockopt::rcvhwm) == default_recv_hwm);
+    CHECK(bounded.get(zmq::sockopt::maxmsgsize) == MiB + (std::int64_t{1} << 26));
+    bound_receive(plain, {}, 4);
+    CHECK(plain.get(zmq::sockopt::rcvhwm) == 4);
+    CHECK(plain.get(zmq::sockopt::maxmsgsize) == static_cast<std::int64_t>(limits{}.max_bytes) + (std::int64_t{1} << 26));
+    // A connection is bounded the same way.
+    connection rx("zpull://127.0.0.1:*", {});
+    CHECK(rx.socket().get(zmq::sockopt::rcvhwm) == default_recv_hwm);
+}
+
 TEST_CASE("a frame over ZMQ_MAXMSGSIZE never reaches memory; the sender reconnects and goes on") {
     // A connection sets ZMQ_MAXMSGSIZE to limits::max_bytes plus 64 MiB for
     // chunk overhead: libzmq reads the frame's length, refuses it and drops

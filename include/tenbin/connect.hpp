@@ -127,7 +127,7 @@ struct connection_options {
     /// batches in flight per peer.
     int send_hwm = 16;
     /// Receive high-water mark in messages (see `send_hwm`).
-    int recv_hwm = 16;
+    int recv_hwm = default_recv_hwm;
     /// How long closing waits to deliver queued messages. ZeroMQ's default
     /// is forever (a hang at exit when the peer is gone); tensorcom's 0
     /// silently drops them. Unsent messages after this are dropped. Pull

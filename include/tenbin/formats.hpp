@@ -48,7 +48,8 @@
 
 namespace tenbin {
 
-/// A tensor and its name in an .npz or .safetensors file (any UTF-8 string).
+/// A tensor and its name in an .npz or .safetensors file (any UTF-8 string
+/// without NUL: every reader and writer refuses a name holding one).
 struct named_tensor {
     /// The name: an .npz member without ".npy", a safetensors key, or a
     /// .ten info. Writers use this, not `value.info()`.
@@ -137,8 +138,8 @@ struct safetensors_contents {
 /// `decode_safetensors_with_metadata`). Throws truncated (under 8 bytes),
 /// length_beyond_end (header or data offsets past the end), limit_exceeded
 /// (`max_header_bytes`, `limits`), bad_header (invalid JSON, a key twice in
-/// one object, malformed entries, reversed, overlapping or uncovered
-/// ranges), data_size_mismatch (range size differs from shape and dtype),
+/// one object, a tensor name holding NUL, malformed entries, reversed,
+/// overlapping or uncovered ranges), data_size_mismatch (range size differs from shape and dtype),
 /// unsupported (BF16, BOOL, F8_* and other dtypes tenbin lacks).
 std::vector<named_tensor> decode_safetensors(const buffer& bytes, const format_options& opt = {});
 /// `decode_safetensors`, keeping the `__metadata__`.
@@ -147,7 +148,7 @@ safetensors_contents decode_safetensors_with_metadata(const buffer& bytes, const
 /// with a space-padded header making the data section 8-byte aligned, and
 /// `metadata` first in it as `__metadata__` (none when empty). Empty names
 /// become "arr_<index>". Throws bad_argument for duplicate names,
-/// "__metadata__", names, metadata keys or values that are not valid UTF-8,
+/// "__metadata__", names holding NUL, names, metadata keys or values that are not valid UTF-8,
 /// and a metadata key given twice.
 std::vector<std::byte> encode_safetensors(std::span<const named_tensor> tensors,
                                           const safetensors_metadata& metadata = {});

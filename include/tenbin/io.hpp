@@ -175,6 +175,7 @@ void write(sink& out, tensor_span tensors);
 /// What `read` accepts and how much of the stream it consumes.
 struct read_options {
     /// Stop after this many tensors (Python's `n`); the rest stays unread.
+    /// 0 is refused (bad_argument): its empty list would read as end of input.
     std::optional<std::size_t> max_tensors{};
     /// Bounds on the tensors read by this call (see `limits`).
     tenbin::limits limits{};

@@ -260,4 +260,23 @@ bool zrecv_multipart(zmq::socket_ref socket, message& into, const recv_options& 
 /// the socket unbounded. Throws zmq::error_t for socket errors.
 void limit_message_size(zmq::socket_ref socket, const limits& l = {});
 
+/// Receive high-water mark, in messages per peer, of the sockets tenbin
+/// makes (`connection_options::recv_hwm`, `bounded_socket`). libzmq's own
+/// default of 1000 lets a flooding peer queue 1000 messages in the receiver.
+inline constexpr int default_recv_hwm = 16;
+
+/// Bounds what peers can make `socket` hold, as a `connection` does: sets
+/// ZMQ_RCVHWM to `recv_hwm` (a full queue makes libzmq stop reading from
+/// the peer) and calls `limit_message_size(socket, l)`. A receiver then
+/// holds at most `recv_hwm` messages of at most `l.max_bytes` + 64 MiB per
+/// connected peer, whatever they send. Call it before `bind` and `connect`.
+/// Throws zmq::error_t for socket errors.
+void bound_receive(zmq::socket_ref socket, const limits& l = {}, int recv_hwm = default_recv_hwm);
+
+/// A new socket of `type` in `context` with `bound_receive(socket, l,
+/// recv_hwm)` applied: the way to make a socket that receives tensors from
+/// peers you do not control.
+zmq::socket_t bounded_socket(zmq::context_t& context, zmq::socket_type type, const limits& l = {},
+                             int recv_hwm = default_recv_hwm);
+
 }  // namespace tenbin

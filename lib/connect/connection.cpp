@@ -145,12 +145,11 @@ connection::connection(std::shared_ptr<zmq::context_t> context, std::span<const 
                                         "envelope_spec::router() on a zmq::socket_t (see examples/router_dealer.cpp)");
     socket_ = zmq::socket_t(*context_, zmq_socket_type(kind));
     socket_.set(zmq::sockopt::sndhwm, opt_.send_hwm);
-    socket_.set(zmq::sockopt::rcvhwm, opt_.recv_hwm);
     socket_.set(zmq::sockopt::linger, detail::can_send(kind) ? to_ms(opt_.linger) : 0);
     if (opt_.recv_timeout) socket_.set(zmq::sockopt::rcvtimeo, to_ms(*opt_.recv_timeout));
     if (opt_.send_timeout) socket_.set(zmq::sockopt::sndtimeo, to_ms(*opt_.send_timeout));
     if (opt_.heartbeat) set_heartbeat(socket_, *opt_.heartbeat);
-    limit_message_size(socket_, opt_.limits);
+    bound_receive(socket_, opt_.limits, opt_.recv_hwm);
     if (kind == socket_kind::sub) socket_.set(zmq::sockopt::subscribe, opt_.topic);
     if (kind == socket_kind::pub && opt_.pub_nodrop) socket_.set(zmq::sockopt::xpub_nodrop, 1);
     for (endpoint& ep : endpoints_) {

@@ -257,7 +257,8 @@ tensor decode_npy_part(const buffer& bytes, const format_options& opt) {
     const std::byte* p = bytes.data();
     const std::size_t size = bytes.size();
     if (size < 8) {
-        if (std::memcmp(p, npy_magic, std::min<std::size_t>(size, 6)) != 0)
+        // An empty buffer's data() may be null, which memcmp must not get.
+        if (size > 0 && std::memcmp(p, npy_magic, std::min<std::size_t>(size, 6)) != 0)
             throw_error(errc::bad_magic, "does not start with \\x93NUMPY");
         throw_error(errc::truncated, "npy file of " + str(size) + " bytes ends inside its preamble");
     }

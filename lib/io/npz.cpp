@@ -204,7 +204,9 @@ std::vector<member> read_directory(const reader& r, const format_options& opt) {
                 return static_cast<unsigned char>(c) >= 0x80;
             }))
             throw_error(errc::unsupported, "member " + str(i) + " has a non-ASCII name not marked UTF-8");
-        if (!detail::valid_utf8(m.name) || m.name.find('\0') != std::string::npos)
+        if (m.name.find('\0') != std::string::npos)
+            throw_error(errc::bad_header, "member " + str(i) + ": name contains a NUL byte");
+        if (!detail::valid_utf8(m.name))
             throw_error(errc::bad_header, "member " + str(i) + " has a name that is not valid UTF-8");
         m.crc = static_cast<std::uint32_t>(r.le(at + 16, 4));
         zip64_values v{r.le(at + 24, 4), r.le(at + 20, 4), r.le(at + 42, 4)};

@@ -183,6 +183,9 @@ void write(sink& out, tensor_span tensors) {
 }
 
 std::vector<tensor> read(source& in, const read_options& opt) {
+    // An empty list means end of input: a read of none would look like it.
+    if (opt.max_tensors && *opt.max_tensors == 0)
+        throw_error(errc::bad_argument, "read_options::max_tensors = 0: an empty list would mean end of input");
     const limits& lim = opt.limits;
     chunk_reader r(in);
     std::vector<tensor> out;

@@ -703,6 +703,17 @@ void limit_message_size(zmq::socket_ref socket, const limits& l) {
     if (rc != 0) throw zmq::error_t();
 }
 
+void bound_receive(zmq::socket_ref socket, const limits& l, int recv_hwm) {
+    socket.set(zmq::sockopt::rcvhwm, recv_hwm);
+    limit_message_size(socket, l);
+}
+
+zmq::socket_t bounded_socket(zmq::context_t& context, zmq::socket_type type, const limits& l, int recv_hwm) {
+    zmq::socket_t socket(context, type);
+    bound_receive(socket, l, recv_hwm);
+    return socket;
+}
+
 std::optional<message> zrecv(zmq::socket_ref socket, const recv_options& opt) {
     return receive(socket, opt, form::any);
 }

@@ -194,6 +194,22 @@ class Info(unittest.TestCase):
                     self.assertEqual(m["where"], path)
                     self.assertIn(m["cls"], acceptable(entry), lines[0])
 
+    def test_the_empty_file_of_every_format(self):
+        # The sanitizer build runs this too: an empty file's buffer has no
+        # bytes, not even an address.
+        for ext, status in ((".ten", 0), (".ten.zst", 1), (".npy", 1), (".npz", 1), (".safetensors", 1)):
+            with self.subTest(ext=ext):
+                path = os.path.join(_tmp.name, "empty" + ext)
+                open(path, "wb").close()
+                for mode in ([], ["--json"]):
+                    r = run("info", *mode, path)
+                    self.assertEqual(r.returncode, status, r.stderr)
+                    if status:
+                        self.assertEqual(len(r.stderr.decode().splitlines()), 1, r.stderr)
+                        self.assertIsNotNone(ERROR_LINE.match(r.stderr.decode().strip()), r.stderr)
+                    elif mode:
+                        self.assertEqual(json.loads(r.stdout)["tensors"], [])
+
     def test_a_bad_file_among_good_ones_fails_at_the_end(self):
         good1, good2 = VALID[0], VALID[4]
         bad = MALFORMED[0]
@@ -490,6 +506,53 @@ class Wire(unittest.TestCase):
         for bad in ("-1", "lots", "1 parsecs"):
             with self.subTest(max_bytes=bad):
                 self.assertEqual(run("recv", endpoint, "--max-bytes", bad).returncode, 64)
+
+    def test_recv_memory_stays_bounded_under_a_flood(self):
+        # recv stalls on a full stdout pipe while a PUSH floods it with
+        # 512 KiB messages: what libzmq queues for it is bounded by the
+        # library's receive high-water mark (16 messages), not libzmq's 1000
+        # (500 MB here).
+        import fcntl
+        endpoint = free_tcp_endpoint()
+        rd, wr = os.pipe()
+        fcntl.fcntl(wr, getattr(fcntl, "F_SETPIPE_SZ", 1031), 4096)
+        receiver = subprocess.Popen([TOOL, "recv", endpoint, "--count", "100000", "--timeout", "60"],
+                                    stdout=wr, stderr=subprocess.DEVNULL)
+        os.close(wr)
+        self.addCleanup(os.close, rd)
+
+        def rss_kib():
+            with open(f"/proc/{receiver.pid}/status") as f:
+                return int(next(line for line in f if line.startswith("VmRSS:")).split()[1])
+
+        try:
+            push = self.socket(zmq.PUSH)
+            push.sndhwm = 4
+            push.sndtimeo = 3000
+            push.connect(endpoint)
+            n = 512 * 1024
+            header = struct.pack("<8s8sqq", b"u1", b"", 1, n)
+            data = bytes(n)
+            base, peak, sent = None, 0, 0
+            while sent < 1200:  # the unbounded receiver takes all of them
+                try:
+                    push.send(header, zmq.SNDMORE)
+                    push.send(data, copy=False)
+                except zmq.Again:
+                    break
+                sent += 1
+                if sent == 2:
+                    base = rss_kib()
+                if sent % 20 == 0:
+                    peak = max(peak, rss_kib())
+            time.sleep(1)
+            peak = max(peak, rss_kib())
+            self.assertIsNotNone(base)
+            self.assertLess(sent, 1200, "every message was taken: nothing held the flood back")
+            self.assertLess(peak - base, 160 * 1024, f"RSS grew from {base} to {peak} KiB ({sent} messages sent)")
+        finally:
+            receiver.kill()
+            receiver.wait()
 
     def test_a_timeout_wins_over_a_malformed_message(self):
         endpoint = free_tcp_endpoint()
@@ -835,6 +898,38 @@ class Pipelines(unittest.TestCase):
             self.assertAlmostEqual(got["mean"], one["mean"], delta=1e-9 * max(1, abs(one["mean"])))
             self.assertAlmostEqual(got["std"], one["std"], delta=1e-9 * max(1, abs(one["std"])))
 
+    @unittest.skipIf(zmq is None, "pyzmq is not available")
+    def test_stat_rows_are_bounded(self):
+        # 65,536 empty tensors of distinct shapes per message: the same
+        # layouts again merge into the same rows; new ones past 65,536 rows
+        # stop stat with one clear line (found by a hash, not a search of
+        # every row, which took minutes).
+        port = free_port()
+        stat = start("stat", f"zpull://127.0.0.1:{port}", "--count", "3", "--timeout", "60")
+        ctx = zmq.Context()
+        push = ctx.socket(zmq.PUSH)
+        push.linger = 10000
+        push.connect(f"tcp://127.0.0.1:{port}")
+
+        def message(first):
+            frames = []
+            for i in range(65536):
+                frames += [struct.pack("<8s8sqqq", b"u1", b"", 2, 0, first + i), b""]
+            return frames
+
+        try:
+            for first in (0, 0, 65536):
+                push.send_multipart(message(first))
+            code, out, err = finish(stat, timeout=120)
+        finally:
+            push.close()
+            ctx.term()
+        self.assertEqual(code, 1, err)
+        self.assertEqual(out, "")
+        lines = [line for line in err.splitlines() if ": error: " in line]  # not the binding or progress lines
+        self.assertEqual(len(lines), 1, err)
+        self.assertIn("error: limit_exceeded: message 3 brings more than 65536 distinct layouts", lines[0])
+
     def test_stat_table_has_a_row_per_layout(self):
         # The same tensor name, dtype and position, but another shape: a row of its own.
         port = free_port()
@@ -968,6 +1063,78 @@ class Convert(unittest.TestCase):
             data = f.read()
         (n,) = struct.unpack_from("<Q", data)
         return json.loads(data[8:8 + n])
+
+    def write_safetensors(self, name, header, data=b""):
+        text = json.dumps(header, separators=(",", ":")).encode()
+        text += b" " * (-len(text) % 8)
+        with open(self.path(name), "wb") as f:
+            f.write(struct.pack("<Q", len(text)) + text + data)
+        return self.path(name)
+
+    def test_large_headers_take_linear_time(self):
+        # Legal sizes that took 20 to 35 s each when every JSON key insert
+        # searched the keys before it; the bound is generous, not a timing.
+        meta = self.write_safetensors("meta.safetensors", {
+            "__metadata__": {f"k{i}": str(i) for i in range(80000)},
+            "x": {"dtype": "U8", "shape": [1], "data_offsets": [0, 1]}}, b"\7")
+        many = self.write_safetensors("many.safetensors", {
+            f"t{i}": {"dtype": "U8", "shape": [1], "data_offsets": [i, i + 1]} for i in range(65536)}, bytes(65536))
+        r = run("info", "--json", meta, timeout=10)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        got = json.loads(r.stdout)
+        self.assertEqual(len(got["metadata"]), 80000)
+        self.assertEqual(got["metadata"]["k79999"], "79999")
+        r = run("info", "--json", many, timeout=10)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(len(json.loads(r.stdout)["tensors"]), 65536)
+        for src in (meta, many):
+            out = self.path("out.safetensors")
+            r = run("convert", "--force", src, out, timeout=10)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertEqual(self.safetensors_header(out), self.safetensors_header(src))
+
+    def test_nul_in_a_name_is_refused_by_readers_as_by_writers(self):
+        st = self.write_safetensors("nul.safetensors", {"a\u0000b": {"dtype": "U8", "shape": [1], "data_offsets": [0, 1]}},
+                                    b"\1")
+        npz = self.path("nul.npz")
+        member = b"{'descr': '|u1', 'fortran_order': False, 'shape': (1,), }"
+        member = b"\x93NUMPY\x01\x00" + struct.pack("<H", 118) + member + b" " * (117 - len(member)) + b"\n\1"
+        with zipfile.ZipFile(npz, "w") as z:
+            z.writestr("ok.npy", member)
+            z.writestr("aXb.npy", member)  # zipfile cuts a name at NUL: patched in below
+        with open(npz, "rb") as f:
+            data = f.read()
+        with open(npz, "wb") as f:
+            f.write(data.replace(b"aXb.npy", b"a\0b.npy"))
+        for path in (st, npz):
+            with self.subTest(file=os.path.basename(path)):
+                for args in (["info", path], ["convert", path, self.path("o.ten")]):
+                    m = self.error(run(*args))
+                    self.assertEqual(m["cls"], "bad_header")
+                    self.assertIn("NUL", m["msg"])
+
+    def test_file_commands_take_max_bytes(self):
+        # buf_batch.bin carries 112 data bytes; the same layout as a .ten file.
+        src = self.path("batch.ten")
+        with open(src, "wb") as f:
+            f.write(open(vec("buf_batch.bin"), "rb").read())
+        r = run("info", "--max-bytes", "100b", src)
+        self.assertEqual(self.error(r)["cls"], "limit_exceeded")
+        r = run("info", "--json", "--max-bytes", "112", src)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        st = self.path("b.safetensors")
+        self.assertEqual(run("convert", src, st).returncode, 0)
+        for args in (["info", "--max-bytes", "100", st], ["convert", "--max-bytes", "100", st, self.path("c.ten")],
+                     ["convert", "--max-bytes", "100", "-f", src, self.path("d.npz")]):
+            with self.subTest(args=args):
+                m = self.error(run(*args))
+                self.assertEqual(m["cls"], "limit_exceeded")
+        self.assertFalse(os.path.exists(self.path("c.ten")))
+        self.assertEqual(run("convert", "--max-bytes", "1k", st, self.path("c.ten")).returncode, 0)
+        for bad in ("-1", "lots", "0"):
+            with self.subTest(max_bytes=bad):
+                self.assertEqual(run("info", "--max-bytes", bad, src).returncode, 64)
+                self.assertEqual(run("convert", "--max-bytes", bad, src, self.path("e.ten")).returncode, 64)
 
     def test_safetensors_metadata_is_kept_and_set(self):
         a, b = self.path("a.safetensors"), self.path("b.safetensors")

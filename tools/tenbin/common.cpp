@@ -203,7 +203,7 @@ private:
 
 // Streams a descriptor to the end: pipes, FIFOs, character devices. A zstd
 // stream (.ten.zst piped in) is told by its magic and decompressed.
-std::vector<tensor> read_fd(int fd) {
+std::vector<tensor> read_fd(int fd, const limits& lim) {
     fd_source in(fd);
     std::byte head[4];
     std::size_t got = 0;
@@ -221,18 +221,18 @@ std::vector<tensor> read_fd(int fd) {
     if (got == sizeof head && (skippable || std::equal(head, head + 4, zstd_magic))) {
 #if TENBIN_HAS_ZSTD
         zstd_source unpacked(whole);
-        return read(unpacked);
+        return read(unpacked, {.limits = lim});
 #else
         throw tenbin::error(errc::unsupported, "zstd input needs a tenbin built with libzstd");
 #endif
     }
-    return read(whole);
+    return read(whole, {.limits = lim});
 }
 
 }  // namespace
 
-std::vector<tensor> load_any(const std::string& path) {
-    if (path == "-") return read_fd(STDIN_FILENO);
+std::vector<tensor> load_any(const std::string& path, const limits& lim) {
+    if (path == "-") return read_fd(STDIN_FILENO, lim);
     // Their names need not fit a tenbin info: say what to do, not bad_magic.
     if (const auto f = format_of(path); f && *f != file_format::ten)
         throw usage_error("'" + path + "' is not a .ten file; messages are sent from .ten or .ten.zst files "
@@ -249,16 +249,17 @@ std::vector<tensor> load_any(const std::string& path) {
             int fd;
             ~closer() { ::close(fd); }
         } guard{fd};
-        return read_fd(fd);
+        return read_fd(fd, lim);
     }
     file_options opt;
     opt.nocheck = true;  // .ten, .bin or anything else: the layout is the same
+    opt.limits = lim;
     return load_mmap(path, opt);
 }
 
-named_file load_named(const std::string& path) {
-    if (format_of(path) != file_format::safetensors) return {tenbin::load_any(path), {}};
-    safetensors_contents st = load_safetensors_with_metadata(path);
+named_file load_named(const std::string& path, const limits& lim) {
+    if (format_of(path) != file_format::safetensors) return {tenbin::load_any(path, {.limits = lim}), {}};
+    safetensors_contents st = load_safetensors_with_metadata(path, {.limits = lim});
     return {std::move(st.tensors), std::move(st.metadata)};
 }
 
@@ -292,5 +293,15 @@ CLI::Validator number_check(bool zero_allowed) {
 
 const CLI::Validator nonnegative = number_check(true);
 const CLI::Validator positive = number_check(false);
+
+void add_file_max_bytes(CLI::App& app, std::uint64_t& max_bytes) {
+    app.add_option("--max-bytes", max_bytes,
+                   "Tensor bytes one file may carry (e.g. 64MiB; k, M, G are powers of 1024);\n"
+                   "a file over it is refused as limit_exceeded before its tensors are allocated\n"
+                   "(a small .ten.zst may inflate to gigabytes)")
+        ->transform(CLI::AsSizeValue(false))
+        ->check(positive)
+        ->capture_default_str();
+}
 
 }  // namespace tenbin::cli

@@ -107,7 +107,8 @@ std::string printable(std::string_view text);
 /// The tensors of a .ten file or single-part buffer under any name (mapped,
 /// no copy); "-" reads standard input as a stream. Throws tenbin::error, a
 /// usage_error for a name of another format (.npy, .npz, .safetensors).
-std::vector<tensor> load_any(const std::string& path);
+/// `lim` bounds what the file may make the tool allocate (--max-bytes).
+std::vector<tensor> load_any(const std::string& path, const limits& lim = {});
 
 /// A file of a format `tenbin::format_of` knows: its named tensors, and a
 /// .safetensors file's __metadata__ (empty for the other formats).
@@ -116,7 +117,7 @@ struct named_file {
     safetensors_metadata metadata;
 };
 /// Loads `path` by its extension (`tenbin::load_any`), keeping the metadata.
-named_file load_named(const std::string& path);
+named_file load_named(const std::string& path, const limits& lim = {});
 
 /// Seconds as ZeroMQ milliseconds; 0 (or less) means "wait forever" (-1).
 int timeout_ms(double seconds);
@@ -128,5 +129,9 @@ int timeout_ms(double seconds);
 /// they refuse NaN, and say what is wrong in a few words.
 extern const CLI::Validator nonnegative;
 extern const CLI::Validator positive;
+
+/// --max-bytes for the file commands (info, convert), as the receiving
+/// socket commands have it: the tensor bytes one file may carry.
+void add_file_max_bytes(CLI::App& app, std::uint64_t& max_bytes);
 
 }  // namespace tenbin::cli

@@ -20,6 +20,7 @@ struct convert_options {
     std::vector<std::string> metadata;  // KEY=VALUE
     bool force = false;
     bool quiet = false;
+    std::uint64_t max_bytes = limits{}.max_bytes;
 };
 
 bool is_safetensors(const std::string& path) { return format_of(path) == file_format::safetensors; }
@@ -56,7 +57,9 @@ int run_convert(const convert_options& opt) {
         return exit_usage;  // wrong arguments, found before anything is read
     }
     try {
-        named_file in = load_named(opt.in);
+        limits lim;
+        lim.max_bytes = opt.max_bytes;
+        named_file in = load_named(opt.in, lim);
         tensors = std::move(in.tensors);
         if (is_safetensors(opt.out)) metadata = merged(std::move(in.metadata), opt.metadata);
     } catch (...) {
@@ -108,6 +111,7 @@ subcommand add_convert(CLI::App& parent) {
     app->add_flag("-f,--force", opt->force, "Replace OUT when it exists (without it, an existing OUT is kept and\n"
                                             "convert fails with status 1)");
     app->add_flag("-q,--quiet", opt->quiet, "Print nothing on success");
+    add_file_max_bytes(*app, opt->max_bytes);
     app->footer(
         "Formats go by extension: .ten and .ten.zst (tenbin), .npy (one tensor, no\n"
         "name), .npz (NumPy archive, uncompressed members only), .safetensors\n"

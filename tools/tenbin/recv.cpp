@@ -67,14 +67,15 @@ int run_recv(const recv_cli_options& opt) {
     const auto endpoints = resolve_endpoints(opt.socket, {opt.url});
     const zmq::socket_type type = zmq_socket_type(endpoints.front().kind);
 
+    recv_options ro;
+    ro.decode.limits.max_bytes = opt.socket.max_bytes;
     zmq::context_t context;
-    zmq::socket_t socket(context, type);
+    // Bounded before attach (libzmq applies it to new connections): a
+    // flooding peer fills 16 messages, not libzmq's 1000.
+    zmq::socket_t socket = bounded_socket(context, type, ro.decode.limits);
     socket.set(zmq::sockopt::rcvtimeo, timeout_ms(opt.timeout));
     socket.set(zmq::sockopt::linger, 1000);  // replies only; never hang at exit
     if (type == zmq::socket_type::sub) socket.set(zmq::sockopt::subscribe, "");
-    recv_options ro;
-    ro.decode.limits.max_bytes = opt.socket.max_bytes;
-    limit_message_size(socket, ro.decode.limits);  // before attach: libzmq applies it to new connections
     attach(socket, opt.socket, endpoints, "tenbin recv");
 
     if (type == zmq::socket_type::router) ro.envelope = envelope_spec::router();

@@ -61,7 +61,7 @@ int run_send(const send_cli_options& opt) {
     const double delay = opt.delay.value_or(kind == tenbin::socket_kind::pub ? 1.0 : 0.0);
 
     zmq::context_t context;
-    zmq::socket_t socket(context, zmq_socket_type(kind));
+    zmq::socket_t socket = bounded_socket(context, zmq_socket_type(kind));  // REQ receives replies
     // Finite linger: queued messages get this long to leave at exit.
     socket.set(zmq::sockopt::linger,
                static_cast<int>(std::min(opt.linger * 1000.0, static_cast<double>(INT_MAX))));

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <iostream>
 #include <limits>
+#include <unordered_map>
 
 namespace tenbin::cli {
 namespace {
@@ -62,9 +63,6 @@ struct summary {
     std::uint64_t messages = 0, n = 0, nans = 0;
     double min = std::numeric_limits<double>::infinity(), max = -min, mean = 0, m2 = 0;
 
-    bool holds(std::size_t i, const tensor& t) const {
-        return index == i && info == t.info() && type == t.dtype() && shape == t.shape();
-    }
     void add(const tensor& t) {
         ++messages;
         for (std::size_t i = 0; i < t.count(); ++i) {
@@ -84,6 +82,30 @@ struct summary {
     double stddev() const { return n ? std::sqrt(m2 / static_cast<double>(n)) : 0; }
 };
 
+// Rows are bounded: a peer sending a new shape in every message would
+// otherwise grow them without end.
+constexpr std::size_t max_rows = std::size_t{1} << 16;
+
+// A row's layout, the key of the row map.
+struct layout {
+    std::size_t index = 0;
+    std::string info;
+    dtype type = dtype::u1;
+    shape_t shape;
+    bool operator==(const layout&) const = default;
+};
+
+struct layout_hash {
+    std::size_t operator()(const layout& l) const noexcept {
+        std::size_t h = std::hash<std::string>{}(l.info);
+        auto mix = [&h](std::uint64_t v) { h ^= std::hash<std::uint64_t>{}(v) + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2); };
+        mix(l.index);
+        mix(static_cast<std::uint64_t>(l.type));
+        for (std::size_t d = 0; d < l.shape.size(); ++d) mix(static_cast<std::uint64_t>(l.shape[d]));
+        return h;
+    }
+};
+
 int run_stat(const stat_cli_options& opt) {
     connection_options co = connection_options_for(opt.socket, opt.urls.front());
     co.allow64 = true;
@@ -91,6 +113,7 @@ int run_stat(const stat_cli_options& opt) {
     connection conn = open_connection(opt.socket, opt.urls, co, "tenbin stat");
 
     std::vector<summary> stats;
+    std::unordered_map<layout, std::size_t, layout_hash> rows;  // layout -> its row in stats
     std::size_t malformed = 0, received = 0;
     progress report("tenbin stat", 2);
     // The timeout runs from the last good message: a peer sending only
@@ -121,12 +144,18 @@ int run_stat(const stat_cli_options& opt) {
         ++received;
         for (std::size_t i = 0; i < batch->size(); ++i) {
             const tensor& t = (*batch)[i];
-            auto row = std::find_if(stats.begin(), stats.end(), [&](const summary& s) { return s.holds(i, t); });
-            if (row == stats.end()) {  // a new layout: a row of its own, in first-seen order
-                stats.push_back({.index = i, .info = std::string(t.info()), .type = t.dtype(), .shape = t.shape()});
-                row = std::prev(stats.end());
+            layout key{i, std::string(t.info()), t.dtype(), t.shape()};
+            auto [row, added] = rows.try_emplace(std::move(key), stats.size());
+            if (added) {  // a new layout: a row of its own, in first-seen order
+                if (stats.size() == max_rows) {
+                    std::cerr << "tenbin stat: error: " << name(errc::limit_exceeded) << ": message " << received
+                              << " brings more than " << max_rows
+                              << " distinct layouts (index, info, dtype, shape), each a row of its own; stopped\n";
+                    return exit_failed;
+                }
+                stats.push_back({.index = i, .info = row->first.info, .type = t.dtype(), .shape = t.shape()});
             }
-            row->add(t);
+            stats[row->second].add(t);
         }
         report.update(conn.stats());
     }
@@ -189,7 +218,8 @@ subcommand add_stat(CLI::App& parent) {
         "\"shape\", \"messages\", \"count\", \"nan\", \"min\", \"max\", \"mean\", \"std\"}]}.\n"
         "Each layout has a row of its own: tensors are merged only when they have\n"
         "the same index in the message, info, dtype and shape (msgs: how many\n"
-        "messages had it). Without values (no elements, or only NaNs) a row shows\n"
+        "messages had it; at most 65536 rows, beyond which stat stops with exit\n"
+        "status 1). Without values (no elements, or only NaNs) a row shows\n"
         "'-' and its JSON has no min, max, mean and std. A malformed message is\n"
         "reported on stderr and not counted.\n" +
         plain_endpoint_note(opt->socket) +
