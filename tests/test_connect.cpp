@@ -238,6 +238,30 @@ TEST_CASE("64-bit dtypes need allow64, as in tensorcom") {
     CHECK_NOTHROW(check_no64({tensor::zeros(dtype::f4, {1}), tensor::zeros(dtype::u4, {1})}));
 }
 
+TEST_CASE("tensorcom_compatible refuses what a tensorcom receiver cannot decode") {
+    auto ctx = std::make_shared<zmq::context_t>(1);
+    connection_options o = quick();
+    o.tensorcom_compatible = true;
+    connection tx(ctx, strings{"zpush+inproc://tensorcom-compatible"}, o);
+    connection rx(ctx, strings{"zpull+inproc://tensorcom-compatible"}, quick());
+    const std::string u4 = error_text([&] { tx.send({tensor::zeros(dtype::f4, {2}), tensor::zeros(dtype::u4, {3})}); });
+    CHECK(u4.find("tensor 1 is u4, which a Python tensorcom receiver cannot decode") != std::string::npos);
+    const std::string scalar = error_text([&] { tx.send({tensor::zeros(dtype::i4, {})}); });
+    CHECK(scalar.find("tensor 0 has rank 0") != std::string::npos);
+    // 64-bit stays allow64's: refused without it, sent with it.
+    CHECK(error_class([&] { tx.send({tensor::zeros(dtype::i8, {1})}); }) == "bad_argument");
+    CHECK_NOTHROW(check_tensorcom({tensor::zeros(dtype::i8, {1}), tensor::zeros(dtype::u2, {0})}));
+    // What passes arrives; nothing refused went out before it.
+    REQUIRE(tx.send({tensor::zeros(dtype::u1, {4}, "ok")}));
+    rx.socket().set(zmq::sockopt::rcvtimeo, 5000);
+    const auto got = rx.recv();
+    REQUIRE(got);
+    CHECK((*got)[0].info() == "ok");
+    // Without the option, both go out (a tenbin receiver reads them).
+    connection plain(ctx, strings{"zpush+inproc://tensorcom-compatible"}, quick());
+    CHECK(plain.send({tensor::zeros(dtype::u4, {3}), tensor::zeros(dtype::i4, {})}));
+}
+
 TEST_CASE("a topic goes out as a frame in front and is filtered on") {
     auto ctx = std::make_shared<zmq::context_t>(1);
     connection_options po = quick();
@@ -269,6 +293,25 @@ TEST_CASE("a topic goes out as a frame in front and is filtered on") {
     const auto next = sub.recv();
     REQUIRE(next);
     CHECK(seed_of(*next) == 9);
+}
+
+TEST_CASE("a URL's #topic is the connection's topic") {
+    auto ctx = std::make_shared<zmq::context_t>(1);
+    connection pub(ctx, strings{"zpub+inproc://url-topics#train"}, quick());
+    CHECK(pub.options().topic == "train");
+    connection_options same = quick();
+    same.topic = "train";  // the same topic twice is no conflict
+    connection sub(ctx, strings{"zsub+inproc://url-topics#train"}, same);
+    connection sub_eval(ctx, strings{"zsub+inproc://url-topics#eval"}, quick());
+    const auto got = send_until_received(pub, sub);
+    CHECK(seed_of(got) == 7);
+    sub_eval.socket().set(zmq::sockopt::rcvtimeo, 200);
+    CHECK_FALSE(sub_eval.recv());
+
+    connection_options other = quick();
+    other.topic = "eval";
+    const std::string conflict = error_text([&] { connection(ctx, strings{"zsub+inproc://url-topics#train"}, other); });
+    CHECK(conflict.find("the URL's #train and connection_options::topic 'eval' differ") != std::string::npos);
 }
 
 namespace {

@@ -103,6 +103,11 @@ struct connection_options {
     /// tensorcom refuses 64-bit dtypes (f8, i8, u8) unless allowed, since
     /// they usually mean a forgotten conversion; so does send() here.
     bool allow64 = false;
+    /// send() refuses what a Python tensorcom receiver cannot decode: u4
+    /// (upstream's dtype table misspells uint32) and rank-0 tensors (see
+    /// check_tensorcom). Set it when the peer is tensorcom; 64-bit dtypes
+    /// stay allow64's business (tensorcom receives them, refuses to send).
+    bool tensorcom_compatible = false;
     /// Socket kind for plain endpoints, and explicit bind/connect (see url.hpp).
     /// Not router: a connection keeps no envelope (zrecv with
     /// envelope_spec::router() does).
@@ -116,7 +121,8 @@ struct connection_options {
     /// topics that ZeroMQ's prefix matching lets through ("training" for
     /// "train") are dropped. Such messages are not tensorcom's
     /// wire: a Python tensorcom subscriber, or a sub connection without the
-    /// topic, cannot decode them.
+    /// topic, cannot decode them. A URL's fragment sets it too
+    /// (`zsub://host:7880#train`); a different topic in both is an error.
     std::string topic{};
     /// Bounds on each received message (see `limits`); the frames accepted
     /// in one message follow `max_tensors` (recv_options::max_frames).
@@ -194,7 +200,8 @@ public:
     /// Owned tensors go without a copy (see zsend_multipart): ZeroMQ reads
     /// their bytes until it has sent them (over inproc, until the receiver
     /// drops them), so do not refill a sent tensor; send a new one.
-    /// Throws bad_argument for 64-bit dtypes unless allow64, wrong infos,
+    /// Throws bad_argument for 64-bit dtypes unless allow64, for what
+    /// tensorcom cannot decode with tensorcom_compatible, wrong infos,
     /// a socket that cannot send (zpull, zsub), or a closed connection.
     bool send(tensor_span tensors);
     /// Receives one message (either form). Returns nothing on timeout.
@@ -252,6 +259,12 @@ zmq::socket_type zmq_socket_type(socket_kind kind) noexcept;
 
 /// Throws bad_argument when a tensor is 64-bit (f8, i8, u8), as tensorcom.
 void check_no64(tensor_span tensors);
+
+/// Throws bad_argument, naming the tensor, when a Python tensorcom receiver
+/// could not decode the list: a u4 tensor (upstream tensorcom's dtype table
+/// misspells uint32, so it fails on the code) or a rank-0 one (give it
+/// shape [1]). 64-bit dtypes pass: tensorcom receives them (see check_no64).
+void check_tensorcom(tensor_span tensors);
 
 /// Turns on ZMTP heartbeats on a socket of the caller's, as
 /// `connection_options::heartbeat` does: a ping every `interval`, a

@@ -2,6 +2,7 @@
 #include "common.hpp"
 
 #include <tenbin/config.hpp>
+#include <tenbin/connect.hpp>
 #include <tenbin/io.hpp>
 #if TENBIN_HAS_ZSTD
 #include <tenbin/zstd.hpp>
@@ -268,6 +269,14 @@ int timeout_ms(double seconds) {
     if (!(seconds > 0)) return -1;
     const double ms = std::ceil(seconds * 1000.0);
     return ms >= static_cast<double>(INT_MAX) ? -1 : static_cast<int>(ms);
+}
+
+void check_tensorcom_flag(const std::vector<tensor>& tensors, const std::string& where) {
+    try {
+        check_tensorcom(tensors);
+    } catch (const tenbin::error& e) {
+        throw tenbin::error(errc::bad_argument, where + ": " + e.what() + " (refused by --tensorcom)");
+    }
 }
 
 // ---- checking options ---------------------------------------------------------

@@ -121,6 +121,10 @@ named_file load_named(const std::string& path);
 /// Seconds as ZeroMQ milliseconds; 0 (or less) means "wait forever" (-1).
 int timeout_ms(double seconds);
 
+/// Throws bad_argument, naming `where` and --tensorcom, when a Python
+/// tensorcom receiver could not decode `tensors` (tenbin::check_tensorcom).
+void check_tensorcom_flag(const std::vector<tensor>& tensors, const std::string& where);
+
 // ---- checking options ---------------------------------------------------------
 
 /// CLI11 checks for number options (counts, seconds, rates): a finite

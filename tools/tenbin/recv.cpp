@@ -71,13 +71,22 @@ int run_recv(const recv_cli_options& opt) {
     zmq::socket_t socket(context, type);
     socket.set(zmq::sockopt::rcvtimeo, timeout_ms(opt.timeout));
     socket.set(zmq::sockopt::linger, 1000);  // replies only; never hang at exit
-    if (type == zmq::socket_type::sub) socket.set(zmq::sockopt::subscribe, "");
+    // A zsub URL's #topic: subscribed to, and taken off the front of each message.
+    const std::string& topic = endpoints.front().topic;
+    if (type == zmq::socket_type::sub) socket.set(zmq::sockopt::subscribe, topic);
     recv_options ro;
     ro.decode.limits.max_bytes = opt.socket.max_bytes;
     limit_message_size(socket, ro.decode.limits);  // before attach: libzmq applies it to new connections
     attach(socket, opt.socket, endpoints, "tenbin recv");
 
     if (type == zmq::socket_type::router) ro.envelope = envelope_spec::router();
+    if (type == zmq::socket_type::sub && !topic.empty()) ro.envelope = envelope_spec::topic();
+    // ZeroMQ matches prefixes: a longer topic ("training" for "train") is not ours.
+    const auto other_topic = [&](std::span<const zmq::const_buffer> envelope) {
+        return !topic.empty() && type == zmq::socket_type::sub &&
+               (envelope.empty() || std::string_view(static_cast<const char*>(envelope.front().data()),
+                                                     envelope.front().size()) != topic);
+    };
 
     std::size_t malformed = 0;
     for (std::size_t i = 1; i <= opt.count; ++i) {
@@ -87,9 +96,13 @@ int run_recv(const recv_cli_options& opt) {
         } catch (const tenbin::error& e) {
             // zrecv drained the message: report it, answer it (a ROUTER
             // finds its envelope in the error) and go on with the next.
+            const auto* with_envelope = dynamic_cast<const malformed_message*>(&e);
+            if (with_envelope && other_topic(with_envelope->envelope_buffers())) {
+                --i;
+                continue;
+            }
             ++malformed;
             print_malformed(e, i, opt.json);
-            const auto* with_envelope = dynamic_cast<const malformed_message*>(&e);
             reply(socket, type, with_envelope ? with_envelope->envelope_buffers() : std::vector<zmq::const_buffer>{});
             continue;
         }
@@ -100,6 +113,10 @@ int run_recv(const recv_cli_options& opt) {
                       << " of " << opt.count << " messages; nothing arrived within " << limit.str()
                       << plain_endpoint_hint({opt.url}, endpoints) << std::endl;
             return exit_timeout;
+        }
+        if (other_topic(m->envelope_buffers())) {
+            --i;
+            continue;
         }
         print_message(*m, i, opt.json);
         reply(socket, type, m->envelope_buffers());
@@ -135,7 +152,7 @@ subcommand add_recv(CLI::App& parent) {
         "Python tensorcom sends them), and describes each: a table, or with --json\n"
         "one line per message. A malformed message is reported (stderr, or a JSON\n"
         "error line on stdout) and counts as received; receiving goes on.\n"
-        "A SUB socket subscribes to everything; REP (and ROUTER, to REQ peers)\n"
+        "A SUB socket subscribes to everything, or to the URL's #topic (zsub://h:p#topic);\nREP (and ROUTER, to REQ peers)\n"
         "answers each message with one empty frame.\n" +
         plain_endpoint_note(opt->socket) +
         "Exit status: 0 all messages arrived and decoded, 1 error (refused endpoint,\n"

@@ -27,6 +27,7 @@ struct send_cli_options {
     double timeout = 30;
     double linger = 5;
     bool verbose = false;
+    bool tensorcom = false;
 };
 
 // "1.5 s", or "ever" for no limit, for messages.
@@ -55,6 +56,8 @@ int run_send(const send_cli_options& opt) {
         return current_error_status();
     }
 
+    if (opt.tensorcom) check_tensorcom_flag(tensors, opt.file);
+
     const auto endpoints = resolve_endpoints(opt.socket, {opt.url});
     const tenbin::socket_kind kind = endpoints.front().kind;
     const bool is_req = kind == tenbin::socket_kind::req;
@@ -77,9 +80,15 @@ int run_send(const send_cli_options& opt) {
 
     if (delay > 0) std::this_thread::sleep_for(std::chrono::duration<double>(delay));
 
+    // A zpub URL's #topic goes in front of every message, as a connection's does.
+    const std::string& topic = endpoints.front().topic;
+    const zmq::const_buffer topic_frame(topic.data(), topic.size());
+    send_options so;
+    if (kind == tenbin::socket_kind::pub && !topic.empty()) so.envelope = {&topic_frame, 1};
+
     const char* where = "tenbin send";
     for (std::size_t i = 0; i < opt.count; ++i) {
-        const bool sent = opt.single ? zsend_single(socket, tensors) : zsend_multipart(socket, tensors);
+        const bool sent = opt.single ? zsend_single(socket, tensors, so) : zsend_multipart(socket, tensors, so);
         if (!sent) {
             std::cerr << where << ": error: " << name(errc::timeout) << ": message " << i + 1
                       << " of " << opt.count << " could not be sent within "
@@ -134,6 +143,8 @@ subcommand add_send(CLI::App& parent) {
         ->check(nonnegative)
         ->capture_default_str();
     app->add_flag("-v,--verbose", opt->verbose, "Report each message sent on stderr");
+    app->add_flag("--tensorcom", opt->tensorcom,
+                  "Refuse to send what a Python tensorcom receiver cannot decode (u4, rank-0 tensors)");
     app->footer(
         "Sends the tensors of a .ten file (or single-part buffer) as one ZeroMQ\n"
         "message, --count times: multipart [header, data, header, data, ...] or,\n"

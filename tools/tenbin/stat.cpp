@@ -18,7 +18,7 @@ namespace tenbin::cli {
 namespace {
 
 struct stat_cli_options {
-    std::vector<std::string> urls;
+    std::vector<std::string> urls{"zsub://127.0.0.1:7880"};
     std::size_t count = 10;
     bool json = false;
     double timeout = 30;
@@ -174,8 +174,7 @@ subcommand add_stat(CLI::App& parent) {
         "stat", "Per-tensor min, max, mean and standard deviation over N messages (tensorstat)");
     app->add_option("URL", opt->urls,
                     "tensorcom URLs or ZeroMQ endpoints (one socket on all; braces expand;\n"
-                    "see --socket)")
-        ->required();
+                    "see --socket); default: tensormon's zsub://127.0.0.1:7880");
     app->add_option("--count,-n", opt->count, "Messages to take")->check(positive)->capture_default_str();
     app->add_flag("--json", opt->json, "Print the result as one JSON line");
     app->add_option("--timeout", opt->timeout, "Seconds to wait for each good message, malformed ones aside (0: forever);\nexit 2 after")
