@@ -171,9 +171,10 @@ struct connection_options {
 /// fan-in or fan-out. Not thread-safe: use a connection from one thread.
 class connection {
 public:
-    /// Opens the socket and binds/connects every endpoint. Throws bad_url,
-    /// bad_argument for a router kind, or zmq::error_t when ZeroMQ refuses
-    /// an endpoint (address in use...). A connect to a host that is down or
+    /// Opens the socket and binds/connects every endpoint. Throws bad_url
+    /// (also for an address ZeroMQ cannot parse), bad_argument for a router
+    /// kind, or error(io_error) naming the endpoint when ZeroMQ refuses it
+    /// ("cannot bind to tcp://*:7880: Address already in use"). A connect to a host that is down or
     /// whose name does not resolve (yet) is no error: libzmq keeps trying in
     /// the background, as for every connect, and receives wait meanwhile
     /// (set `recv_timeout`, or give `loader::next` a timeout).
@@ -222,7 +223,8 @@ public:
         return n;
     }
 
-    /// Range-for over received messages; ends at a receive timeout.
+    /// Range-for over received messages; ends at a receive timeout
+    /// (recv_timeout), as a loader's does.
     using iterator = detail::batch_iterator<connection, &connection::recv>;
     /// Receives the first message (blocking as recv() does).
     iterator begin() { return iterator(this); }
@@ -289,8 +291,8 @@ bool reuse_large_allocations() noexcept;
 
 /// How a loader receives and queues.
 struct loader_options {
-    /// How the loader's connection is opened (its recv_timeout also bounds
-    /// next()).
+    /// How the loader's connection is opened (its recv_timeout bounds
+    /// next(), which then returns nothing).
     connection_options connection{};
     /// Bounds on the decoded messages waiting for the consumer. The queue
     /// accepts a message that exceeds `queue_bytes` only when it is empty,
@@ -331,8 +333,8 @@ public:
     /// Starts the loader thread on the URLs (each brace-expanded) and waits
     /// until its socket is bound/connected. Throws bad_url (also for URLs
     /// of a socket that cannot receive, zpush and zpub, or that must also
-    /// send: req, rep, router), or zmq::error_t when
-    /// an endpoint is refused (address in use...). Without a context
+    /// send: req, rep, router), or error(io_error) naming the endpoint when
+    /// it is refused (address in use...), as `connection`. Without a context
     /// given, one is chosen as for `connection`.
     loader(std::span<const std::string> urls, loader_options opt = {});
     /// The same on one URL.
@@ -346,19 +348,26 @@ public:
     loader(const loader&) = delete;
     loader& operator=(const loader&) = delete;
 
-    /// The next batch, waiting as long as it takes (or up to the
-    /// connection's recv_timeout, then throws errc::timeout). Returns
-    /// nothing once close() was called and the queue is drained.
+    /// The next batch, waiting as long as it takes, or up to the
+    /// connection's recv_timeout. Returns nothing when that timeout
+    /// expired (as connection::recv does), and once close() was called and
+    /// the queue is drained (closed() tells which).
     std::optional<std::vector<tensor>> next();
-    /// Like next(), but waits at most `timeout`; throws errc::timeout then.
-    /// A timeout past what the clock can count (milliseconds::max())
-    /// waits for ever.
+    /// Like next(), but waits at most `timeout`, then returns nothing. A
+    /// timeout past what the clock can count (milliseconds::max()) waits
+    /// for ever.
     std::optional<std::vector<tensor>> next(std::chrono::milliseconds timeout);
     /// Stops receiving (from any thread) and wakes a blocked next(). Queued
     /// batches can still be taken.
     void close();
+    /// Whether close() was called, or a fatal error ended the loader and
+    /// its queue is drained: next() returning nothing then is no timeout
+    /// (thread-safe).
+    bool closed() const;
 
-    /// Range-for over batches; ends once the loader is closed and drained.
+    /// Range-for over batches; ends at a timeout of next() (the
+    /// connection's recv_timeout, as a connection's range-for does), or
+    /// once the loader is closed and drained.
     using iterator = detail::batch_iterator<loader, &loader::next>;
     /// Takes the first batch (blocking as next() does).
     iterator begin() { return iterator(this); }

@@ -173,15 +173,24 @@ connection::connection(std::shared_ptr<zmq::context_t> context, std::span<const 
     if (kind == socket_kind::sub) socket_.set(zmq::sockopt::subscribe, opt_.topic);
     if (kind == socket_kind::pub && opt_.pub_nodrop) socket_.set(zmq::sockopt::xpub_nodrop, 1);
     for (endpoint& ep : endpoints_) {
-        if (ep.bind) {
-            socket_.bind(ep.address);
-            ep.address = socket_.get(zmq::sockopt::last_endpoint);
-        } else {
-            // Only where it queues outgoing messages: on a sub socket it
-            // would hold back the subscription until the application next
-            // calls into the socket, and what is published meanwhile is lost.
-            if (opt_.immediate && detail::can_send(kind)) socket_.set(zmq::sockopt::immediate, 1);
-            socket_.connect(ep.address);
+        try {
+            if (ep.bind) {
+                socket_.bind(ep.address);
+                ep.address = socket_.get(zmq::sockopt::last_endpoint);
+            } else {
+                // Only where it queues outgoing messages: on a sub socket it
+                // would hold back the subscription until the application next
+                // calls into the socket, and what is published meanwhile is lost.
+                if (opt_.immediate && detail::can_send(kind)) socket_.set(zmq::sockopt::immediate, 1);
+                socket_.connect(ep.address);
+            }
+        } catch (const zmq::error_t& e) {
+            // libzmq's "Address already in use" names no address.
+            const int n = e.num();
+            const bool url_problem = n == EINVAL || n == EPROTONOSUPPORT || n == ENOCOMPATPROTO;
+            throw error(url_problem ? errc::bad_url : errc::io_error,
+                        std::string(ep.bind ? "cannot bind to " : "cannot connect to ") + ep.address + ": " +
+                            e.what());
         }
     }
 }

@@ -11,6 +11,8 @@
 #include <openssl/evp.h>
 
 #include <algorithm>
+#include <utility>
+#include <vector>
 #include <cerrno>
 #include <climits>
 #include <cmath>
@@ -115,6 +117,46 @@ std::string one_line(std::string_view text) {
     return out;
 }
 
+std::string cli_text(std::string_view text) {
+    std::string out = one_line(text);
+    static const std::pair<std::string_view, std::string_view> words[] = {
+        {"limits::max_bytes = ", "--max-bytes "},
+        {"(limits::max_bytes)", "(--max-bytes)"},
+        {"see recv_options::envelope", "see --socket, and a URL's #topic"},
+    };
+    for (const auto& [cpp, cli] : words)
+        for (std::size_t at; (at = out.find(cpp)) != std::string::npos;) out.replace(at, cpp.size(), cli);
+    return out;
+}
+
+std::string closest(std::string_view word, const std::vector<std::string>& candidates) {
+    if (word.size() > 64) return {};  // no option is that long
+    // Edit distance where swapping two neighbours counts one ("sned").
+    const auto distance = [](std::string_view a, std::string_view b) {
+        std::vector<std::vector<std::size_t>> d(a.size() + 1, std::vector<std::size_t>(b.size() + 1));
+        for (std::size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+        for (std::size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+        for (std::size_t i = 1; i <= a.size(); ++i)
+            for (std::size_t j = 1; j <= b.size(); ++j) {
+                d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] != b[j - 1])});
+                if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
+                    d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+            }
+        return d[a.size()][b.size()];
+    };
+    std::string best;
+    std::size_t best_distance = std::max<std::size_t>(1, word.size() / 3) + 1;
+    for (const auto& c : candidates) {
+        // A prefix ("--cou" for "--count") is close whatever its length.
+        const std::size_t d = c.starts_with(word) && word.size() >= 3 ? 1 : distance(word, c);
+        if (d < best_distance) {
+            best = c;
+            best_distance = d;
+        }
+    }
+    return best;
+}
+
 std::string printable(std::string_view text) {
     std::string out;
     for (char c : text) {
@@ -165,7 +207,7 @@ std::string current_error_message() {
     } catch (const std::bad_alloc&) {
         return "not enough memory";
     } catch (const std::exception& e) {
-        return one_line(e.what());
+        return cli_text(e.what());
     } catch (...) {
         return "unknown exception";
     }

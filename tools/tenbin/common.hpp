@@ -29,6 +29,7 @@ enum exit_status : int {
     exit_timeout = 2,    ///< nothing (or not enough) arrived in time
     exit_malformed = 3,  ///< a received message was not valid tenbin
     exit_usage = 64,     ///< wrong options or arguments (sysexits' EX_USAGE)
+    exit_interrupted = 130,  ///< stopped by SIGINT (Ctrl-C), as shells report it
 };
 
 /// A registered subcommand: its CLI11 node and the work to do when the user
@@ -96,6 +97,15 @@ void print_current_error(std::string_view where);
 /// `text` with every line break and other control character replaced by a
 /// space, so that an error message stays on one line.
 std::string one_line(std::string_view text);
+
+/// An error message of the library in the command line's words, on one
+/// line: the C++ option it names (limits::max_bytes,
+/// recv_options::envelope) becomes the tenbin option that sets it.
+std::string cli_text(std::string_view text);
+
+/// Of `candidates`, the one closest to `word` (edit distance at most a third
+/// of its length, and at least 1 allowed); empty when none is close.
+std::string closest(std::string_view word, const std::vector<std::string>& candidates);
 
 /// `text` with control characters (a NUL inside an info, a line break or a
 /// terminal escape in a name from an untrusted file) shown as \xNN, for

@@ -88,7 +88,7 @@ int run_monitor(const monitor_cli_options& opt) {
         } catch (const error& e) {
             ++malformed;
             std::cerr << (live ? "\n" : "") << "tenbin monitor: error: " << name(e.code()) << ": "
-                      << one_line(e.what()) << "\n";
+                      << cli_text(e.what()) << "\n";
         }
         if (clock::now() - window_start >= std::chrono::duration<double>(opt.interval)) report(false);
         if (opt.timeout > 0 && clock::now() - last_arrival > std::chrono::duration<double>(opt.timeout)) {

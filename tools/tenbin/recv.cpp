@@ -55,11 +55,11 @@ void print_malformed(const tenbin::error& e, std::size_t number, bool json) {
     if (json) {
         nlohmann::ordered_json j;
         j["error"] = std::string(name(e.code()));
-        j["message"] = one_line(e.what());
+        j["message"] = cli_text(e.what());
         std::cout << json_line(j) << std::endl;
     } else {
         std::cerr << "tenbin recv: message " << number << ": error: " << name(e.code()) << ": "
-                  << one_line(e.what()) << std::endl;
+                  << cli_text(e.what()) << std::endl;
     }
 }
 

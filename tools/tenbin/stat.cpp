@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <iostream>
@@ -84,6 +85,29 @@ struct summary {
     double stddev() const { return n ? std::sqrt(m2 / static_cast<double>(n)) : 0; }
 };
 
+// Set by SIGINT (Ctrl-C): the loop below stops and prints what it has.
+volatile std::sig_atomic_t interrupted = 0;
+extern "C" void on_interrupt(int) { interrupted = 1; }
+
+// Catches SIGINT while alive; the previous action comes back after.
+struct interrupt_catcher {
+    struct sigaction previous {};
+    interrupt_catcher() {
+        interrupted = 0;
+        struct sigaction sa {};
+        sa.sa_handler = on_interrupt;
+        sigemptyset(&sa.sa_mask);
+        ::sigaction(SIGINT, &sa, &previous);
+    }
+    ~interrupt_catcher() { ::sigaction(SIGINT, &previous, nullptr); }
+    interrupt_catcher(const interrupt_catcher&) = delete;
+    interrupt_catcher& operator=(const interrupt_catcher&) = delete;
+};
+
+// How often the receive loop looks at the flag: a signal does not end a
+// ZeroMQ wait (libzmq retries on EINTR).
+constexpr std::chrono::milliseconds interrupt_poll{100};
+
 int run_stat(const stat_cli_options& opt) {
     connection_options co = connection_options_for(opt.socket, opt.urls.front());
     co.allow64 = true;
@@ -98,19 +122,22 @@ int run_stat(const stat_cli_options& opt) {
     using clock = std::chrono::steady_clock;
     const std::chrono::milliseconds limit(timeout_ms(opt.timeout));
     auto last_good = clock::now();
-    while (received < opt.count) {
+    const interrupt_catcher catcher;
+    while (received < opt.count && !interrupted) {
         std::optional<std::vector<tensor>> batch;
         const auto left = limit - std::chrono::duration_cast<std::chrono::milliseconds>(clock::now() - last_good);
         const bool timed = limit.count() >= 0;
         if (!timed || left.count() > 0) {
-            if (timed) conn.socket().set(zmq::sockopt::rcvtimeo, static_cast<int>(left.count()));
+            const auto slice = timed ? std::min(left, interrupt_poll) : interrupt_poll;
+            conn.socket().set(zmq::sockopt::rcvtimeo, static_cast<int>(slice.count()));
             try {
                 batch = conn.recv();
             } catch (const error& e) {
                 ++malformed;
-                std::cerr << "tenbin stat: error: " << name(e.code()) << ": " << one_line(e.what()) << "\n";
+                std::cerr << "tenbin stat: error: " << name(e.code()) << ": " << cli_text(e.what()) << "\n";
                 continue;
             }
+            if (!batch) continue;  // the slice ended: look at the flag and the clock again
         }
         if (!batch) {
             std::cerr << "tenbin stat: error: timeout: " << received << " of " << opt.count << " messages within "
@@ -131,10 +158,13 @@ int run_stat(const stat_cli_options& opt) {
         report.update(conn.stats());
     }
     report.finish(conn.stats());
+    if (interrupted)
+        std::cerr << "tenbin stat: interrupted after " << received << " of " << opt.count << " messages\n";
 
     if (opt.json) {
         nlohmann::ordered_json j;
         j["messages"] = received;
+        if (interrupted) j["interrupted"] = true;
         nlohmann::ordered_json ts = nlohmann::ordered_json::array();
         for (const summary& s : stats) {
             nlohmann::ordered_json o{{"index", s.index}, {"info", s.info},         {"dtype", std::string(code(s.type))},
@@ -163,6 +193,7 @@ int run_stat(const stat_cli_options& opt) {
                         static_cast<unsigned long long>(s.messages), nans.c_str());
         }
     }
+    if (interrupted) return exit_interrupted;
     return malformed ? exit_malformed : exit_ok;
 }
 
@@ -192,9 +223,11 @@ subcommand add_stat(CLI::App& parent) {
         "'-' and its JSON has no min, max, mean and std. A malformed message is\n"
         "reported on stderr and not counted.\n" +
         plain_endpoint_note(opt->socket) +
+        "Ctrl-C (SIGINT) stops it early: the summary of the messages taken so far is\n"
+        "printed (JSON: \"interrupted\": true) and the exit status is 130.\n"
         "Exit status: 0 all arrived, 1 error (refused endpoint, ...), 2 timed out\n"
         "waiting for a message, 3 all arrived but some were malformed, 64 wrong\n"
-        "options or arguments (bad URL, ...).\n"
+        "options or arguments (bad URL, ...), 130 interrupted.\n"
         "Examples:\n"
         "  tenbin stat zsub://localhost:7881 -n 100                  (SUB connects)\n"
         "  tenbin stat 'zsub://trainer:78{80..83}' --json\n"
