@@ -1,5 +1,6 @@
 // tenbin tool: shared helpers (see common.hpp).
 #include "common.hpp"
+#include "shard.hpp"
 
 #include <tenbin/config.hpp>
 #include <tenbin/connect.hpp>
@@ -297,6 +298,21 @@ std::vector<tensor> load_any(const std::string& path) {
     file_options opt;
     opt.nocheck = true;  // .ten, .bin or anything else: the layout is the same
     return load_mmap(path, opt);
+}
+
+std::vector<std::vector<tensor>> load_messages(const std::string& path, std::vector<std::string>* names) {
+    std::vector<std::vector<tensor>> out;
+    if (!is_shard(path)) {
+        out.push_back(load_any(path));
+        if (names) names->push_back(path);
+        return out;
+    }
+    for (shard_message& m : read_shard(path)) {
+        out.push_back(std::move(m.tensors));
+        if (names) names->push_back(path + ":" + m.name);
+    }
+    if (out.empty()) throw tenbin::error(errc::bad_argument, path + ": the shard holds no .ten member");
+    return out;
 }
 
 named_file load_named(const std::string& path) {

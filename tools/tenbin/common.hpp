@@ -119,6 +119,11 @@ std::string printable(std::string_view text);
 /// usage_error for a name of another format (.npy, .npz, .safetensors).
 std::vector<tensor> load_any(const std::string& path);
 
+/// The messages a file holds: each .ten member of a .tar shard, in order
+/// (see shard.hpp), or the one message of any other file (load_any). With
+/// `names`, one name per message: "FILE:MEMBER" for a shard, FILE otherwise.
+std::vector<std::vector<tensor>> load_messages(const std::string& path, std::vector<std::string>* names = nullptr);
+
 /// A file of a format `tenbin::format_of` knows: its named tensors, and a
 /// .safetensors file's __metadata__ (empty for the other formats).
 struct named_file {

@@ -1,10 +1,12 @@
 // tenbin recv: receive ZeroMQ messages of tensors and describe them.
 #include "common.hpp"
+#include "shard.hpp"
 #include "sockets.hpp"
 
 #include <tenbin/zmq.hpp>
 
 #include <iostream>
+#include <optional>
 #include <memory>
 #include <span>
 #include <sstream>
@@ -19,6 +21,7 @@ struct recv_cli_options {
     std::size_t count = 1;
     double timeout = 30;
     bool json = false;
+    std::string save;
     socket_choice socket;
 };
 
@@ -66,6 +69,16 @@ void print_malformed(const tenbin::error& e, std::size_t number, bool json) {
 int run_recv(const recv_cli_options& opt) {
     const auto endpoints = resolve_endpoints(opt.socket, {opt.url});
     const zmq::socket_type type = zmq_socket_type(endpoints.front().kind);
+    if (!opt.save.empty() && !is_shard(opt.save))
+        throw usage_error("--save '" + opt.save + "': a shard is a .tar file (webdataset), e.g. recorded.tar");
+    std::optional<shard_writer> shard;
+    if (!opt.save.empty()) shard.emplace(opt.save);
+    // What arrived before a timeout is kept too.
+    const auto save = [&] {
+        if (!shard) return;
+        shard->finish();
+        std::cerr << "tenbin recv: saved " << shard->members() << " messages to " << opt.save << "\n";
+    };
 
     zmq::context_t context;
     zmq::socket_t socket(context, type);
@@ -112,6 +125,7 @@ int run_recv(const recv_cli_options& opt) {
             std::cerr << "tenbin recv: error: " << name(errc::timeout) << ": received " << i - 1
                       << " of " << opt.count << " messages; nothing arrived within " << limit.str()
                       << plain_endpoint_hint({opt.url}, endpoints) << std::endl;
+            save();
             return exit_timeout;
         }
         if (other_topic(m->envelope_buffers())) {
@@ -119,8 +133,10 @@ int run_recv(const recv_cli_options& opt) {
             continue;
         }
         print_message(*m, i, opt.json);
+        if (shard) shard->add(m->tensors);
         reply(socket, type, m->envelope_buffers());
     }
+    save();
     return malformed ? exit_malformed : exit_ok;
 }
 
@@ -145,6 +161,10 @@ subcommand add_recv(CLI::App& parent) {
                   "One JSON line per message: {\"tensors\": [{\"info\", \"dtype\", \"shape\", "
                   "\"nbytes\", \"sha256\"}, ...]}, or {\"error\": CLASS, \"message\": TEXT} "
                   "for a malformed one");
+    app->add_option("--save", opt->save,
+                    "Record the messages that decode into FILE.tar, a webdataset shard: one member\n"
+                    "KEY.ten per message, in order (000000.ten, 000001.ten, ...); replay it with\n"
+                    "tenbin send/serve --file FILE.tar");
     add_socket_choice(*app, opt->socket, {"pull", "sub", "router", "rep", "pair"}, tenbin::socket_kind::pull,
                       true);
     app->footer(
@@ -161,6 +181,7 @@ subcommand add_recv(CLI::App& parent) {
         "URL, ...).\n"
         "Examples:\n"
         "  tenbin recv 'tcp://*:5555' -n 100 --json                 (PULL binds)\n"
+        "  tenbin recv zpull://*:7880 -n 1000 --save recorded.tar   (record a stream)\n"
         "  tenbin recv tcp://localhost:5556 --socket sub --timeout 0   (SUB connects)");
     return {app, [opt] { return run_recv(*opt); }};
 }

@@ -185,9 +185,10 @@ std::vector<tensor> synthetic_batch(const std::string& spec, std::uint64_t seed)
 
 int run_serve(const serve_cli_options& opt) {
     std::vector<std::vector<tensor>> batches;
+    std::vector<std::string> sources;  // where each batch comes from, for messages
     for (const std::string& f : opt.files) {
         try {
-            batches.push_back(load_any(f));
+            for (auto& m : load_messages(f, &sources)) batches.push_back(std::move(m));
         } catch (...) {
             print_current_error(f);
             return current_error_status();
@@ -195,19 +196,22 @@ int run_serve(const serve_cli_options& opt) {
     }
     // Two different synthetic batches, alternated, so consecutive messages differ.
     if (!opt.synthetic.empty())
-        for (std::uint64_t seed = 0; seed < 2; ++seed) batches.push_back(synthetic_batch(opt.synthetic, seed));
+        for (std::uint64_t seed = 0; seed < 2; ++seed) {
+            batches.push_back(synthetic_batch(opt.synthetic, seed));
+            sources.emplace_back("--synthetic");
+        }
     if (batches.empty()) throw usage_error("nothing to send: give --file or --synthetic");
     const std::vector<std::string> infos = opt.infos.empty() ? std::vector<std::string>{} : split(opt.infos, ',');
     for (std::size_t b = 0; b < batches.size() && !infos.empty(); ++b)
         if (batches[b].size() != infos.size())
             throw usage_error("--infos gives " + std::to_string(infos.size()) + " infos, but " +
-                              (b < opt.files.size() ? "'" + opt.files[b] + "'" : std::string("--synthetic")) +
+                              (sources[b] == "--synthetic" ? sources[b] : "'" + sources[b] + "'") +
                               " has " + std::to_string(batches[b].size()) + " tensors");
 
     // Refused before anything is sent.
     if (opt.tensorcom)
         for (std::size_t b = 0; b < batches.size(); ++b)
-            check_tensorcom_flag(batches[b], b < opt.files.size() ? opt.files[b] : std::string("--synthetic"));
+            check_tensorcom_flag(batches[b], sources[b]);
 
     connection_options co = connection_options_for(opt.socket, opt.url);
     co.multipart = !opt.single;
@@ -250,7 +254,9 @@ subcommand add_serve(CLI::App& parent) {
                     "tensorcom URL (zpush://host:port, zpub+ipc:///path, ...) or ZeroMQ endpoint\n"
                     "(see --socket)")
         ->required();
-    app->add_option("--file,-f", opt->files, "A .ten file to send (repeat for several; sent in turn)");
+    app->add_option("--file,-f", opt->files,
+                    "A .ten file to send (repeat for several; sent in turn), or a .tar shard\n"
+                    "(tenbin recv --save) whose messages are sent in order");
     app->add_option("--synthetic", opt->synthetic,
                     "Made-up batches, e.g. \"f2:256,3,224,224;i4:256\": [NAME=]DTYPE:DIMS[:LO..HI] per\n"
                     "tensor; DTYPE a code or NumPy name (float16, int32, ...); no DIMS (\"f4:\") is a\n"
