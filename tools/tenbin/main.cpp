@@ -53,6 +53,7 @@ int main(int argc, char** argv) {
         add_monitor(app),
         add_stat(app),
         add_convert(app),
+        add_show(app),
     };
 
     // After the subcommands, which would otherwise inherit it.
