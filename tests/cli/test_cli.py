@@ -332,8 +332,9 @@ class Arguments(unittest.TestCase):
                 self.assertEqual(r.returncode, 0)
                 text = r.stdout.decode()
                 flat = " ".join(text.split())
-                # One name for the positional argument; every command has the footer.
-                self.assertRegex(text, rf"Usage: tenbin {command} \[OPTIONS\] URL(\.\.\.)?\n")
+                # One name for the positional argument (optional for monitor and stat,
+                # which default to tensormon's URL); every command has the footer.
+                self.assertRegex(text, rf"Usage: tenbin {command} \[OPTIONS\] (URL(\.\.\.)?|\[URL\.\.\.\])\n")
                 self.assertIn(f"a plain endpoint (tcp://, ipc://, inproc://) makes a {socket_text}", flat)
                 self.assertNotIn("needs it", flat)
                 self.assertIn("Exit status: 0 ", flat)
@@ -486,6 +487,9 @@ class Wire(unittest.TestCase):
         self.assertEqual(rc, 3, err)
         lines = [json.loads(line) for line in out.splitlines()]
         self.assertEqual(lines[0]["error"], "limit_exceeded", out)
+        # In the command line's words: the option to raise, not the C++ field.
+        self.assertIn("--max-bytes 100", lines[0]["message"])
+        self.assertNotIn("limits::", lines[0]["message"])
         self.assertEqual(lines[1], {"tensors": expected_tensors(BY_PATH["mp_batch"])})
         for bad in ("-1", "lots", "1 parsecs"):
             with self.subTest(max_bytes=bad):

@@ -215,6 +215,20 @@ void draw(canvas& c, const picture& p, std::size_t x0, std::size_t y0, std::size
 }
 
 #if TENBIN_TOOL_PNG
+// libpng reports errors by longjmp back here: this frame holds nothing
+// with a destructor, nor a variable changed after setjmp.
+bool png_write_all(png_structp png, png_infop info, std::FILE* f, png_uint_32 width, png_uint_32 height,
+                   png_bytepp rows) {
+    if (setjmp(png_jmpbuf(png))) return false;
+    png_init_io(png, f);
+    png_set_IHDR(png, info, width, height, 8, PNG_COLOR_TYPE_RGB, PNG_INTERLACE_NONE, PNG_COMPRESSION_TYPE_DEFAULT,
+                 PNG_FILTER_TYPE_DEFAULT);
+    png_write_info(png, info);
+    png_write_rows(png, rows, height);
+    png_write_end(png, info);
+    return true;
+}
+
 void write_png(const std::string& path, const canvas& c) {
     struct file_closer {
         void operator()(std::FILE* f) const { std::fclose(f); }
@@ -228,21 +242,10 @@ void write_png(const std::string& path, const canvas& c) {
         png_destroy_write_struct(&png, nullptr);
         throw tenbin::error(errc::io_error, "libpng could not start");
     }
-    // libpng reports errors by longjmp: nothing with a destructor lives
-    // between here and the end of the writing.
     std::vector<png_const_bytep> rows(c.height);
     for (std::size_t y = 0; y < c.height; ++y) rows[y] = &c.rgb[y * c.width * 3];
-    bool failed = false;
-    if (setjmp(png_jmpbuf(png))) {
-        failed = true;
-    } else {
-        png_init_io(png, f.get());
-        png_set_IHDR(png, info, static_cast<png_uint_32>(c.width), static_cast<png_uint_32>(c.height), 8,
-                     PNG_COLOR_TYPE_RGB, PNG_INTERLACE_NONE, PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
-        png_write_info(png, info);
-        png_write_rows(png, const_cast<png_bytepp>(rows.data()), static_cast<png_uint_32>(c.height));
-        png_write_end(png, info);
-    }
+    const bool failed = !png_write_all(png, info, f.get(), static_cast<png_uint_32>(c.width),
+                                       static_cast<png_uint_32>(c.height), const_cast<png_bytepp>(rows.data()));
     png_destroy_write_struct(&png, &info);
     const bool closed = std::fclose(f.release()) == 0;
     if (failed || !closed) {
