@@ -958,7 +958,7 @@ struct suite {
             auto via_loader = [&](int count, bool reads) {
                 return run(push, count, reads, [&] {
                     auto batch = l.next(std::chrono::seconds(120));
-                    if (!batch) fail("the loader closed");
+                    if (!batch) fail(l.closed() ? "the loader closed" : "the loader timed out");
                     return std::move(*batch);
                 });
             };

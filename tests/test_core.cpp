@@ -8,7 +8,9 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <iomanip>
 #include <numeric>
+#include <sstream>
 #include <span>
 
 using namespace tenbin;
@@ -588,4 +590,33 @@ TEST_CASE("encode_chunks and decode_chunks are inverse and slice without copying
     CHECK(same_bytes(back[2].bytes(), c));
     CHECK(back[2].data() == enc.data() + 96 + 16);
     CHECK(back[0].use_count() == enc.use_count());
+}
+
+TEST_CASE("dtypes, shapes and tensors print as one line, without the data") {
+    std::ostringstream out;
+    out << dtype::f4 << ' ' << dtype::u4;
+    CHECK(out.str() == "f4 u4");
+    CHECK(to_string(dtype::i8) == "i8");
+    CHECK(to_string(shape_t{3, 224, 224}) == "[3, 224, 224]");
+    CHECK(to_string(shape_t{}) == "[]");
+    CHECK(to_string(shape_t{0}) == "[0]");
+    CHECK(to_string(shape_t{1, 2, 3, 4, 5, 6, 7}) == "[1, 2, 3, 4, 5, 6, 7]");  // beyond the inline capacity
+    const tensor t = tensor::zeros(dtype::f2, {2, 3}, "images");
+    std::ostringstream line;
+    line << t;
+    CHECK(line.str() == "tensor(info=\"images\", dtype=f2, shape=[2, 3], nbytes=12)");
+    CHECK(to_string(t) == line.str());
+    SUBCASE("rank 0 and no info") {
+        CHECK(to_string(tensor::zeros(dtype::u1, {})) == "tensor(info=\"\", dtype=u1, shape=[], nbytes=1)");
+    }
+    SUBCASE("an info that is no printable text is escaped") {
+        const std::string odd("a\"\n\0\x7f", 5);
+        CHECK(to_string(tensor::zeros(dtype::i4, {1}, odd)) ==
+              "tensor(info=\"a\\x22\\x0a\\x00\\x7f\", dtype=i4, shape=[1], nbytes=4)");
+    }
+    SUBCASE("a stream's width pads the whole line, not its first piece") {
+        std::ostringstream padded;
+        padded << std::setw(5) << shape_t{1};
+        CHECK(padded.str() == "  [1]");
+    }
 }

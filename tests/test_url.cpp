@@ -6,6 +6,7 @@
 
 using namespace tenbin;
 using test_support::error_class;
+using test_support::error_text;
 using strings = std::vector<std::string>;
 
 TEST_CASE("braces expand like Python's braceexpand") {
@@ -96,6 +97,39 @@ TEST_CASE("malformed URLs say what is wrong") {
     }
 }
 
+TEST_CASE("URLs read as tensorcom's urlparse reads them: scheme case, #topic, path and query") {
+    // urlparse lowercases the scheme; the address keeps its case.
+    const endpoint upper = parse_url("ZPULL://Host:7880");
+    CHECK(upper.kind == socket_kind::pull);
+    CHECK(upper.address == "tcp://Host:7880");
+    CHECK(parse_url("ZSub+IPC:///tmp/X").address == "ipc:///tmp/X");
+    CHECK(parse_url("TCP://h:1", {.kind = socket_kind::push}).address == "tcp://h:1");
+
+    // The fragment is the topic of a pub or sub socket, on every transport.
+    const endpoint sub = parse_url("zsub://127.0.0.1:7880#train");
+    CHECK(sub.address == "tcp://127.0.0.1:7880");
+    CHECK(sub.topic == "train");
+    CHECK(parse_url("zpub://*:7880/#eval").topic == "eval");
+    CHECK(parse_url("zsub+ipc:///tmp/feed#t").address == "ipc:///tmp/feed");
+    CHECK(parse_url("zsub+ipc:///tmp/feed#t").topic == "t");
+    CHECK(parse_url("zsub://h:1#").topic.empty());
+    CHECK(parse_url("zsub://h:1").topic.empty());
+    const std::string on_push = error_text([] { parse_url("zpush://h:1#train"); });
+    CHECK(on_push.find("a #topic is for pub and sub sockets, not push") != std::string::npos);
+    CHECK(error_class([] { parse_url("zsub://h:1#a\nb"); }) == "bad_url");
+    // A plain ZeroMQ endpoint is no URL: '#' stays in it.
+    CHECK(parse_url("ipc:///tmp/a#b", {.kind = socket_kind::sub}).address == "ipc:///tmp/a#b");
+
+    // What tensorcom would silently drop is refused, saying so.
+    const std::string path = error_text([] { parse_url("zpush://h:7880/feed"); });
+    CHECK(path.find("a tcp address takes no path ('/feed'): tensorcom would ignore it and use tcp://h:7880") !=
+          std::string::npos);
+    const std::string query = error_text([] { parse_url("zsub://h:7880?hwm=10#t"); });
+    CHECK(query.find("a query ('?hwm=10') is no part of a ZeroMQ address: tensorcom would drop it silently and "
+                     "use tcp://h:7880") != std::string::npos);
+    CHECK(error_class([] { parse_url("zpull+ipc:///tmp/x?a"); }) == "bad_url");
+}
+
 TEST_CASE("many URLs make endpoints of one socket") {
     const strings urls{"zsub://host:78{80..82}", "zsub+ipc:///tmp/feed"};
     const auto eps = parse_urls(urls);
@@ -105,6 +139,10 @@ TEST_CASE("many URLs make endpoints of one socket") {
     CHECK(eps[3].address == "ipc:///tmp/feed");
     CHECK(error_class([] { parse_urls(strings{"zsub://h:1", "zpush://h:2"}); }) == "bad_url");
     CHECK(error_class([] { parse_urls(strings{}); }) == "bad_url");
+    // One socket, one topic.
+    CHECK(parse_urls(strings{"zsub://h:{1,2}#t"})[1].topic == "t");
+    CHECK(error_text([] { parse_urls(strings{"zsub://h:1#a", "zsub://h:2#b"}); })
+              .find("the URLs of one connection share one topic") != std::string::npos);
     // One socket may bind some endpoints and connect others.
     const auto mixed = parse_urls(strings{"zsub://h:1", "zrsub://*:2"});
     CHECK_FALSE(mixed[0].bind);

@@ -103,6 +103,11 @@ struct connection_options {
     /// tensorcom refuses 64-bit dtypes (f8, i8, u8) unless allowed, since
     /// they usually mean a forgotten conversion; so does send() here.
     bool allow64 = false;
+    /// send() refuses what a Python tensorcom receiver cannot decode: u4
+    /// (upstream's dtype table misspells uint32) and rank-0 tensors (see
+    /// check_tensorcom). Set it when the peer is tensorcom; 64-bit dtypes
+    /// stay allow64's business (tensorcom receives them, refuses to send).
+    bool tensorcom_compatible = false;
     /// Socket kind for plain endpoints, and explicit bind/connect (see url.hpp).
     /// Not router: a connection keeps no envelope (zrecv with
     /// envelope_spec::router() does).
@@ -116,7 +121,8 @@ struct connection_options {
     /// topics that ZeroMQ's prefix matching lets through ("training" for
     /// "train") are dropped. Such messages are not tensorcom's
     /// wire: a Python tensorcom subscriber, or a sub connection without the
-    /// topic, cannot decode them.
+    /// topic, cannot decode them. A URL's fragment sets it too
+    /// (`zsub://host:7880#train`); a different topic in both is an error.
     std::string topic{};
     /// Bounds on each received message (see `limits`); the frames accepted
     /// in one message follow `max_tensors` (recv_options::max_frames).
@@ -165,9 +171,10 @@ struct connection_options {
 /// fan-in or fan-out. Not thread-safe: use a connection from one thread.
 class connection {
 public:
-    /// Opens the socket and binds/connects every endpoint. Throws bad_url,
-    /// bad_argument for a router kind, or zmq::error_t when ZeroMQ refuses
-    /// an endpoint (address in use...). A connect to a host that is down or
+    /// Opens the socket and binds/connects every endpoint. Throws bad_url
+    /// (also for an address ZeroMQ cannot parse), bad_argument for a router
+    /// kind, or error(io_error) naming the endpoint when ZeroMQ refuses it
+    /// ("cannot bind to tcp://*:7880: Address already in use"). A connect to a host that is down or
     /// whose name does not resolve (yet) is no error: libzmq keeps trying in
     /// the background, as for every connect, and receives wait meanwhile
     /// (set `recv_timeout`, or give `loader::next` a timeout).
@@ -195,7 +202,8 @@ public:
     /// their bytes until it has sent them (over inproc, until the receiver
     /// drops them); refilling a sent tensor gives it a copy first, and a
     /// `tensor_pool` tensor needs none.
-    /// Throws bad_argument for 64-bit dtypes unless allow64, wrong infos,
+    /// Throws bad_argument for 64-bit dtypes unless allow64, for what
+    /// tensorcom cannot decode with tensorcom_compatible, wrong infos,
     /// a socket that cannot send (zpull, zsub), or a closed connection.
     bool send(tensor_span tensors);
     /// Receives one message (either form). Returns nothing on timeout.
@@ -216,7 +224,8 @@ public:
         return n;
     }
 
-    /// Range-for over received messages; ends at a receive timeout.
+    /// Range-for over received messages; ends at a receive timeout
+    /// (recv_timeout), as a loader's does.
     using iterator = detail::batch_iterator<connection, &connection::recv>;
     /// Receives the first message (blocking as recv() does).
     iterator begin() { return iterator(this); }
@@ -254,6 +263,12 @@ zmq::socket_type zmq_socket_type(socket_kind kind) noexcept;
 /// Throws bad_argument when a tensor is 64-bit (f8, i8, u8), as tensorcom.
 void check_no64(tensor_span tensors);
 
+/// Throws bad_argument, naming the tensor, when a Python tensorcom receiver
+/// could not decode the list: a u4 tensor (upstream tensorcom's dtype table
+/// misspells uint32, so it fails on the code) or a rank-0 one (give it
+/// shape [1]). 64-bit dtypes pass: tensorcom receives them (see check_no64).
+void check_tensorcom(tensor_span tensors);
+
 /// Turns on ZMTP heartbeats on a socket of the caller's, as
 /// `connection_options::heartbeat` does: a ping every `interval`, a
 /// connection silent for three of them dropped. Set it before connecting or
@@ -277,8 +292,8 @@ bool reuse_large_allocations() noexcept;
 
 /// How a loader receives and queues.
 struct loader_options {
-    /// How the loader's connection is opened (its recv_timeout also bounds
-    /// next()).
+    /// How the loader's connection is opened (its recv_timeout bounds
+    /// next(), which then returns nothing).
     connection_options connection{};
     /// Bounds on the decoded messages waiting for the consumer. The queue
     /// accepts a message that exceeds `queue_bytes` only when it is empty,
@@ -319,8 +334,8 @@ public:
     /// Starts the loader thread on the URLs (each brace-expanded) and waits
     /// until its socket is bound/connected. Throws bad_url (also for URLs
     /// of a socket that cannot receive, zpush and zpub, or that must also
-    /// send: req, rep, router), or zmq::error_t when
-    /// an endpoint is refused (address in use...). Without a context
+    /// send: req, rep, router), or error(io_error) naming the endpoint when
+    /// it is refused (address in use...), as `connection`. Without a context
     /// given, one is chosen as for `connection`.
     loader(std::span<const std::string> urls, loader_options opt = {});
     /// The same on one URL.
@@ -334,19 +349,26 @@ public:
     loader(const loader&) = delete;
     loader& operator=(const loader&) = delete;
 
-    /// The next batch, waiting as long as it takes (or up to the
-    /// connection's recv_timeout, then throws errc::timeout). Returns
-    /// nothing once close() was called and the queue is drained.
+    /// The next batch, waiting as long as it takes, or up to the
+    /// connection's recv_timeout. Returns nothing when that timeout
+    /// expired (as connection::recv does), and once close() was called and
+    /// the queue is drained (closed() tells which).
     std::optional<std::vector<tensor>> next();
-    /// Like next(), but waits at most `timeout`; throws errc::timeout then.
-    /// A timeout past what the clock can count (milliseconds::max())
-    /// waits for ever.
+    /// Like next(), but waits at most `timeout`, then returns nothing. A
+    /// timeout past what the clock can count (milliseconds::max()) waits
+    /// for ever.
     std::optional<std::vector<tensor>> next(std::chrono::milliseconds timeout);
     /// Stops receiving (from any thread) and wakes a blocked next(). Queued
     /// batches can still be taken.
     void close();
+    /// Whether close() was called, or a fatal error ended the loader and
+    /// its queue is drained: next() returning nothing then is no timeout
+    /// (thread-safe).
+    bool closed() const;
 
-    /// Range-for over batches; ends once the loader is closed and drained.
+    /// Range-for over batches; ends at a timeout of next() (the
+    /// connection's recv_timeout, as a connection's range-for does), or
+    /// once the loader is closed and drained.
     using iterator = detail::batch_iterator<loader, &loader::next>;
     /// Takes the first batch (blocking as next() does).
     iterator begin() { return iterator(this); }

@@ -5,7 +5,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <iosfwd>
 #include <optional>
+#include <string>
 #include <string_view>
 #include <type_traits>
 
@@ -46,6 +48,11 @@ constexpr std::optional<dtype> parse_dtype(std::string_view c) noexcept {
         if (code(t) == c) return t;
     return std::nullopt;
 }
+
+/// Writes the code ("f4"), as the format spells it.
+std::ostream& operator<<(std::ostream& out, dtype t);
+/// The code, as a string ("f4").
+std::string to_string(dtype t);
 
 constexpr bool is_float(dtype t) noexcept {
     return t == dtype::f2 || t == dtype::f4 || t == dtype::f8;

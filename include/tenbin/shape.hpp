@@ -14,9 +14,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <iosfwd>
 #include <iterator>
 #include <memory>
 #include <stdexcept>
+#include <string>
 #include <ranges>
 #include <span>
 #include <type_traits>
@@ -182,5 +184,11 @@ private:
     std::uint32_t size_ = 0;
     std::uint32_t capacity_ = 0;  // of heap_; 0 while the dims are inline_
 };
+
+/// Writes the dimensions as NumPy prints a shape's list: "[3, 224, 224]",
+/// "[]" for rank 0.
+std::ostream& operator<<(std::ostream& out, const shape_t& shape);
+/// The same, as a string.
+std::string to_string(const shape_t& shape);
 
 }  // namespace tenbin

@@ -9,6 +9,7 @@
 
 #include <concepts>
 #include <cstdint>
+#include <iosfwd>
 #include <ranges>
 #include <span>
 #include <string>
@@ -291,5 +292,12 @@ std::vector<std::string> infos_of(const std::vector<tensor>& tensors);
 /// unless the tensors' infos are exactly `expected` (Python's decode with a
 /// list of infos).
 void check_infos(const std::vector<tensor>& tensors, std::span<const std::string> expected);
+
+/// Writes a one-line summary without the data:
+/// `tensor(info="images", dtype=f2, shape=[256, 3, 224, 224], nbytes=77070336)`.
+/// Characters of the info outside printable ASCII are written as \xNN.
+std::ostream& operator<<(std::ostream& out, const tensor& t);
+/// The same, as a string.
+std::string to_string(const tensor& t);
 
 }  // namespace tenbin

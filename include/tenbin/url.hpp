@@ -9,6 +9,12 @@
 // `zpush+inproc://name`. Plain ZeroMQ endpoints (`tcp://...`, `ipc://...`,
 // `inproc://...`) work too when the socket kind is given. Braces expand into
 // several endpoints of ONE socket: `zsub://host:78{80..83}`, `{a,b}`.
+//
+// As Python's urlparse reads them for tensorcom: the scheme's case is
+// ignored (`ZPULL://`), a `#topic` fragment is a topic for pub and sub
+// sockets (connection_options::topic), and a trailing '/' after host:port is
+// ignored. A path after host:port or a `?query`, which tensorcom silently
+// drops, is refused with a message saying so.
 #pragma once
 
 #include <tenbin/config.hpp>
@@ -39,6 +45,8 @@ struct endpoint {
     /// True to bind to `address`, false to connect to it.
     bool bind = false;
     std::string address;  ///< what zmq_bind/zmq_connect take, e.g. "tcp://host:7880"
+    /// The URL's `#fragment`: a topic for pub and sub sockets ("" = none).
+    std::string topic{};
     /// Field-wise equality.
     friend bool operator==(const endpoint&, const endpoint&) = default;
 };
@@ -61,11 +69,13 @@ struct url_options {
 
 /// Parses one URL (no brace expansion). Throws `error(errc::bad_url)` naming
 /// what is wrong: unknown scheme or transport, missing address, a plain
-/// endpoint without a kind, a kind that contradicts the scheme.
+/// endpoint without a kind, a kind that contradicts the scheme, a topic
+/// on a socket that is neither pub nor sub, a path or query after a tcp
+/// host:port.
 endpoint parse_url(std::string_view url, const url_options& opt = {});
 
 /// Expands and parses every URL; all must agree on the socket kind, since
-/// they are the endpoints of one socket. Throws bad_url.
+/// they are the endpoints of one socket, and on the topic. Throws bad_url.
 std::vector<endpoint> parse_urls(std::span<const std::string> urls, const url_options& opt = {});
 
 }  // namespace tenbin

@@ -124,6 +124,18 @@ void check_no64(tensor_span tensors) {
     }
 }
 
+void check_tensorcom(tensor_span tensors) {
+    for (std::size_t i = 0; i < tensors.size(); ++i) {
+        const std::string which = "tensor " + std::to_string(i);
+        if (tensors[i].dtype == dtype::u4)
+            throw error(errc::bad_argument, which + " is u4, which a Python tensorcom receiver cannot decode (its "
+                                                    "dtype table misspells uint32); send i4 or i8 instead");
+        if (tensors[i].ndim() == 0)
+            throw error(errc::bad_argument, which + " has rank 0, which a Python tensorcom receiver cannot "
+                                                    "decode; give it shape [1]");
+    }
+}
+
 connection::connection(std::string_view url, connection_options opt)
     : connection(std::vector<std::string>{std::string(url)}, std::move(opt)) {}
 
@@ -137,6 +149,13 @@ connection::connection(std::shared_ptr<zmq::context_t> context, std::span<const 
       endpoints_(parse_urls(urls, {.kind = opt_.kind, .bind = opt_.bind})),
       stats_(opt_.stats_horizon) {
     const socket_kind kind = endpoints_.front().kind;
+    // The URL's #topic is the option's, spelled in the URL.
+    if (const std::string& url_topic = endpoints_.front().topic; !url_topic.empty()) {
+        if (!opt_.topic.empty() && opt_.topic != url_topic)
+            throw error(errc::bad_argument, "the URL's #" + url_topic + " and connection_options::topic '" +
+                                                opt_.topic + "' differ; give the topic once");
+        opt_.topic = url_topic;
+    }
     // Every message on a ROUTER starts with its peer's identity, which
     // send() and recv() have no place for.
     if (kind == socket_kind::router)
@@ -153,15 +172,24 @@ connection::connection(std::shared_ptr<zmq::context_t> context, std::span<const 
     if (kind == socket_kind::sub) socket_.set(zmq::sockopt::subscribe, opt_.topic);
     if (kind == socket_kind::pub && opt_.pub_nodrop) socket_.set(zmq::sockopt::xpub_nodrop, 1);
     for (endpoint& ep : endpoints_) {
-        if (ep.bind) {
-            socket_.bind(ep.address);
-            ep.address = socket_.get(zmq::sockopt::last_endpoint);
-        } else {
-            // Only where it queues outgoing messages: on a sub socket it
-            // would hold back the subscription until the application next
-            // calls into the socket, and what is published meanwhile is lost.
-            if (opt_.immediate && detail::can_send(kind)) socket_.set(zmq::sockopt::immediate, 1);
-            socket_.connect(ep.address);
+        try {
+            if (ep.bind) {
+                socket_.bind(ep.address);
+                ep.address = socket_.get(zmq::sockopt::last_endpoint);
+            } else {
+                // Only where it queues outgoing messages: on a sub socket it
+                // would hold back the subscription until the application next
+                // calls into the socket, and what is published meanwhile is lost.
+                if (opt_.immediate && detail::can_send(kind)) socket_.set(zmq::sockopt::immediate, 1);
+                socket_.connect(ep.address);
+            }
+        } catch (const zmq::error_t& e) {
+            // libzmq's "Address already in use" names no address.
+            const int n = e.num();
+            const bool url_problem = n == EINVAL || n == EPROTONOSUPPORT || n == ENOCOMPATPROTO;
+            throw error(url_problem ? errc::bad_url : errc::io_error,
+                        std::string(ep.bind ? "cannot bind to " : "cannot connect to ") + ep.address + ": " +
+                            e.what());
         }
     }
 }
@@ -196,6 +224,7 @@ bool connection::send(tensor_span tensors) {
     check_open(socket_, "send");
     check_direction(endpoints_.front(), detail::can_send(endpoints_.front().kind), "send");
     if (!opt_.allow64) check_no64(tensors);
+    if (opt_.tensorcom_compatible) check_tensorcom(tensors);
     std::vector<tensor> renamed;
     if (!opt_.infos.empty()) {
         renamed = with_infos(tensors, opt_.infos);

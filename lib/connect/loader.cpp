@@ -299,9 +299,14 @@ std::optional<std::vector<tensor>> loader::next() {
 std::optional<std::vector<tensor>> loader::next(std::chrono::milliseconds timeout) {
     state& s = *state_;
     std::unique_lock lock(s.mutex);
-    if (!s.changed.wait_until(lock, detail::deadline_after(timeout), [&] { return s.ready(); }))
-        throw error(errc::timeout, "no batch within " + std::to_string(timeout.count()) + " ms");
+    // A timeout returns nothing, as connection::recv does (would-block is no error).
+    if (!s.changed.wait_until(lock, detail::deadline_after(timeout), [&] { return s.ready(); })) return std::nullopt;
     return s.take();
+}
+
+bool loader::closed() const {
+    std::lock_guard lock(state_->mutex);
+    return state_->stop.load() || (state_->finished && state_->queue.empty());
 }
 
 statistics loader::stats() const {

@@ -215,8 +215,11 @@ bool valid_port(std::string_view port) {
 endpoint parse_url(std::string_view url, const url_options& opt) {
     const std::size_t sep = url.find("://");
     if (sep == std::string_view::npos || sep == 0) bad_url(url, "expected SCHEME://ADDRESS");
-    std::string_view scheme = url.substr(0, sep);
-    const std::string_view rest = url.substr(sep + 3);
+    // Python's urlparse, which tensorcom uses, lowercases the scheme.
+    std::string scheme_text(url.substr(0, sep));
+    for (char& c : scheme_text) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    std::string_view scheme = scheme_text;
+    std::string_view rest = url.substr(sep + 3);
     std::string_view transport = "tcp";
     if (const std::size_t plus = scheme.find('+'); plus != std::string_view::npos) {
         transport = scheme.substr(plus + 1);
@@ -232,11 +235,23 @@ endpoint parse_url(std::string_view url, const url_options& opt) {
                              " socket, not " + std::string(name(*opt.kind)));
         ep.kind = known->kind;
         ep.bind = known->bind;
+        // A tensorcom URL is a URL: '#topic' is a fragment, '?...' a query
+        // (a plain ZeroMQ endpoint below is taken as it is).
+        if (const std::size_t hash = rest.find('#'); hash != std::string_view::npos) {
+            ep.topic = std::string(rest.substr(hash + 1));
+            rest = rest.substr(0, hash);
+            if (!ep.topic.empty() && ep.kind != socket_kind::pub && ep.kind != socket_kind::sub)
+                bad_url(url, "a #topic is for pub and sub sockets, not " + std::string(name(ep.kind)));
+        }
+        if (const std::size_t q = rest.find('?'); q != std::string_view::npos)
+            bad_url(url, "a query ('" + std::string(rest.substr(q)) + "') is no part of a ZeroMQ address: tensorcom "
+                         "would drop it silently and use " + std::string(transport) + "://" +
+                         std::string(rest.substr(0, q)) + "; remove it");
     } else if (scheme == "tcp" || scheme == "ipc" || scheme == "inproc") {
         if (transport != "tcp" || url.substr(0, sep).find('+') != std::string_view::npos)
             bad_url(url, "a plain ZeroMQ endpoint takes no '+transport'");
         if (!opt.kind)
-            bad_url(url, "a plain ZeroMQ endpoint needs a socket kind (e.g. --socket pull), or use "
+            bad_url(url, "a plain ZeroMQ endpoint needs a socket kind (push, pull, pub, sub, ...), or use "
                          "zpush/zpull/zpub/zsub");
         transport = scheme;
         ep.kind = *opt.kind;
@@ -251,9 +266,12 @@ endpoint parse_url(std::string_view url, const url_options& opt) {
 
     std::string_view address = rest;
     if (transport == "tcp") {
-        // tensorcom ignores a path after host:port; a bare trailing '/' is common.
+        // A bare trailing '/' is common, and harmless.
         if (const std::size_t slash = address.find('/'); slash != std::string_view::npos) {
-            if (address.substr(slash) != "/") bad_url(url, "a tcp address takes no path");
+            if (address.substr(slash) != "/")
+                bad_url(url, "a tcp address takes no path ('" + std::string(address.substr(slash)) +
+                                 "'): tensorcom would ignore it and use tcp://" +
+                                 std::string(address.substr(0, slash)) + "; remove it");
             address = address.substr(0, slash);
         }
         const std::size_t colon = address.rfind(':');
@@ -266,6 +284,8 @@ endpoint parse_url(std::string_view url, const url_options& opt) {
     if (address.empty()) bad_url(url, "the address is empty");
     for (char c : address)
         if (static_cast<unsigned char>(c) < 32 || c == 127) bad_url(url, "control character in the address");
+    for (char c : ep.topic)
+        if (static_cast<unsigned char>(c) < 32 || c == 127) bad_url(url, "control character in the #topic");
     ep.address = std::string(transport) + "://" + std::string(address);
     return ep;
 }
@@ -279,6 +299,9 @@ std::vector<endpoint> parse_urls(std::span<const std::string> urls, const url_op
                 bad_url(one, "makes a " + std::string(name(out.back().kind)) + " socket but '" + urls.front() +
                                  "' makes a " + std::string(name(out.front().kind)) +
                                  "; the URLs of one connection share one socket");
+            if (out.back().topic != out.front().topic)
+                bad_url(one, "has the topic '" + out.back().topic + "' but '" + urls.front() + "' has '" +
+                                 out.front().topic + "'; the URLs of one connection share one topic");
         }
     if (out.empty()) throw error(errc::bad_url, "no URL given");
     return out;

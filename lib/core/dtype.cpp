@@ -3,6 +3,8 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <ostream>
+#include <string>
 
 namespace tenbin {
 
@@ -36,5 +38,9 @@ float float16::to_float() const noexcept {
     if (exp == 31) return std::bit_cast<float>(sign | 0x7f800000u | (man << 13));
     return std::bit_cast<float>(sign | ((exp + 112u) << 23) | (man << 13));
 }
+
+std::ostream& operator<<(std::ostream& out, dtype t) { return out << code(t); }
+
+std::string to_string(dtype t) { return std::string(code(t)); }
 
 }  // namespace tenbin

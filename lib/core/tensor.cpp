@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <ostream>
 #include <string>
 
 namespace tenbin {
@@ -167,6 +168,37 @@ void check_infos(const std::vector<tensor>& tensors, std::span<const std::string
             detail::throw_error(errc::info_mismatch, "tensor " + std::to_string(i) + ": expected info '" +
                                                          expected[i] + "', found '" +
                                                          std::string(tensors[i].info()) + "'");
+}
+
+std::ostream& operator<<(std::ostream& out, const shape_t& shape) { return out << to_string(shape); }
+
+std::string to_string(const shape_t& shape) {
+    std::string text = "[";
+    for (std::size_t i = 0; i < shape.size(); ++i) {
+        if (i) text += ", ";
+        text += std::to_string(shape[i]);
+    }
+    return text + "]";
+}
+
+std::ostream& operator<<(std::ostream& out, const tensor& t) { return out << to_string(t); }
+
+std::string to_string(const tensor& t) {
+    // Built as one string: a stream's width or fill must not split it.
+    static constexpr char hex[] = "0123456789abcdef";
+    std::string text = "tensor(info=\"";
+    for (const char c : t.info()) {
+        const auto u = static_cast<unsigned char>(c);
+        if (u >= 0x20 && u < 0x7f && c != '"' && c != '\\') {
+            text += c;
+        } else {
+            text += "\\x";
+            text += hex[u >> 4];
+            text += hex[u & 15];
+        }
+    }
+    return text + "\", dtype=" + to_string(t.dtype()) + ", shape=" + to_string(t.shape()) +
+           ", nbytes=" + std::to_string(t.nbytes()) + ")";
 }
 
 }  // namespace tenbin

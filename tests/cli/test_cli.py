@@ -348,8 +348,9 @@ class Arguments(unittest.TestCase):
                 self.assertEqual(r.returncode, 0)
                 text = r.stdout.decode()
                 flat = " ".join(text.split())
-                # One name for the positional argument; every command has the footer.
-                self.assertRegex(text, rf"Usage: tenbin {command} \[OPTIONS\] URL(\.\.\.)?\n")
+                # One name for the positional argument (optional for monitor and stat,
+                # which default to tensormon's URL); every command has the footer.
+                self.assertRegex(text, rf"Usage: tenbin {command} \[OPTIONS\] (URL(\.\.\.)?|\[URL\.\.\.\])\n")
                 self.assertIn(f"a plain endpoint (tcp://, ipc://, inproc://) makes a {socket_text}", flat)
                 self.assertNotIn("needs it", flat)
                 self.assertIn("Exit status: 0 ", flat)
@@ -502,6 +503,9 @@ class Wire(unittest.TestCase):
         self.assertEqual(rc, 3, err)
         lines = [json.loads(line) for line in out.splitlines()]
         self.assertEqual(lines[0]["error"], "limit_exceeded", out)
+        # In the command line's words: the option to raise, not the C++ field.
+        self.assertIn("--max-bytes 100", lines[0]["message"])
+        self.assertNotIn("limits::", lines[0]["message"])
         self.assertEqual(lines[1], {"tensors": expected_tensors(BY_PATH["mp_batch"])})
         for bad in ("-1", "lots", "1 parsecs"):
             with self.subTest(max_bytes=bad):
@@ -1235,6 +1239,369 @@ class Convert(unittest.TestCase):
         m = self.error(self.convert(out, out, "--force"))
         self.assertEqual(m["cls"], "bad_argument")
         self.assertEqual(self.convert(out, self.path("c.ten")).returncode, 0)
+
+
+class Newcomer(unittest.TestCase):
+    """What a tensorcom user meets first: URLs, --tensorcom, defaults, Ctrl-C,
+    errors, record and replay, and checkpoints with long names (issue 27)."""
+
+    def setUp(self):
+        self.dir = tempfile.TemporaryDirectory(prefix="tenbin-newcomer-")
+        self.addCleanup(self.dir.cleanup)
+
+    def path(self, name):
+        return os.path.join(self.dir.name, name)
+
+    def test_urls_as_tensorcom_spells_them(self):
+        # The #topic of zpub and zsub: a frame in front, filtered on; scheme case ignored.
+        port = free_port()
+        receiver = start("recv", f"ZSUB://127.0.0.1:{port}#train", "--count", "2", "--json", "--timeout", "20")
+        code, _, err = finish(start("send", f"zpub://127.0.0.1:{port}#train", "--file", vec("i4_i8.ten"),
+                                    "--count", "2", "--delay", "1"))
+        self.assertEqual(code, 0, err)
+        code, out, err = finish(receiver)
+        self.assertEqual(code, 0, err)
+        for line in out.splitlines():
+            self.assertEqual(json.loads(line)["tensors"], expected_tensors(BY_PATH["i4_i8.ten"]))
+        # A subscriber of another topic gets nothing.
+        port = free_port()
+        other = start("recv", f"zsub://127.0.0.1:{port}#eval", "--count", "1", "--timeout", "3")
+        finish(start("send", f"zpub://127.0.0.1:{port}#train", "--file", vec("i4_i8.ten"), "--delay", "1"))
+        self.assertEqual(finish(other)[0], 2)
+        # What tensorcom would drop silently is refused, saying so.
+        for url, words in ((f"zpush://127.0.0.1:{port}/feed", "tensorcom would ignore it and use tcp://127.0.0.1"),
+                           (f"zpush://127.0.0.1:{port}?hwm=5", "tensorcom would drop it silently"),
+                           (f"zpush://127.0.0.1:{port}#t", "a #topic is for pub and sub sockets")):
+            with self.subTest(url=url):
+                r = run("send", url, "--file", vec("i4_i8.ten"))
+                self.assertEqual(r.returncode, 64, r.stderr)
+                self.assertIn(words.encode(), r.stderr)
+
+    def test_tensorcom_flag_refuses_what_tensorcom_cannot_decode(self):
+        port = free_port()
+        for args, words in ((["send", f"zpush://127.0.0.1:{port}", "--file", vec("u4_patched.ten")], "is u4"),
+                            (["send", f"zpush://127.0.0.1:{port}", "--file", vec("scalars.ten")], "has rank 0"),
+                            (["serve", f"zpush://127.0.0.1:{port}", "--synthetic", "x=uint32:3"], "is u4"),
+                            (["serve", f"zpush://127.0.0.1:{port}", "--synthetic", "f4:"], "has rank 0")):
+            with self.subTest(args=args):
+                r = run(*args, "--tensorcom", "--timeout", "1")
+                self.assertEqual(r.returncode, 1, r.stderr)
+                self.assertIn(words.encode(), r.stderr)
+                self.assertIn(b"refused by --tensorcom", r.stderr)
+                self.assertNotIn(b"connection_options", r.stderr)
+        # Without it the same goes out (a tenbin receiver reads u4).
+        receiver = start("recv", f"zpull://127.0.0.1:{port}", "--json", "--timeout", "20")
+        code, _, err = finish(start("send", f"zpush://127.0.0.1:{port}", "--file", vec("u4_patched.ten")))
+        self.assertEqual(code, 0, err)
+        self.assertEqual(finish(receiver)[0], 0)
+
+    def test_monitor_and_stat_default_to_tensormons_url(self):
+        for command in ("monitor", "stat"):
+            with self.subTest(command=command):
+                self.assertIn(b"zsub://127.0.0.1:7880", run(command, "--help").stdout)
+                # No URL is no usage error: it waits on the default, then times out.
+                r = run(command, "--count", "1", "--timeout", "0.3")
+                self.assertEqual(r.returncode, 2, r.stderr)
+
+    def test_synthetic_takes_numpy_names_and_value_ranges(self):
+        port = free_port()
+        stat = start("stat", f"zpull://127.0.0.1:{port}", "--count", "4", "--json", "--timeout", "20")
+        code, _, err = finish(start("serve", f"zpush://127.0.0.1:{port}", "--synthetic",
+                                    "x=float16:8,3;y=int32:500:-3..9;z=f4:100:10..20", "--count", "4",
+                                    "--report", "0"))
+        self.assertEqual(code, 0, err)
+        code, out, err = finish(stat)
+        self.assertEqual(code, 0, err)
+        rows = {t["info"]: t for t in json.loads(out)["tensors"]}
+        self.assertEqual((rows["x"]["dtype"], rows["y"]["dtype"], rows["z"]["dtype"]), ("f2", "i4", "f4"))
+        self.assertEqual((rows["y"]["min"], rows["y"]["max"]), (-3, 9))  # 2000 draws from 13 values
+        self.assertGreaterEqual(rows["z"]["min"], 10)
+        self.assertLess(rows["z"]["max"], 20)
+        for spec, words in (("i4:4:9..0", "is empty"), ("uint8:4:0..300", "does not fit u1"),
+                            ("i4:4:a..b", "needs two integers"), ("i4:4:5", "is not LO..HI"),
+                            ("complex64:4", "NumPy name")):
+            with self.subTest(spec=spec):
+                r = run("serve", f"zpush://127.0.0.1:{port}", "--synthetic", spec)
+                self.assertEqual(r.returncode, 64, r.stderr)
+                self.assertIn(words.encode(), r.stderr)
+
+    def test_stat_prints_what_it_has_when_interrupted(self):
+        port = free_port()
+        stat = start("stat", f"zpull://127.0.0.1:{port}", "--count", "1000", "--json", "--timeout", "0")
+        code, _, err = finish(start("serve", f"zpush://127.0.0.1:{port}", "-f", vec("f4_matrix.ten"),
+                                    "--count", "3", "--report", "0"))
+        self.assertEqual(code, 0, err)
+        time.sleep(1)  # the three are received (stat waits for more)
+        stat.send_signal(2)  # SIGINT, as Ctrl-C
+        code, out, err = finish(stat)
+        self.assertEqual(code, 130, err)
+        result = json.loads(out)
+        self.assertEqual(result["messages"], 3)
+        self.assertTrue(result["interrupted"])
+        self.assertEqual(result["tensors"][0]["count"], 45)
+        self.assertIn("interrupted after 3 of 1000 messages", err)
+        self.assertIn(b"130 interrupted", run("stat", "--help").stdout)
+
+    def test_an_address_in_use_is_named(self):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as holder:
+            holder.bind(("127.0.0.1", 0))
+            holder.listen()
+            port = holder.getsockname()[1]
+            for args in (["serve", f"zrpush://127.0.0.1:{port}", "--synthetic", "f4:3"],
+                         ["monitor", f"zrsub://127.0.0.1:{port}"], ["stat", f"zrsub://127.0.0.1:{port}"],
+                         ["recv", f"zpull://127.0.0.1:{port}"]):
+                with self.subTest(command=args[0]):
+                    r = run(*args, "--timeout", "1")
+                    self.assertEqual(r.returncode, 1, r.stderr)
+                    self.assertIn(f"cannot bind to tcp://127.0.0.1:{port}: Address already in use".encode(),
+                                  r.stderr)
+                    self.assertIn(b"io_error", r.stderr)
+
+    def test_a_mistyped_command_or_option_gets_a_suggestion(self):
+        r = run("sned", "x")
+        self.assertEqual(r.returncode, 64)
+        self.assertIn(b"did you mean 'send'?", r.stderr)
+        r = run("recv", "zpull://127.0.0.1:1", "--jsn")
+        self.assertEqual(r.returncode, 64)
+        self.assertIn(b"--jsn: did you mean --json?", r.stderr)
+        r = run("stat", "--cuont", "3")
+        self.assertIn(b"did you mean --count?", r.stderr)
+        self.assertNotIn(b"did you mean", run("nonsense").stderr)
+
+    def test_record_a_stream_as_a_shard_and_replay_it(self):
+        import tarfile
+        names = ["f4_matrix.ten", "u1_image.ten", "i4_i8.ten"]
+        shard = self.path("recorded.tar")
+        port = free_port()
+        receiver = start("recv", f"zpull://127.0.0.1:{port}", "--count", "3", "--save", shard, "--timeout", "20")
+        code, _, err = finish(start("serve", f"zpush://127.0.0.1:{port}", *sum((["-f", vec(n)] for n in names), []),
+                                    "--count", "3", "--report", "0"))
+        self.assertEqual(code, 0, err)
+        code, _, err = finish(receiver)
+        self.assertEqual(code, 0, err)
+        self.assertIn("saved 3 messages", err)
+        self.assertEqual(os.path.getsize(shard) % 10240, 0)
+        # Python's tarfile (as webdataset) reads it: KEY.ten members, in order, each a .ten file.
+        with tarfile.open(shard) as tar:
+            members = tar.getmembers()
+            self.assertEqual([m.name for m in members], ["000000.ten", "000001.ten", "000002.ten"])
+            for m, n in zip(members, names):
+                with self.subTest(member=m.name):
+                    data = tar.extractfile(m).read()
+                    self.assertEqual(data[:8], b"~TenBin~")
+                    one = self.path(m.name)
+                    with open(one, "wb") as f:
+                        f.write(data)
+                    r = run("info", "--json", one)
+                    self.assertEqual(r.returncode, 0, r.stderr)
+                    self.assertEqual(json.loads(r.stdout)["tensors"], expected_tensors(BY_PATH[n]))
+        r = run("info", "--json", shard)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        listed = json.loads(r.stdout)
+        self.assertEqual([m["name"] for m in listed["messages"]], ["000000.ten", "000001.ten", "000002.ten"])
+        self.assertEqual([m["tensors"] for m in listed["messages"]], [expected_tensors(BY_PATH[n]) for n in names])
+        self.assertIn(b"shard of 3 messages", run("info", shard).stdout)
+        # send replays it message by message, --count times over.
+        port = free_port()
+        receiver = start("recv", f"zpull://127.0.0.1:{port}", "--count", "6", "--json", "--timeout", "20")
+        code, _, err = finish(start("send", f"zpush://127.0.0.1:{port}", "--file", shard, "--count", "2"))
+        self.assertEqual(code, 0, err)
+        code, out, err = finish(receiver)
+        self.assertEqual(code, 0, err)
+        got = [json.loads(line)["tensors"] for line in out.splitlines()]
+        self.assertEqual(got, [expected_tensors(BY_PATH[n]) for n in names] * 2)
+
+    def test_a_shard_made_by_pythons_tarfile_replays(self):
+        import io
+        import tarfile
+        shard = self.path("python.tar")
+        names = ["u1_image.ten", "f4_matrix.ten"]
+        with tarfile.open(shard, "w") as tar:  # PAX, Python's default
+            d = tarfile.TarInfo("samples")
+            d.type = tarfile.DIRTYPE
+            tar.addfile(d)
+            for i, n in enumerate(names):
+                data = open(vec(n), "rb").read()
+                for name, payload in ((f"samples/{i:06d}.ten", data), (f"samples/{i:06d}.cls", b"7")):
+                    info = tarfile.TarInfo(name)
+                    info.size = len(payload)
+                    tar.addfile(info, io.BytesIO(payload))
+        r = run("info", shard)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn(b"shard of 2 messages (2 members not .ten skipped)", r.stdout)
+        port = free_port()
+        receiver = start("recv", f"zpull://127.0.0.1:{port}", "--count", "2", "--json", "--timeout", "20")
+        code, _, err = finish(start("serve", f"zpush://127.0.0.1:{port}", "-f", shard, "--count", "2",
+                                    "--report", "0"))
+        self.assertEqual(code, 0, err)
+        code, out, err = finish(receiver)
+        self.assertEqual(code, 0, err)
+        got = [json.loads(line)["tensors"] for line in out.splitlines()]
+        self.assertEqual(got, [expected_tensors(BY_PATH[n]) for n in names])
+
+    def test_hostile_shards_are_refused(self):
+        good = self.path("good.tar")
+        import tarfile
+        with tarfile.open(good, "w", format=tarfile.USTAR_FORMAT) as tar:
+            tar.add(vec("f4_matrix.ten"), arcname="000000.ten")
+        data = bytearray(open(good, "rb").read())
+        cases = {
+            "short.tar": (bytes(data[:100]), "truncated"),
+            "notar.tar": (b"x" * 1024, "bad_header"),
+            "checksum.tar": (data[:0] + bytes([data[0] ^ 1]) + data[1:], "bad_header"),
+            "cut.tar": (bytes(data[:512 + 10]), "truncated"),
+        }
+        big = bytearray(data)
+        big[124:136] = b"77777777777\0"  # a size far past the end (checksum fixed below)
+        big[148:156] = b"        "
+        big[148:156] = b"%06o\0 " % sum(big[:512])
+        cases["size.tar"] = (bytes(big), "truncated")
+        for name, (content, cls) in cases.items():
+            with self.subTest(case=name):
+                with open(self.path(name), "wb") as f:
+                    f.write(content)
+                r = run("info", self.path(name))
+                self.assertEqual(r.returncode, 1, r.stderr)
+                m = ERROR_LINE.match(r.stderr.decode().splitlines()[0])
+                self.assertIsNotNone(m, r.stderr)
+                self.assertEqual(m["cls"], cls, r.stderr)
+        self.assertEqual(run("recv", "zpull://127.0.0.1:1", "--save", self.path("x.ten")).returncode, 64)
+
+    @staticmethod
+    def read_png(path):
+        """(width, height, rows of RGB bytes) of an 8-bit RGB PNG, decoded here with zlib."""
+        import zlib
+        data = open(path, "rb").read()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n", data[:8]
+        pos, idat, ihdr = 8, b"", None
+        while pos < len(data):
+            (n,) = struct.unpack(">I", data[pos:pos + 4])
+            kind, body = data[pos + 4:pos + 8], data[pos + 8:pos + 8 + n]
+            if kind == b"IHDR":
+                ihdr = struct.unpack(">IIBBBBB", body)
+            elif kind == b"IDAT":
+                idat += body
+            pos += 12 + n
+        width, height, depth, color = ihdr[:4]
+        assert (depth, color) == (8, 2), ihdr
+        raw = zlib.decompress(idat)
+        stride = width * 3
+        assert len(raw) == height * (stride + 1)
+        rows, prev = [], bytearray(stride)
+        for y in range(height):
+            f, line = raw[y * (stride + 1)], bytearray(raw[y * (stride + 1) + 1:(y + 1) * (stride + 1)])
+            for i in range(stride):
+                a = line[i - 3] if i >= 3 else 0
+                b, c = prev[i], (prev[i - 3] if i >= 3 else 0)
+                if f == 1:
+                    line[i] = (line[i] + a) & 255
+                elif f == 2:
+                    line[i] = (line[i] + b) & 255
+                elif f == 3:
+                    line[i] = (line[i] + (a + b) // 2) & 255
+                elif f == 4:
+                    p = a + b - c
+                    pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+                    line[i] = (line[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
+            rows.append(bytes(line))
+            prev = line
+        return width, height, rows
+
+    def test_show_draws_image_like_tensors_as_a_png(self):
+        png = self.path("image.png")
+        r = run("show", vec("u1_image.ten"), "--out", png)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn(b"2 images, 204 x 90 pixels", r.stdout)
+        # Two 8x8 RGB images (NHWC), enlarged 8 times, side by side, captions below.
+        width, height, rows = self.read_png(png)
+        self.assertEqual((width, height), (204, 90))
+        pixels = chunk_payloads(open(vec("u1_image.ten"), "rb").read())[1]
+        for k, x0 in ((0, 4), (1, 104)):
+            for y, x in ((0, 0), (7, 7), (3, 5)):
+                with self.subTest(image=k, y=y, x=x):
+                    at = ((k * 8 + y) * 8 + x) * 3
+                    px, py = x0 + x * 8 + 3, 4 + y * 8 + 3
+                    self.assertEqual(rows[py][px * 3:px * 3 + 3], pixels[at:at + 3])
+        self.assertEqual(rows[0][:3], b"\xff\xff\xff")  # the margin
+        self.assertIn(0, rows[4 + 64 + 4])  # caption text under the first image
+        # A float matrix: one gray image stretched from its minimum (black) to its maximum (white).
+        r = run("show", vec("f4_matrix.ten"), "--out", png)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        width, height, rows = self.read_png(png)
+        self.assertEqual((width, height), (104, 62))  # 3x5 enlarged 12 times: 60x36
+        self.assertEqual(rows[4][4 * 3:4 * 3 + 3], b"\x00\x00\x00")
+        self.assertEqual(rows[4 + 35][(4 + 59) * 3:(4 + 59) * 3 + 3], b"\xff\xff\xff")
+        self.assertEqual(rows[4 + 12 + 5][(4 + 24 + 5) * 3:(4 + 24 + 5) * 3 + 3], b"\x80\x80\x80")  # -0.125: half
+        # Nothing image-like is an error, not an empty picture.
+        r = run("show", vec("i4_i8.ten"), "--out", png)
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn(b"no image-like tensor", r.stderr)
+        # Received messages: a batch of NCHW images, two to a row.
+        port = free_port()
+        shower = start("show", f"zpull://127.0.0.1:{port}", "--out", png, "--columns", "2", "--timeout", "20")
+        code, _, err = finish(start("serve", f"zpush://127.0.0.1:{port}", "--synthetic", "x=u1:3,3,16,16",
+                                    "--count", "1", "--report", "0"))
+        self.assertEqual(code, 0, err)
+        code, out, err = finish(shower)
+        self.assertEqual(code, 0, err)
+        self.assertEqual(self.read_png(png)[:2], (204, 176))
+
+    def write_safetensors(self, path, names):
+        header, offset, blob = {}, 0, b""
+        for i, n in enumerate(names):
+            data = struct.pack("<3f", i, i + 0.5, i + 1)
+            header[n] = {"dtype": "F32", "shape": [3], "data_offsets": [offset, offset + len(data)]}
+            offset += len(data)
+            blob += data
+        text = json.dumps(header).encode()
+        with open(path, "wb") as f:
+            f.write(struct.pack("<Q", len(text)) + text + blob)
+
+    def test_convert_maps_long_checkpoint_names_and_brings_them_back(self):
+        names = ["model.embed.weight", "model.layers.0.attn.q_proj.weight", "bias", "t0"]
+        st = self.path("model.safetensors")
+        self.write_safetensors(st, names)
+        ten = self.path("model.ten")
+        r = run("convert", st, ten)
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn(b"does not fit a .ten info", r.stderr)
+        self.assertIn(b"--infos short", r.stderr)
+        r = run("convert", st, ten, "--infos", "short")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn(b"t0_1 = model.embed.weight", r.stdout)  # t0 is taken by a name of its own
+        table = json.load(open(ten + ".names.json"))
+        self.assertEqual(list(table.values()), names)
+        infos = [t["info"] for t in json.loads(run("info", "--json", ten).stdout)["tensors"]]
+        self.assertEqual(infos, list(table))
+        self.assertEqual(len(set(infos)), 4)
+        self.assertEqual(infos[2:], ["bias", "t0"])
+        # Back out: the table beside the .ten file gives the names back.
+        back = self.path("back.safetensors")
+        r = run("convert", ten, back)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        got = json.loads(run("info", "--json", back).stdout)["tensors"]
+        self.assertEqual([t["name"] for t in got], names)
+        self.assertEqual([t["sha256"] for t in got],
+                         [t["sha256"] for t in json.loads(run("info", "--json", st).stdout)["tensors"]])
+        # --infos FILE: a table of the user's own, both ways.
+        mine = self.path("mine.json")
+        with open(mine, "w") as f:
+            json.dump({"emb": names[0], "q": names[1]}, f)
+        ten2 = self.path("mine.ten")
+        r = run("convert", st, ten2, "--infos", mine)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual([t["info"] for t in json.loads(run("info", "--json", ten2).stdout)["tensors"]],
+                         ["emb", "q", "bias", "t0"])
+        npz = self.path("mine.npz")
+        self.assertEqual(run("convert", ten2, npz, "--infos", mine).returncode, 0)
+        self.assertEqual([t["name"] for t in json.loads(run("info", "--json", npz).stdout)["tensors"]], names)
+        with open(mine, "w") as f:
+            f.write("[1, 2]")
+        r = run("convert", st, self.path("x.ten"), "--infos", mine)
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn(b"expected {", r.stderr)
+        # The help's own example works, and is the one shown.
+        self.assertIn(b"tenbin convert model.safetensors model.ten --infos short", run("convert", "--help").stdout)
 
 
 class Result(unittest.TextTestResult):

@@ -1,7 +1,9 @@
 // tenbin tool: shared helpers (see common.hpp).
 #include "common.hpp"
+#include "shard.hpp"
 
 #include <tenbin/config.hpp>
+#include <tenbin/connect.hpp>
 #include <tenbin/io.hpp>
 #if TENBIN_HAS_ZSTD
 #include <tenbin/zstd.hpp>
@@ -10,6 +12,8 @@
 #include <openssl/evp.h>
 
 #include <algorithm>
+#include <utility>
+#include <vector>
 #include <cerrno>
 #include <climits>
 #include <cmath>
@@ -114,6 +118,46 @@ std::string one_line(std::string_view text) {
     return out;
 }
 
+std::string cli_text(std::string_view text) {
+    std::string out = one_line(text);
+    static const std::pair<std::string_view, std::string_view> words[] = {
+        {"limits::max_bytes = ", "--max-bytes "},
+        {"(limits::max_bytes)", "(--max-bytes)"},
+        {"see recv_options::envelope", "see --socket, and a URL's #topic"},
+    };
+    for (const auto& [cpp, cli] : words)
+        for (std::size_t at; (at = out.find(cpp)) != std::string::npos;) out.replace(at, cpp.size(), cli);
+    return out;
+}
+
+std::string closest(std::string_view word, const std::vector<std::string>& candidates) {
+    if (word.size() > 64) return {};  // no option is that long
+    // Edit distance where swapping two neighbours counts one ("sned").
+    const auto distance = [](std::string_view a, std::string_view b) {
+        std::vector<std::vector<std::size_t>> d(a.size() + 1, std::vector<std::size_t>(b.size() + 1));
+        for (std::size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+        for (std::size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+        for (std::size_t i = 1; i <= a.size(); ++i)
+            for (std::size_t j = 1; j <= b.size(); ++j) {
+                d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] != b[j - 1])});
+                if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
+                    d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+            }
+        return d[a.size()][b.size()];
+    };
+    std::string best;
+    std::size_t best_distance = std::max<std::size_t>(1, word.size() / 3) + 1;
+    for (const auto& c : candidates) {
+        // A prefix ("--cou" for "--count") is close whatever its length.
+        const std::size_t d = c.starts_with(word) && word.size() >= 3 ? 1 : distance(word, c);
+        if (d < best_distance) {
+            best = c;
+            best_distance = d;
+        }
+    }
+    return best;
+}
+
 std::string printable(std::string_view text) {
     std::string out;
     for (char c : text) {
@@ -164,7 +208,7 @@ std::string current_error_message() {
     } catch (const std::bad_alloc&) {
         return "not enough memory";
     } catch (const std::exception& e) {
-        return one_line(e.what());
+        return cli_text(e.what());
     } catch (...) {
         return "unknown exception";
     }
@@ -257,6 +301,21 @@ std::vector<tensor> load_any(const std::string& path, const limits& lim) {
     return load_mmap(path, opt);
 }
 
+std::vector<std::vector<tensor>> load_messages(const std::string& path, std::vector<std::string>* names) {
+    std::vector<std::vector<tensor>> out;
+    if (!is_shard(path)) {
+        out.push_back(load_any(path));
+        if (names) names->push_back(path);
+        return out;
+    }
+    for (shard_message& m : read_shard(path)) {
+        out.push_back(std::move(m.tensors));
+        if (names) names->push_back(path + ":" + m.name);
+    }
+    if (out.empty()) throw tenbin::error(errc::bad_argument, path + ": the shard holds no .ten member");
+    return out;
+}
+
 named_file load_named(const std::string& path, const limits& lim) {
     if (format_of(path) != file_format::safetensors) return {tenbin::load_any(path, {.limits = lim}), {}};
     safetensors_contents st = load_safetensors_with_metadata(path, {.limits = lim});
@@ -269,6 +328,14 @@ int timeout_ms(double seconds) {
     if (!(seconds > 0)) return -1;
     const double ms = std::ceil(seconds * 1000.0);
     return ms >= static_cast<double>(INT_MAX) ? -1 : static_cast<int>(ms);
+}
+
+void check_tensorcom_flag(const std::vector<tensor>& tensors, const std::string& where) {
+    try {
+        check_tensorcom(tensors);
+    } catch (const tenbin::error& e) {
+        throw tenbin::error(errc::bad_argument, where + ": " + e.what() + " (refused by --tensorcom)");
+    }
 }
 
 // ---- checking options ---------------------------------------------------------

@@ -29,6 +29,7 @@ enum exit_status : int {
     exit_timeout = 2,    ///< nothing (or not enough) arrived in time
     exit_malformed = 3,  ///< a received message was not valid tenbin
     exit_usage = 64,     ///< wrong options or arguments (sysexits' EX_USAGE)
+    exit_interrupted = 130,  ///< stopped by SIGINT (Ctrl-C), as shells report it
 };
 
 /// A registered subcommand: its CLI11 node and the work to do when the user
@@ -46,6 +47,7 @@ subcommand add_serve(CLI::App& parent);
 subcommand add_monitor(CLI::App& parent);
 subcommand add_stat(CLI::App& parent);
 subcommand add_convert(CLI::App& parent);
+subcommand add_show(CLI::App& parent);
 
 // ---- describing tensors ---------------------------------------------------
 
@@ -97,6 +99,15 @@ void print_current_error(std::string_view where);
 /// space, so that an error message stays on one line.
 std::string one_line(std::string_view text);
 
+/// An error message of the library in the command line's words, on one
+/// line: the C++ option it names (limits::max_bytes,
+/// recv_options::envelope) becomes the tenbin option that sets it.
+std::string cli_text(std::string_view text);
+
+/// Of `candidates`, the one closest to `word` (edit distance at most a third
+/// of its length, and at least 1 allowed); empty when none is close.
+std::string closest(std::string_view word, const std::vector<std::string>& candidates);
+
 /// `text` with control characters (a NUL inside an info, a line break or a
 /// terminal escape in a name from an untrusted file) shown as \xNN, for
 /// tables on a terminal.
@@ -110,6 +121,11 @@ std::string printable(std::string_view text);
 /// `lim` bounds what the file may make the tool allocate (--max-bytes).
 std::vector<tensor> load_any(const std::string& path, const limits& lim = {});
 
+/// The messages a file holds: each .ten member of a .tar shard, in order
+/// (see shard.hpp), or the one message of any other file (load_any). With
+/// `names`, one name per message: "FILE:MEMBER" for a shard, FILE otherwise.
+std::vector<std::vector<tensor>> load_messages(const std::string& path, std::vector<std::string>* names = nullptr);
+
 /// A file of a format `tenbin::format_of` knows: its named tensors, and a
 /// .safetensors file's __metadata__ (empty for the other formats).
 struct named_file {
@@ -121,6 +137,10 @@ named_file load_named(const std::string& path, const limits& lim = {});
 
 /// Seconds as ZeroMQ milliseconds; 0 (or less) means "wait forever" (-1).
 int timeout_ms(double seconds);
+
+/// Throws bad_argument, naming `where` and --tensorcom, when a Python
+/// tensorcom receiver could not decode `tensors` (tenbin::check_tensorcom).
+void check_tensorcom_flag(const std::vector<tensor>& tensors, const std::string& where);
 
 // ---- checking options ---------------------------------------------------------
 

@@ -1,6 +1,7 @@
 // tenbin info: what the tensors of .ten files (or single-part buffers), and
 // of .npy, .npz and .safetensors files, are.
 #include "common.hpp"
+#include "shard.hpp"
 
 #include <iostream>
 #include <memory>
@@ -52,8 +53,43 @@ nlohmann::ordered_json object_of(const safetensors_metadata& pairs) {
     return m;
 }
 
+// Lists a webdataset shard: its messages in order, each as a .ten file.
+bool info_shard(const std::string& file, bool json) {
+    std::vector<shard_message> messages;
+    std::size_t skipped = 0;
+    try {
+        messages = read_shard(file, &skipped);
+    } catch (...) {
+        print_current_error(file);
+        return false;
+    }
+    if (json) {
+        nlohmann::ordered_json j;
+        j["file"] = file;
+        nlohmann::ordered_json list = nlohmann::ordered_json::array();
+        for (const shard_message& m : messages) list.push_back({{"name", m.name}, {"tensors", describe(m.tensors)}});
+        j["messages"] = std::move(list);
+        j["skipped"] = skipped;
+        std::cout << json_line(j) << '\n';
+    } else {
+        std::cout << file << ": shard of " << messages.size() << (messages.size() == 1 ? " message" : " messages");
+        if (skipped) std::cout << " (" << skipped << " members not .ten skipped)";
+        std::cout << '\n';
+        for (const shard_message& m : messages) {
+            std::uint64_t total = 0;
+            for (const auto& t : m.tensors) total += t.nbytes();
+            std::cout << "  " << printable(m.name) << ": " << m.tensors.size()
+                      << (m.tensors.size() == 1 ? " tensor, " : " tensors, ") << total << " data bytes\n";
+            if (!m.tensors.empty()) print_table(std::cout, m.tensors, "    ");
+        }
+    }
+    std::cout.flush();
+    return true;
+}
+
 // Describes one file; false (after printing the error line) when it failed.
 bool info_one(const std::string& file, bool json, const limits& lim) {
+    if (is_shard(file)) return info_shard(file, json);
     contents c;
     try {
         c = read_contents(file, lim);
@@ -102,13 +138,17 @@ subcommand add_info(CLI::App& parent) {
         "shape, data bytes and SHA-256 of the data. Files ending in .npy, .npz and\n"
         ".safetensors list a name column instead of the info (and in JSON a \"name\"\n"
         "per tensor), and a .safetensors file's __metadata__ (JSON: \"metadata\").\n"
+        "A .tar file is a webdataset shard (tenbin recv --save): each KEY.ten member is\n"
+        "listed as a message (JSON: {\"file\", \"messages\": [{\"name\", \"tensors\"}],\n"
+        "\"skipped\": members of other extensions}).\n"
         "A file that cannot be read or decoded gives one line on stderr,\n"
         "'FILE: error: CLASS: message' (CLASS such as truncated, bad_magic, io_error),\n"
         "and the exit status is 1 once the other files are done; otherwise 0.\n"
         "Examples:\n"
         "  tenbin info batch.ten\n"
         "  tenbin info --json *.ten > summary.jsonl\n"
-        "  tenbin info model.safetensors");
+        "  tenbin info model.safetensors\n"
+        "  tenbin info recorded.tar");
     app->add_option("FILE", opt->files, "Files to describe ('-' reads standard input: .ten bytes, or .ten.zst by its magic)")
         ->required();
     app->add_flag("--json", opt->json,

@@ -4,8 +4,35 @@
 
 #include <exception>
 #include <iostream>
+#include <sstream>
 #include <string>
 #include <vector>
+
+namespace {
+
+// After CLI11's "The following arguments were not expected: --cont": the
+// option of the chosen command closest to each unexpected one.
+void suggest_options(CLI::App& app, const CLI::ParseError& e) {
+    const auto chosen = app.get_subcommands();
+    if (chosen.empty() || !dynamic_cast<const CLI::ExtrasError*>(&e)) return;
+    const CLI::App* command = chosen.front();
+    std::vector<std::string> names;
+    for (const CLI::Option* o : command->get_options()) {
+        for (const auto& l : o->get_lnames()) names.push_back("--" + l);
+        for (const auto& s : o->get_snames()) names.push_back("-" + s);
+    }
+    std::string text = e.what();
+    const std::size_t colon = text.find(": ");
+    std::istringstream words(colon == std::string::npos ? std::string() : text.substr(colon + 2));
+    for (std::string word; words >> word;) {
+        if (!word.starts_with("--")) continue;
+        word = word.substr(0, word.find('='));
+        if (const std::string guess = tenbin::cli::closest(word, names); !guess.empty())
+            std::cerr << "tenbin " << command->get_name() << ": " << word << ": did you mean " << guess << "?\n";
+    }
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
     using namespace tenbin::cli;
@@ -26,6 +53,7 @@ int main(int argc, char** argv) {
         add_monitor(app),
         add_stat(app),
         add_convert(app),
+        add_show(app),
     };
 
     // After the subcommands, which would otherwise inherit it.
@@ -48,8 +76,14 @@ int main(int argc, char** argv) {
         if (!first.empty() && app.get_subcommands().empty() && first != "-h" && first != "--help" &&
             first != "--version") {
             if (first[0] != '-') {
-                std::cerr << "tenbin: error: unknown command '" << first << "'; the commands are";
-                for (const auto& command : commands) std::cerr << ' ' << command.app->get_name();
+                std::vector<std::string> names;
+                for (const auto& command : commands) names.push_back(command.app->get_name());
+                std::cerr << "tenbin: error: unknown command '" << first << "'";
+                if (const std::string guess = closest(first, names); !guess.empty())
+                    std::cerr << "; did you mean '" << guess << "'? The commands are";
+                else
+                    std::cerr << "; the commands are";
+                for (const auto& name : names) std::cerr << ' ' << name;
             } else {
                 std::cerr << "tenbin: error: unknown option '" << first << "'; options go after a command";
             }
@@ -59,7 +93,9 @@ int main(int argc, char** argv) {
         // --help and --version exit 0; wrong options or arguments exit with
         // one code scripts can tell from a failed run, not CLI11's several
         // (105 and up).
-        return app.exit(e) == 0 ? exit_ok : exit_usage;
+        const int status = app.exit(e) == 0 ? exit_ok : exit_usage;
+        if (status != exit_ok) suggest_options(app, e);
+        return status;
     }
 
     for (const auto& command : commands) {

@@ -15,7 +15,7 @@ namespace tenbin::cli {
 namespace {
 
 struct monitor_cli_options {
-    std::vector<std::string> urls;
+    std::vector<std::string> urls{"zsub://127.0.0.1:7880"};
     std::size_t count = 0;
     bool json = false;
     double interval = 1;
@@ -88,7 +88,7 @@ int run_monitor(const monitor_cli_options& opt) {
         } catch (const error& e) {
             ++malformed;
             std::cerr << (live ? "\n" : "") << "tenbin monitor: error: " << name(e.code()) << ": "
-                      << one_line(e.what()) << "\n";
+                      << cli_text(e.what()) << "\n";
         }
         if (clock::now() - window_start >= std::chrono::duration<double>(opt.interval)) report(false);
         if (opt.timeout > 0 && clock::now() - last_arrival > std::chrono::duration<double>(opt.timeout)) {
@@ -110,8 +110,7 @@ subcommand add_monitor(CLI::App& parent) {
         "monitor", "Watch a stream: messages/s, MB/s and tensor layout per interval (tensormon)");
     app->add_option("URL", opt->urls,
                     "tensorcom URLs or ZeroMQ endpoints (one socket on all; braces expand;\n"
-                    "see --socket)")
-        ->required();
+                    "see --socket); default: tensormon's zsub://127.0.0.1:7880");
     app->add_option("--count,-n", opt->count, "Stop after this many messages (0: until interrupted)")
         ->check(nonnegative)
         ->capture_default_str();

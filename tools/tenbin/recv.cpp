@@ -1,10 +1,12 @@
 // tenbin recv: receive ZeroMQ messages of tensors and describe them.
 #include "common.hpp"
+#include "shard.hpp"
 #include "sockets.hpp"
 
 #include <tenbin/zmq.hpp>
 
 #include <iostream>
+#include <optional>
 #include <memory>
 #include <span>
 #include <sstream>
@@ -19,6 +21,7 @@ struct recv_cli_options {
     std::size_t count = 1;
     double timeout = 30;
     bool json = false;
+    std::string save;
     socket_choice socket;
 };
 
@@ -55,17 +58,27 @@ void print_malformed(const tenbin::error& e, std::size_t number, bool json) {
     if (json) {
         nlohmann::ordered_json j;
         j["error"] = std::string(name(e.code()));
-        j["message"] = one_line(e.what());
+        j["message"] = cli_text(e.what());
         std::cout << json_line(j) << std::endl;
     } else {
         std::cerr << "tenbin recv: message " << number << ": error: " << name(e.code()) << ": "
-                  << one_line(e.what()) << std::endl;
+                  << cli_text(e.what()) << std::endl;
     }
 }
 
 int run_recv(const recv_cli_options& opt) {
     const auto endpoints = resolve_endpoints(opt.socket, {opt.url});
     const zmq::socket_type type = zmq_socket_type(endpoints.front().kind);
+    if (!opt.save.empty() && !is_shard(opt.save))
+        throw usage_error("--save '" + opt.save + "': a shard is a .tar file (webdataset), e.g. recorded.tar");
+    std::optional<shard_writer> shard;
+    if (!opt.save.empty()) shard.emplace(opt.save);
+    // What arrived before a timeout is kept too.
+    const auto save = [&] {
+        if (!shard) return;
+        shard->finish();
+        std::cerr << "tenbin recv: saved " << shard->members() << " messages to " << opt.save << "\n";
+    };
 
     recv_options ro;
     ro.decode.limits.max_bytes = opt.socket.max_bytes;
@@ -75,10 +88,19 @@ int run_recv(const recv_cli_options& opt) {
     zmq::socket_t socket = bounded_socket(context, type, ro.decode.limits);
     socket.set(zmq::sockopt::rcvtimeo, timeout_ms(opt.timeout));
     socket.set(zmq::sockopt::linger, 1000);  // replies only; never hang at exit
-    if (type == zmq::socket_type::sub) socket.set(zmq::sockopt::subscribe, "");
+    // A zsub URL's #topic: subscribed to, and taken off the front of each message.
+    const std::string& topic = endpoints.front().topic;
+    if (type == zmq::socket_type::sub) socket.set(zmq::sockopt::subscribe, topic);
     attach(socket, opt.socket, endpoints, "tenbin recv");
 
     if (type == zmq::socket_type::router) ro.envelope = envelope_spec::router();
+    if (type == zmq::socket_type::sub && !topic.empty()) ro.envelope = envelope_spec::topic();
+    // ZeroMQ matches prefixes: a longer topic ("training" for "train") is not ours.
+    const auto other_topic = [&](std::span<const zmq::const_buffer> envelope) {
+        return !topic.empty() && type == zmq::socket_type::sub &&
+               (envelope.empty() || std::string_view(static_cast<const char*>(envelope.front().data()),
+                                                     envelope.front().size()) != topic);
+    };
 
     std::size_t malformed = 0;
     for (std::size_t i = 1; i <= opt.count; ++i) {
@@ -88,9 +110,13 @@ int run_recv(const recv_cli_options& opt) {
         } catch (const tenbin::error& e) {
             // zrecv drained the message: report it, answer it (a ROUTER
             // finds its envelope in the error) and go on with the next.
+            const auto* with_envelope = dynamic_cast<const malformed_message*>(&e);
+            if (with_envelope && other_topic(with_envelope->envelope_buffers())) {
+                --i;
+                continue;
+            }
             ++malformed;
             print_malformed(e, i, opt.json);
-            const auto* with_envelope = dynamic_cast<const malformed_message*>(&e);
             reply(socket, type, with_envelope ? with_envelope->envelope_buffers() : std::vector<zmq::const_buffer>{});
             continue;
         }
@@ -100,11 +126,18 @@ int run_recv(const recv_cli_options& opt) {
             std::cerr << "tenbin recv: error: " << name(errc::timeout) << ": received " << i - 1
                       << " of " << opt.count << " messages; nothing arrived within " << limit.str()
                       << plain_endpoint_hint({opt.url}, endpoints) << std::endl;
+            save();
             return exit_timeout;
         }
+        if (other_topic(m->envelope_buffers())) {
+            --i;
+            continue;
+        }
         print_message(*m, i, opt.json);
+        if (shard) shard->add(m->tensors);
         reply(socket, type, m->envelope_buffers());
     }
+    save();
     return malformed ? exit_malformed : exit_ok;
 }
 
@@ -129,6 +162,10 @@ subcommand add_recv(CLI::App& parent) {
                   "One JSON line per message: {\"tensors\": [{\"info\", \"dtype\", \"shape\", "
                   "\"nbytes\", \"sha256\"}, ...]}, or {\"error\": CLASS, \"message\": TEXT} "
                   "for a malformed one");
+    app->add_option("--save", opt->save,
+                    "Record the messages that decode into FILE.tar, a webdataset shard: one member\n"
+                    "KEY.ten per message, in order (000000.ten, 000001.ten, ...); replay it with\n"
+                    "tenbin send/serve --file FILE.tar");
     add_socket_choice(*app, opt->socket, {"pull", "sub", "router", "rep", "pair"}, tenbin::socket_kind::pull,
                       true);
     app->footer(
@@ -136,7 +173,7 @@ subcommand add_recv(CLI::App& parent) {
         "Python tensorcom sends them), and describes each: a table, or with --json\n"
         "one line per message. A malformed message is reported (stderr, or a JSON\n"
         "error line on stdout) and counts as received; receiving goes on.\n"
-        "A SUB socket subscribes to everything; REP (and ROUTER, to REQ peers)\n"
+        "A SUB socket subscribes to everything, or to the URL's #topic (zsub://h:p#topic);\nREP (and ROUTER, to REQ peers)\n"
         "answers each message with one empty frame.\n" +
         plain_endpoint_note(opt->socket) +
         "Exit status: 0 all messages arrived and decoded, 1 error (refused endpoint,\n"
@@ -145,6 +182,7 @@ subcommand add_recv(CLI::App& parent) {
         "URL, ...).\n"
         "Examples:\n"
         "  tenbin recv 'tcp://*:5555' -n 100 --json                 (PULL binds)\n"
+        "  tenbin recv zpull://*:7880 -n 1000 --save recorded.tar   (record a stream)\n"
         "  tenbin recv tcp://localhost:5556 --socket sub --timeout 0   (SUB connects)");
     return {app, [opt] { return run_recv(*opt); }};
 }

@@ -27,6 +27,7 @@ struct send_cli_options {
     double timeout = 30;
     double linger = 5;
     bool verbose = false;
+    bool tensorcom = false;
 };
 
 // "1.5 s", or "ever" for no limit, for messages.
@@ -47,13 +48,18 @@ bool await_reply(zmq::socket_t& socket) {
 }
 
 int run_send(const send_cli_options& opt) {
-    std::vector<tensor> tensors;
+    // One message, or a recorded shard's messages in order.
+    std::vector<std::vector<tensor>> messages;
+    std::vector<std::string> sources;
     try {
-        tensors = load_any(opt.file);
+        messages = load_messages(opt.file, &sources);
     } catch (...) {
         print_current_error(opt.file);
         return current_error_status();
     }
+
+    if (opt.tensorcom)
+        for (std::size_t m = 0; m < messages.size(); ++m) check_tensorcom_flag(messages[m], sources[m]);
 
     const auto endpoints = resolve_endpoints(opt.socket, {opt.url});
     const tenbin::socket_kind kind = endpoints.front().kind;
@@ -77,24 +83,32 @@ int run_send(const send_cli_options& opt) {
 
     if (delay > 0) std::this_thread::sleep_for(std::chrono::duration<double>(delay));
 
+    // A zpub URL's #topic goes in front of every message, as a connection's does.
+    const std::string& topic = endpoints.front().topic;
+    const zmq::const_buffer topic_frame(topic.data(), topic.size());
+    send_options so;
+    if (kind == tenbin::socket_kind::pub && !topic.empty()) so.envelope = {&topic_frame, 1};
+
     const char* where = "tenbin send";
-    for (std::size_t i = 0; i < opt.count; ++i) {
-        const bool sent = opt.single ? zsend_single(socket, tensors) : zsend_multipart(socket, tensors);
+    const std::size_t total = opt.count * messages.size();
+    for (std::size_t i = 0; i < total; ++i) {
+        const std::vector<tensor>& tensors = messages[i % messages.size()];
+        const bool sent = opt.single ? zsend_single(socket, tensors, so) : zsend_multipart(socket, tensors, so);
         if (!sent) {
             std::cerr << where << ": error: " << name(errc::timeout) << ": message " << i + 1
-                      << " of " << opt.count << " could not be sent within "
+                      << " of " << total << " could not be sent within "
                       << seconds_text(opt.timeout) << " (is a receiver there?)"
                       << plain_endpoint_hint({opt.url}, endpoints) << std::endl;
             return exit_timeout;
         }
         if (is_req && !await_reply(socket)) {
             std::cerr << where << ": error: " << name(errc::timeout) << ": no reply to message "
-                      << i + 1 << " of " << opt.count << " within " << seconds_text(opt.timeout)
+                      << i + 1 << " of " << total << " within " << seconds_text(opt.timeout)
                       << std::endl;
             return exit_timeout;
         }
         if (opt.verbose)
-            std::cerr << where << ": sent message " << i + 1 << " of " << opt.count << " ("
+            std::cerr << where << ": sent message " << i + 1 << " of " << total << " ("
                       << (opt.single ? "single-part" : "multipart") << ", " << tensors.size()
                       << (tensors.size() == 1 ? " tensor)" : " tensors)") << std::endl;
     }
@@ -110,9 +124,11 @@ subcommand add_send(CLI::App& parent) {
                     "tensorcom URL (zpush://host:port, ...) or ZeroMQ endpoint, e.g.\n"
                     "tcp://localhost:5555 or ipc:///tmp/t.sock (see --socket)")
         ->required();
-    app->add_option("-f,--file", opt->file, "File whose tensors make the message ('-' = stdin: .ten, or .ten.zst by its magic)")
+    app->add_option("-f,--file", opt->file,
+                    "File whose tensors make the message ('-' = stdin: .ten, or .ten.zst by its magic);\n"
+                    "a .tar shard (tenbin recv --save) replays its messages in order")
         ->required();
-    app->add_option("-n,--count", opt->count, "How many times to send the message")
+    app->add_option("-n,--count", opt->count, "How many times to send the message (or the shard's messages)")
         ->check(positive)
         ->capture_default_str();
     app->add_flag("--single", opt->single,
@@ -134,6 +150,8 @@ subcommand add_send(CLI::App& parent) {
         ->check(nonnegative)
         ->capture_default_str();
     app->add_flag("-v,--verbose", opt->verbose, "Report each message sent on stderr");
+    app->add_flag("--tensorcom", opt->tensorcom,
+                  "Refuse to send what a Python tensorcom receiver cannot decode (u4, rank-0 tensors)");
     app->footer(
         "Sends the tensors of a .ten file (or single-part buffer) as one ZeroMQ\n"
         "message, --count times: multipart [header, data, header, data, ...] or,\n"
@@ -147,7 +165,8 @@ subcommand add_send(CLI::App& parent) {
         "Examples:\n"
         "  tenbin send tcp://localhost:5555 -f batch.ten -n 100     (PUSH connects)\n"
         "  tenbin send 'tcp://*:5556' --socket pub -f batch.ten     (PUB binds)\n"
-        "  tenbin send ipc:///tmp/tensors.sock --single -f batch.ten");
+        "  tenbin send ipc:///tmp/tensors.sock --single -f batch.ten\n"
+        "  tenbin send zpush://localhost:7880 -f recorded.tar       (replay a shard)");
     return {app, [opt] { return run_send(*opt); }};
 }
 

@@ -5,11 +5,13 @@
 
 #include <tenbin/connect.hpp>
 
+#include <climits>
 #include <cmath>
 #include <cstring>
 #include <iostream>
 #include <sstream>
 #include <thread>
+#include <utility>
 
 namespace tenbin::cli {
 namespace {
@@ -26,6 +28,7 @@ struct serve_cli_options {
     std::optional<double> delay;
     double timeout = 30;
     double report = 5;
+    bool tensorcom = false;
 };
 
 std::vector<std::string> split(const std::string& text, char sep) {
@@ -35,9 +38,17 @@ std::vector<std::string> split(const std::string& text, char sep) {
     return out;
 }
 
-// Fills a tensor with values that look like data: uniform in [0, 1) for
-// floats, the whole range for integers; different for every seed.
-void fill(tensor& t, std::uint64_t seed) {
+// Values a synthetic tensor takes: [lo, hi) for floats, lo..hi (both
+// included) for integers. Unset: [0, 1) for floats, every value for integers.
+struct value_range {
+    bool set = false;
+    double lo = 0, hi = 1;        // floats
+    long long ilo = 0, ihi = 0;  // integers
+};
+
+// Fills a tensor with values that look like data, in `range`; different
+// for every seed.
+void fill(tensor& t, std::uint64_t seed, const value_range& range) {
     std::uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
     auto next = [&x] {
         x ^= x << 13;
@@ -47,20 +58,71 @@ void fill(tensor& t, std::uint64_t seed) {
     };
     const auto bytes = t.mutable_bytes();
     const std::size_t n = t.count();
+    const std::size_t size = itemsize(t.dtype());
     auto put = [&]<class T>(T value, std::size_t i) { std::memcpy(bytes.data() + i * sizeof(T), &value, sizeof(T)); };
+    // Values in the range, counted from ilo (0: all 2^64).
+    const std::uint64_t span = static_cast<std::uint64_t>(range.ihi) - static_cast<std::uint64_t>(range.ilo) + 1;
     for (std::size_t i = 0; i < n; ++i) {
-        const std::uint64_t r = next();
-        const double unit = static_cast<double>(r >> 11) * 0x1.0p-53;
+        std::uint64_t r = next();
+        const double unit = range.lo + static_cast<double>(r >> 11) * 0x1.0p-53 * (range.hi - range.lo);
         switch (t.dtype()) {
         case dtype::f2: put(float16::from_float(static_cast<float>(unit)), i); break;
         case dtype::f4: put(static_cast<float>(unit), i); break;
         case dtype::f8: put(unit, i); break;
-        default: std::memcpy(bytes.data() + i * itemsize(t.dtype()), &r, itemsize(t.dtype())); break;
+        default:
+            // Little-endian two's complement: the low bytes are the value.
+            if (range.set) r = static_cast<std::uint64_t>(range.ilo) + (span ? r % span : r);
+            std::memcpy(bytes.data() + i * size, &r, size);
+            break;
         }
     }
 }
 
-// "f2:256,3,224,224;i4:256", each part optionally named: "input=f2:...".
+// A dtype by its code (f4) or NumPy name (float32).
+std::optional<dtype> dtype_named(const std::string& text) {
+    static const std::pair<const char*, dtype> numpy[] = {
+        {"float16", dtype::f2}, {"float32", dtype::f4}, {"float64", dtype::f8}, {"int8", dtype::i1},
+        {"int16", dtype::i2},   {"int32", dtype::i4},   {"int64", dtype::i8},   {"uint8", dtype::u1},
+        {"uint16", dtype::u2},  {"uint32", dtype::u4},  {"uint64", dtype::u8},  {"half", dtype::f2},
+        {"float", dtype::f4},   {"double", dtype::f8},
+    };
+    if (const auto t = parse_dtype(text)) return t;
+    for (const auto& [name, t] : numpy)
+        if (text == name) return t;
+    return std::nullopt;
+}
+
+// "LO..HI" for dtype `t`, checked against what it holds.
+value_range parse_range(const std::string& text, dtype t, const std::string& part) {
+    const auto dots = text.find("..");
+    const auto bad = [&](const std::string& why) {
+        return usage_error("--synthetic: '" + part + "': range '" + text + "' " + why);
+    };
+    if (dots == std::string::npos) throw bad("is not LO..HI");
+    const std::string lo = text.substr(0, dots), hi = text.substr(dots + 2);
+    value_range r;
+    r.set = true;
+    if (is_float(t)) {
+        if (!CLI::detail::lexical_cast(lo, r.lo) || !CLI::detail::lexical_cast(hi, r.hi) || !std::isfinite(r.lo) ||
+            !std::isfinite(r.hi))
+            throw bad("needs two numbers");
+        if (!(r.lo < r.hi)) throw bad("is empty (LO must be below HI)");
+        return r;
+    }
+    if (!CLI::detail::lexical_cast(lo, r.ilo) || !CLI::detail::lexical_cast(hi, r.ihi))
+        throw bad("needs two integers");
+    if (r.ilo > r.ihi) throw bad("is empty (LO must not exceed HI)");
+    const int bits = static_cast<int>(itemsize(t) * 8);
+    const long long min = !is_signed(t) ? 0 : bits == 64 ? LLONG_MIN : -(1LL << (bits - 1));
+    const long long max = bits == 64 ? LLONG_MAX : is_signed(t) ? (1LL << (bits - 1)) - 1 : (1LL << bits) - 1;
+    if (r.ilo < min || r.ihi > max)
+        throw bad("does not fit " + std::string(code(t)) + " (" + std::to_string(min) + ".." + std::to_string(max) +
+                  ")");
+    return r;
+}
+
+// "f2:256,3,224,224;i4:256", each part optionally named ("input=f2:...")
+// and ranged ("labels=int32:256:0..9").
 std::vector<tensor> synthetic_batch(const std::string& spec, std::uint64_t seed) {
     std::vector<tensor> out;
     for (const std::string& part : split(spec, ';')) {
@@ -70,8 +132,18 @@ std::vector<tensor> synthetic_batch(const std::string& spec, std::uint64_t seed)
             rest = rest.substr(eq + 1);
         }
         const auto colon = rest.find(':');
-        const auto t = parse_dtype(rest.substr(0, colon));
-        if (!t) throw usage_error("--synthetic: '" + part + "': unknown dtype; use f2 f4 f8 i1 ... u8");
+        const auto t = dtype_named(rest.substr(0, colon));
+        if (!t)
+            throw usage_error("--synthetic: '" + part +
+                              "': unknown dtype; use a code (f2 f4 f8 i1 i2 i4 i8 u1 u2 u4 u8) or a NumPy "
+                              "name (float16, int32, ...)");
+        value_range range;
+        if (colon != std::string::npos) {
+            if (const auto second = rest.find(':', colon + 1); second != std::string::npos) {
+                range = parse_range(rest.substr(second + 1), *t, part);
+                rest = rest.substr(0, second);
+            }
+        }
         shape_t shape;
         if (colon != std::string::npos)
             for (const std::string& d : split(rest.substr(colon + 1), ',')) {
@@ -104,7 +176,7 @@ std::vector<tensor> synthetic_batch(const std::string& spec, std::uint64_t seed)
         } catch (const tenbin::error& e) {  // the name
             throw usage_error("--synthetic: '" + part + "': " + e.what());
         }
-        fill(x, seed * 131 + out.size());
+        fill(x, seed * 131 + out.size(), range);
         out.push_back(std::move(x));
     }
     if (out.empty()) throw usage_error("--synthetic: no tensors in '" + spec + "'");
@@ -113,9 +185,10 @@ std::vector<tensor> synthetic_batch(const std::string& spec, std::uint64_t seed)
 
 int run_serve(const serve_cli_options& opt) {
     std::vector<std::vector<tensor>> batches;
+    std::vector<std::string> sources;  // where each batch comes from, for messages
     for (const std::string& f : opt.files) {
         try {
-            batches.push_back(load_any(f));
+            for (auto& m : load_messages(f, &sources)) batches.push_back(std::move(m));
         } catch (...) {
             print_current_error(f);
             return current_error_status();
@@ -123,14 +196,22 @@ int run_serve(const serve_cli_options& opt) {
     }
     // Two different synthetic batches, alternated, so consecutive messages differ.
     if (!opt.synthetic.empty())
-        for (std::uint64_t seed = 0; seed < 2; ++seed) batches.push_back(synthetic_batch(opt.synthetic, seed));
+        for (std::uint64_t seed = 0; seed < 2; ++seed) {
+            batches.push_back(synthetic_batch(opt.synthetic, seed));
+            sources.emplace_back("--synthetic");
+        }
     if (batches.empty()) throw usage_error("nothing to send: give --file or --synthetic");
     const std::vector<std::string> infos = opt.infos.empty() ? std::vector<std::string>{} : split(opt.infos, ',');
     for (std::size_t b = 0; b < batches.size() && !infos.empty(); ++b)
         if (batches[b].size() != infos.size())
             throw usage_error("--infos gives " + std::to_string(infos.size()) + " infos, but " +
-                              (b < opt.files.size() ? "'" + opt.files[b] + "'" : std::string("--synthetic")) +
+                              (sources[b] == "--synthetic" ? sources[b] : "'" + sources[b] + "'") +
                               " has " + std::to_string(batches[b].size()) + " tensors");
+
+    // Refused before anything is sent.
+    if (opt.tensorcom)
+        for (std::size_t b = 0; b < batches.size(); ++b)
+            check_tensorcom_flag(batches[b], sources[b]);
 
     connection_options co = connection_options_for(opt.socket, opt.url);
     co.multipart = !opt.single;
@@ -173,10 +254,14 @@ subcommand add_serve(CLI::App& parent) {
                     "tensorcom URL (zpush://host:port, zpub+ipc:///path, ...) or ZeroMQ endpoint\n"
                     "(see --socket)")
         ->required();
-    app->add_option("--file,-f", opt->files, "A .ten file to send (repeat for several; sent in turn)");
+    app->add_option("--file,-f", opt->files,
+                    "A .ten file to send (repeat for several; sent in turn), or a .tar shard\n"
+                    "(tenbin recv --save) whose messages are sent in order");
     app->add_option("--synthetic", opt->synthetic,
-                    "Made-up batches, e.g. \"f2:256,3,224,224;i4:256\" (NAME=DTYPE:DIMS to name a tensor;\n"
-                    "no DIMS, as in \"f4:\", is a scalar)");
+                    "Made-up batches, e.g. \"f2:256,3,224,224;i4:256\": [NAME=]DTYPE:DIMS[:LO..HI] per\n"
+                    "tensor; DTYPE a code or NumPy name (float16, int32, ...); no DIMS (\"f4:\") is a\n"
+                    "scalar; values uniform in [LO, HI) for floats (default 0..1), LO..HI inclusive\n"
+                    "for integers (default: every value), e.g. \"y=int32:256:0..999\"");
     app->add_option("--count,-n", opt->count, "Messages to send (0: until interrupted)")
         ->check(nonnegative)
         ->capture_default_str();
@@ -193,6 +278,8 @@ subcommand add_serve(CLI::App& parent) {
     app->add_option("--report", opt->report, "Seconds between progress reports on stderr (0: none)")
         ->check(nonnegative)
         ->capture_default_str();
+    app->add_flag("--tensorcom", opt->tensorcom,
+                  "Refuse to send what a Python tensorcom receiver cannot decode (u4, rank-0 tensors)");
     add_socket_choice(*app, opt->socket, {"push", "pub", "dealer", "pair"}, tenbin::socket_kind::push, false);
     app->footer(
         "Sends the batches in turn, each --file's tensors and (with --synthetic) two\n"

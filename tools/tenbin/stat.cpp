@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <iostream>
@@ -19,7 +20,7 @@ namespace tenbin::cli {
 namespace {
 
 struct stat_cli_options {
-    std::vector<std::string> urls;
+    std::vector<std::string> urls{"zsub://127.0.0.1:7880"};
     std::size_t count = 10;
     bool json = false;
     double timeout = 30;
@@ -106,6 +107,29 @@ struct layout_hash {
     }
 };
 
+// Set by SIGINT (Ctrl-C): the loop below stops and prints what it has.
+volatile std::sig_atomic_t interrupted = 0;
+extern "C" void on_interrupt(int) { interrupted = 1; }
+
+// Catches SIGINT while alive; the previous action comes back after.
+struct interrupt_catcher {
+    struct sigaction previous {};
+    interrupt_catcher() {
+        interrupted = 0;
+        struct sigaction sa {};
+        sa.sa_handler = on_interrupt;
+        sigemptyset(&sa.sa_mask);
+        ::sigaction(SIGINT, &sa, &previous);
+    }
+    ~interrupt_catcher() { ::sigaction(SIGINT, &previous, nullptr); }
+    interrupt_catcher(const interrupt_catcher&) = delete;
+    interrupt_catcher& operator=(const interrupt_catcher&) = delete;
+};
+
+// How often the receive loop looks at the flag: a signal does not end a
+// ZeroMQ wait (libzmq retries on EINTR).
+constexpr std::chrono::milliseconds interrupt_poll{100};
+
 int run_stat(const stat_cli_options& opt) {
     connection_options co = connection_options_for(opt.socket, opt.urls.front());
     co.allow64 = true;
@@ -121,19 +145,22 @@ int run_stat(const stat_cli_options& opt) {
     using clock = std::chrono::steady_clock;
     const std::chrono::milliseconds limit(timeout_ms(opt.timeout));
     auto last_good = clock::now();
-    while (received < opt.count) {
+    const interrupt_catcher catcher;
+    while (received < opt.count && !interrupted) {
         std::optional<std::vector<tensor>> batch;
         const auto left = limit - std::chrono::duration_cast<std::chrono::milliseconds>(clock::now() - last_good);
         const bool timed = limit.count() >= 0;
         if (!timed || left.count() > 0) {
-            if (timed) conn.socket().set(zmq::sockopt::rcvtimeo, static_cast<int>(left.count()));
+            const auto slice = timed ? std::min(left, interrupt_poll) : interrupt_poll;
+            conn.socket().set(zmq::sockopt::rcvtimeo, static_cast<int>(slice.count()));
             try {
                 batch = conn.recv();
             } catch (const error& e) {
                 ++malformed;
-                std::cerr << "tenbin stat: error: " << name(e.code()) << ": " << one_line(e.what()) << "\n";
+                std::cerr << "tenbin stat: error: " << name(e.code()) << ": " << cli_text(e.what()) << "\n";
                 continue;
             }
+            if (!batch) continue;  // the slice ended: look at the flag and the clock again
         }
         if (!batch) {
             std::cerr << "tenbin stat: error: timeout: " << received << " of " << opt.count << " messages within "
@@ -160,10 +187,13 @@ int run_stat(const stat_cli_options& opt) {
         report.update(conn.stats());
     }
     report.finish(conn.stats());
+    if (interrupted)
+        std::cerr << "tenbin stat: interrupted after " << received << " of " << opt.count << " messages\n";
 
     if (opt.json) {
         nlohmann::ordered_json j;
         j["messages"] = received;
+        if (interrupted) j["interrupted"] = true;
         nlohmann::ordered_json ts = nlohmann::ordered_json::array();
         for (const summary& s : stats) {
             nlohmann::ordered_json o{{"index", s.index}, {"info", s.info},         {"dtype", std::string(code(s.type))},
@@ -192,6 +222,7 @@ int run_stat(const stat_cli_options& opt) {
                         static_cast<unsigned long long>(s.messages), nans.c_str());
         }
     }
+    if (interrupted) return exit_interrupted;
     return malformed ? exit_malformed : exit_ok;
 }
 
@@ -203,8 +234,7 @@ subcommand add_stat(CLI::App& parent) {
         "stat", "Per-tensor min, max, mean and standard deviation over N messages (tensorstat)");
     app->add_option("URL", opt->urls,
                     "tensorcom URLs or ZeroMQ endpoints (one socket on all; braces expand;\n"
-                    "see --socket)")
-        ->required();
+                    "see --socket); default: tensormon's zsub://127.0.0.1:7880");
     app->add_option("--count,-n", opt->count, "Messages to take")->check(positive)->capture_default_str();
     app->add_flag("--json", opt->json, "Print the result as one JSON line");
     app->add_option("--timeout", opt->timeout, "Seconds to wait for each good message, malformed ones aside (0: forever);\nexit 2 after")
@@ -223,9 +253,11 @@ subcommand add_stat(CLI::App& parent) {
         "'-' and its JSON has no min, max, mean and std. A malformed message is\n"
         "reported on stderr and not counted.\n" +
         plain_endpoint_note(opt->socket) +
+        "Ctrl-C (SIGINT) stops it early: the summary of the messages taken so far is\n"
+        "printed (JSON: \"interrupted\": true) and the exit status is 130.\n"
         "Exit status: 0 all arrived, 1 error (refused endpoint, ...), 2 timed out\n"
         "waiting for a message, 3 all arrived but some were malformed, 64 wrong\n"
-        "options or arguments (bad URL, ...).\n"
+        "options or arguments (bad URL, ...), 130 interrupted.\n"
         "Examples:\n"
         "  tenbin stat zsub://localhost:7881 -n 100                  (SUB connects)\n"
         "  tenbin stat 'zsub://trainer:78{80..83}' --json\n"
