@@ -96,7 +96,8 @@ handshake_refusal refusal_of(int event, int value, std::string endpoint) {
     else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL)
         r.reason = protocol_error_text(value);
     else
-        r.reason = std::string("handshake broke off: ") + std::strerror(value);
+        r.reason = std::string("handshake broke off (") + std::strerror(value) +
+                   "): the peer hung up, as a peer without CURVE or with other keys may";
     return r;
 }
 
