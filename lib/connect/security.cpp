@@ -389,9 +389,9 @@ bool is_name(std::string_view s) {
     });
 }
 
-// The whole of a certificate file, refused when a secret one is readable by
-// others (checked on the open file, so the check is of what is read).
-std::string read_certificate(const fs::path& file, bool secret) {
+// The whole of a certificate file and its mode (taken from the open file,
+// so it is the mode of what is read).
+std::string read_certificate(const fs::path& file, mode_t& mode_out) {
     const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) io_failure(file, "cannot open the certificate");
     struct closer {
@@ -401,13 +401,7 @@ std::string read_certificate(const fs::path& file, bool secret) {
     struct stat st {};
     if (::fstat(fd, &st) != 0) io_failure(file, "cannot stat the certificate");
     if (!S_ISREG(st.st_mode)) malformed(file, 0, "not a regular file");
-    if (secret && (st.st_mode & (S_IRGRP | S_IROTH))) {
-        char mode[8];
-        std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
-        throw error(errc::bad_certificate, file.string() + ": a secret certificate must be readable by its owner "
-                                                           "only, but its mode is " +
-                                               mode + "; run chmod 600 on it");
-    }
+    mode_out = st.st_mode;
     if (static_cast<std::uint64_t>(st.st_size) > max_certificate_bytes)
         malformed(file, 0, std::to_string(st.st_size) + " bytes, too large for a certificate (at most " +
                                std::to_string(max_certificate_bytes) + ")");
@@ -528,15 +522,24 @@ certificate_files create_certificates(const fs::path& dir, const std::string& na
 
 curve_keys load_secret_certificate(const fs::path& file) {
     require_curve();
-    curve_keys keys = parse_certificate(file, read_certificate(file, true));
+    mode_t st_mode = 0;
+    curve_keys keys = parse_certificate(file, read_certificate(file, st_mode));
     if (keys.secret_key.empty())
         malformed(file, 0, "holds no secret-key: a public certificate (NAME.key), not a secret one (NAME.key_secret)");
+    if (st_mode & (S_IRGRP | S_IROTH)) {
+        char mode[8];
+        std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st_mode & 07777));
+        throw error(errc::bad_certificate, file.string() + ": a secret certificate must be readable by its owner "
+                                                           "only, but its mode is " +
+                                               mode + "; run chmod 600 on it");
+    }
     if (!keys_match(keys)) malformed(file, 0, "its secret-key does not belong to its public-key");
     return keys;
 }
 
 std::string load_public_certificate(const fs::path& file) {
-    return parse_certificate(file, read_certificate(file, false)).public_key;
+    mode_t ignored = 0;
+    return parse_certificate(file, read_certificate(file, ignored)).public_key;
 }
 
 std::vector<std::string> load_public_certificates(const fs::path& dir) {

@@ -46,6 +46,7 @@ subcommand add_serve(CLI::App& parent);
 subcommand add_monitor(CLI::App& parent);
 subcommand add_stat(CLI::App& parent);
 subcommand add_convert(CLI::App& parent);
+subcommand add_keygen(CLI::App& parent);
 
 // ---- describing tensors ---------------------------------------------------
 

@@ -26,6 +26,7 @@ int main(int argc, char** argv) {
         add_monitor(app),
         add_stat(app),
         add_convert(app),
+        add_keygen(app),
     };
 
     // After the subcommands, which would otherwise inherit it.

@@ -68,6 +68,9 @@ int run_recv(const recv_cli_options& opt) {
     const zmq::socket_type type = zmq_socket_type(endpoints.front().kind);
 
     zmq::context_t context;
+    // Before the socket: it outlives the socket, whose lingering messages
+    // stay under its allow-list to the end.
+    curve_guard curve;
     zmq::socket_t socket(context, type);
     socket.set(zmq::sockopt::rcvtimeo, timeout_ms(opt.timeout));
     socket.set(zmq::sockopt::linger, 1000);  // replies only; never hang at exit
@@ -75,6 +78,7 @@ int run_recv(const recv_cli_options& opt) {
     recv_options ro;
     ro.decode.limits.max_bytes = opt.socket.max_bytes;
     limit_message_size(socket, ro.decode.limits);  // before attach: libzmq applies it to new connections
+    curve = secure(context, socket, opt.socket, endpoints, "tenbin recv");
     attach(socket, opt.socket, endpoints, "tenbin recv");
 
     if (type == zmq::socket_type::router) ro.envelope = envelope_spec::router();
