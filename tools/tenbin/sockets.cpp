@@ -86,13 +86,16 @@ void add_socket_choice(CLI::App& app, socket_choice& choice, std::vector<std::st
     app.add_option("--curve-cert", choice.curve_cert,
                    "This side's secret certificate (NAME.key_secret from tenbin keygen or pyzmq):\n"
                    "authenticate and encrypt with CURVE")
+        ->type_name("FILE")
         ->group(security);
     app.add_option("--curve-server", choice.curve_server,
                    "The server's public certificate (NAME.key), for a side that connects")
+        ->type_name("FILE")
         ->group(security);
     app.add_option("--curve-allow", choice.curve_allow,
                    "A folder of clients' public certificates (*.key) allowed in, for a side that\n"
                    "binds; without it any client holding a key pair is")
+        ->type_name("DIR")
         ->group(security);
     if (receiving)
         app.add_option("--max-bytes", choice.max_bytes,
