@@ -50,8 +50,8 @@ bool curve_available() noexcept;
 
 /// A CURVE key pair, each key as 40 characters of Z85.
 struct curve_keys {
-    std::string public_key;
-    std::string secret_key;
+    std::string public_key;  ///< handed out to peers (NAME.key)
+    std::string secret_key;  ///< kept by this side only (NAME.key_secret)
 };
 
 /// A fresh key pair (zmq_curve_keypair). Throws errc::unsupported without
@@ -107,7 +107,10 @@ class curve_guard {
 public:
     /// Watches nothing.
     curve_guard() noexcept;
+    /// Takes over the other's watch; the other watches nothing.
     curve_guard(curve_guard&&) noexcept;
+    /// Stops this guard's watch (as the destructor does), then takes over
+    /// the other's.
     curve_guard& operator=(curve_guard&&) noexcept;
     /// Stops the monitor thread (waits at most about 50 ms for it) and
     /// leaves the ZAP handler (stopping it when this was its last socket).
