@@ -463,19 +463,33 @@ std::string last_endpoint(void* s) {
     return std::string(buf);
 }
 
-void* receiver_socket(const std::string& endpoint, int hwm, std::string& bound) {
+// CURVE on a peer's socket (the "curve" rows): the receiver serves, the
+// sender is its client, both with the one pair the run generated.
+tenbin::curve_guard secure_socket(void* s, const tenbin::curve_keys& keys, bool server) {
+    tenbin::curve_options o;
+    o.keys = keys;
+    if (!server) o.server_key = keys.public_key;
+    return tenbin::enable_curve(*shared_context(), zmq::socket_ref(zmq::from_handle, s), o,
+                                server ? tenbin::curve_role::server : tenbin::curve_role::client);
+}
+
+void* receiver_socket(const std::string& endpoint, int hwm, std::string& bound,
+                      const tenbin::curve_keys* curve = nullptr, tenbin::curve_guard* guard = nullptr) {
     void* s = zmq_socket(context(), ZMQ_PULL);
     set_int(s, ZMQ_RCVHWM, hwm);
     set_int(s, ZMQ_RCVTIMEO, 120000);  // a hung peer fails the case instead of the run
+    if (curve) *guard = secure_socket(s, *curve, true);
     check_zmq(zmq_bind(s, endpoint.c_str()), "zmq_bind");
     bound = last_endpoint(s);
     return s;
 }
 
-void* sender_socket(const std::string& endpoint, int hwm) {
+void* sender_socket(const std::string& endpoint, int hwm, const tenbin::curve_keys* curve = nullptr,
+                    tenbin::curve_guard* guard = nullptr) {
     void* s = zmq_socket(context(), ZMQ_PUSH);
     set_int(s, ZMQ_SNDHWM, hwm);
     set_int(s, ZMQ_SNDTIMEO, 120000);
+    if (curve) *guard = secure_socket(s, *curve, false);
     check_zmq(zmq_connect(s, endpoint.c_str()), "zmq_connect");
     return s;
 }
@@ -569,6 +583,7 @@ struct config {
     std::string python = "/usr/bin/python3";
     std::string python_peer = TENBIN_BENCH_PYTHON_PEER;
     std::string self;
+    tenbin::curve_keys curve;  // for peers with `curve` (made by the curve group)
 };
 
 enum class peer_kind { tenbin, raw, python };
@@ -576,6 +591,7 @@ enum class peer_kind { tenbin, raw, python };
 struct peer {
     peer_kind kind = peer_kind::tenbin;
     std::string malloc_mode = "default";  // C++ peers only
+    bool curve = false;                   // C++ peers only: CURVE on (cfg.curve's keys)
 };
 
 std::vector<std::string> peer_argv(const config& cfg, const peer& p, const std::string& role, form f,
@@ -586,6 +602,7 @@ std::vector<std::string> peer_argv(const config& cfg, const peer& p, const std::
     } else {
         a = {cfg.self, "--peer", role, "--impl", session ? "session" : p.kind == peer_kind::tenbin ? "tenbin" : "raw", "--malloc",
              p.malloc_mode, "--hwm", std::to_string(hwm_for(w.payload))};
+        if (p.curve) a.insert(a.end(), {"--curve-public", cfg.curve.public_key, "--curve-secret", cfg.curve.secret_key});
     }
     const std::vector<std::string> common = {"--form",   name_of(f),           "--set",   w.set,
                                              "--bytes",  std::to_string(w.bytes), "--warmup", std::to_string(warmup),
@@ -691,12 +708,16 @@ int peer_main(const std::map<std::string, std::string>& args) {
     const int hwm = std::stoi(get("hwm"));
     const bool recv = get("peer") == "recv";
     void* s = nullptr;
+    std::optional<tenbin::curve_keys> curve;
+    if (args.count("curve-public")) curve = tenbin::curve_keys{get("curve-public"), get("curve-secret")};
+    tenbin::curve_guard guard;
+    const tenbin::curve_keys* keys = curve ? &*curve : nullptr;
     if (recv) {
         std::string bound;
-        s = receiver_socket(get("endpoint"), hwm, bound);
+        s = receiver_socket(get("endpoint"), hwm, bound, keys, &guard);
         std::cout << "endpoint " << bound << std::endl;
     } else {
-        s = sender_socket(get("endpoint"), hwm);
+        s = sender_socket(get("endpoint"), hwm, keys, &guard);
     }
     auto read_line = [] {
         std::string line;
@@ -725,6 +746,7 @@ int peer_main(const std::map<std::string, std::string>& args) {
         }
     }
     zmq_close(s);  // the sender's default linger: everything queued is delivered first
+    guard = {};    // its sockets closed before the context terminates
     shared_context()->close();
     return 0;
 }
@@ -1029,6 +1051,42 @@ struct suite {
              "tensorcom-style Python (pyzmq defaults)", "tenbin with reuse on", reps});
     }
 
+    // ---- CURVE against plain tcp: the cost of encryption ----
+    // Both sides tenbin (reuse on) in two processes, plain and CURVE in
+    // alternation; ratio = CURVE / plain.
+    void curve() {
+        const bool one = wanted("curve multi", "tcp-2proc"), batch = wanted("curve 77 MB multi", "tcp-2proc");
+        if (!one && !batch) return;
+        // Keys go to the peers as arguments: none may start with '-'.
+        do cfg.curve = tenbin::generate_curve_keys();
+        while (cfg.curve.public_key[0] == '-' || cfg.curve.secret_key[0] == '-');
+        const peer plain{peer_kind::tenbin, "reuse"}, secured{peer_kind::tenbin, "reuse", true};
+        const int reps = std::max(3, cfg.reps - 2);
+        if (one) {
+            const workload w = make_workload("quad", MiB, false);
+            const int count = calibrate(
+                cfg, [&](int c) { return run_processes(cfg, secured, secured, form::multi, w, 2, c); }, w.payload);
+            auto rate = [&](const peer& p) {
+                return [&, p] { return throughput(w, form::multi, count, run_processes(cfg, p, p, form::multi, w, 2, count)); };
+            };
+            const auto m = interleave_all(reps, {rate(secured), rate(plain)});
+            add({"curve multi", "tcp-2proc", w.payload, m[0], m[1], "GB/s", "plain tcp, the same peers",
+                 "CURVE (libsodium) on both sides", reps});
+        }
+        if (batch) {
+            const workload w = make_workload("batch", 0, false);
+            const int count = cfg.quick ? 3 : 16;
+            auto rate = [&](const peer& p) {
+                return [&, p] {
+                    return static_cast<double>(w.payload) * count / run_processes(cfg, p, p, form::multi, w, 2, count) / 1e9;
+                };
+            };
+            const auto m = interleave_all(reps, {rate(secured), rate(plain)});
+            add({"curve 77 MB multi", "tcp-2proc", w.payload, m[0], m[1], "GB/s", "plain tcp, the same peers",
+                 "77 MB batch, CURVE on both sides", reps});
+        }
+    }
+
     // ---- 4: the codec alone ----
     void codec() {
         if (!wanted("codec", "memory")) return;
@@ -1242,8 +1300,8 @@ const char* usage =
     "  --filter TEXT  only the groups of cases whose \"group transport\" contains TEXT;\n"
     "                 the groups: multi, single, small, noise (inproc, ipc, tcp,\n"
     "                 tcp-2proc), anatomy inproc, loader tcp, codec memory, file\n"
-    "                 file, multi vs python, single vs python, batch multi\n"
-    "                 (tcp-2proc)\n"
+    "                 file, multi vs python, single vs python, batch multi,\n"
+    "                 curve multi, curve 77 MB multi (tcp-2proc)\n"
     "  --malloc MODE  in-process and C++ two-process stream cases: call\n"
     "                 tenbin::reuse_large_allocations() (reuse, the default) or not\n"
     "                 (the Python and batch cases set their own)\n"
@@ -1367,6 +1425,7 @@ int run(int argc, char** argv) {
     group("multi vs python", [&] { s.python(form::multi, py_sizes); });
     group("single vs python", [&] { s.python(form::single, py_sizes); });
     group("batch", [&] { s.batch(); });
+    group("curve", [&] { s.curve(); });
     std::cout << "total " << std::fixed << std::setprecision(1) << seconds_since(t0) << " s" << std::endl;
     if (args.count("json")) write_json(args["json"], s.results);
     shared_context()->close();

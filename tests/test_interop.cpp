@@ -497,3 +497,79 @@ TEST_CASE("connection::serve feeds a Python receiver decoding as tensorcom does"
         for (std::size_t n = 0; n < 4; ++n) check_report(lines[n], batches[n], multipart ? "multipart" : "single");
     }
 }
+
+// ---- CURVE ------------------------------------------------------------------------
+
+TEST_CASE("CURVE with pyzmq: certificates of zmq.auth.create_certificates, both directions") {
+    const test_support::temp_dir dir("tenbin-interop-curve");
+    const std::filesystem::path allowed = dir / "allowed";
+    std::filesystem::create_directory(allowed);
+    // The client's pair by pyzmq; the server's by tenbin, read by pyzmq.
+    check_clean_exit(peer_process({"certs", allowed.string(), "client"}).finish());
+    const std::filesystem::path client_secret = allowed / "client.key_secret";
+    std::filesystem::rename(client_secret, dir / "client.key_secret");
+    // pyzmq leaves the secret file to the umask: readable by others here.
+    std::filesystem::permissions(dir / "client.key_secret", std::filesystem::perms(0644),
+                                 std::filesystem::perm_options::replace);
+    CHECK(test_support::error_class([&] { load_secret_certificate(dir / "client.key_secret"); }) ==
+          "bad_certificate");
+    std::filesystem::permissions(dir / "client.key_secret", std::filesystem::perms(0600),
+                                 std::filesystem::perm_options::replace);
+    const curve_keys client = load_secret_certificate(dir / "client.key_secret");
+    CHECK(load_public_certificates(allowed) == std::vector<std::string>{client.public_key});
+    const certificate_files server = create_certificates(dir.path(), "server");
+    const curve_keys server_keys = load_secret_certificate(server.secret_file);
+
+    curve_options sc;
+    sc.keys = server_keys;
+    sc.allowed_clients = load_public_certificates(allowed);
+    const std::vector<std::string> python_client = {"--curve-cert", (dir / "client.key_secret").string(),
+                                                    "--curve-server", server.public_file.string()};
+    SUBCASE("Python pushes to a C++ loader") {
+        loader_options lo;
+        lo.connection.recv_timeout = std::chrono::milliseconds(socket_timeout_ms);
+        lo.connection.curve = sc;
+        loader l("zpull://127.0.0.1:*", lo);
+        std::vector<std::string> args = {"send", "--endpoint", l.endpoints().at(0).address, "--count", "3",
+                                         "--seed", "300"};
+        args.insert(args.end(), python_client.begin(), python_client.end());
+        peer_process peer(args);
+        for (std::uint64_t seed = 300; seed < 303; ++seed) {
+            const auto batch = l.next();
+            REQUIRE(batch);
+            check_same(*batch, generate(tensor_set::full, seed));
+        }
+        check_clean_exit(peer.finish());
+        CHECK(l.refused_handshakes() == 0);
+    }
+    SUBCASE("a C++ publisher feeds a Python subscriber") {
+        connection_options co;
+        co.curve = sc;
+        co.allow64 = true;
+        co.send_timeout = std::chrono::milliseconds(socket_timeout_ms);
+        connection push("zrpush://127.0.0.1:*", co);
+        std::vector<std::string> args = {"recv", "--endpoint", push.endpoints().at(0).address, "--count", "2",
+                                         "--seed", "400"};
+        args.insert(args.end(), python_client.begin(), python_client.end());
+        peer_process peer(args);
+        for (std::uint64_t seed = 400; seed < 402; ++seed) CHECK(push.send(generate(tensor_set::full, seed)));
+        const peer_result r = peer.finish();
+        check_clean_exit(r);
+        const auto lines = r.lines();
+        REQUIRE(lines.size() == 2);
+        for (std::size_t n = 0; n < 2; ++n) check_report(lines[n], generate(tensor_set::full, 400 + n), "multipart");
+    }
+    SUBCASE("a Python client that is not allowed delivers nothing") {
+        check_clean_exit(peer_process({"certs", dir.path().string(), "stranger"}).finish());
+        connection_options co;
+        co.curve = sc;
+        co.recv_timeout = std::chrono::milliseconds(1000);
+        connection pull("zpull://127.0.0.1:*", co);
+        peer_process peer({"send", "--endpoint", pull.endpoints().at(0).address, "--count", "1", "--timeout", "2",
+                           "--curve-cert", (dir / "stranger.key_secret").string(), "--curve-server",
+                           server.public_file.string()});
+        CHECK_FALSE(pull.recv());
+        peer.finish();  // it gives up on delivering
+        CHECK(pull.refused_handshakes() > 0);
+    }
+}

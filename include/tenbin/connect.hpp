@@ -7,6 +7,7 @@
 // overlap the consumer's work.
 #pragma once
 
+#include <tenbin/security.hpp>
 #include <tenbin/url.hpp>
 #include <tenbin/zmq.hpp>
 
@@ -165,6 +166,13 @@ struct connection_options {
     std::optional<std::chrono::milliseconds> heartbeat{};
     /// Messages in the statistics' recent window.
     std::size_t stats_horizon = 1000;
+    /// CURVE security (see security.hpp): endpoints that bind serve as CURVE
+    /// servers (admitting `allowed_clients`, or any client with a key pair),
+    /// endpoints that connect are clients of the server whose key is
+    /// `server_key`. Unset: plain ZeroMQ, anyone who reaches the port is in.
+    /// Refused handshakes are counted (refused_handshakes()) and passed to
+    /// `on_refused`.
+    std::optional<curve_options> curve{};
 };
 
 /// One ZeroMQ socket on the endpoints of one or more URLs (brace-expanded):
@@ -244,6 +252,10 @@ public:
     zmq::socket_ref socket() noexcept { return socket_; }
     /// The options the connection was opened with.
     const connection_options& options() const noexcept { return opt_; }
+    /// CURVE handshakes refused on this connection's socket so far, either
+    /// side's doing (thread-safe; 0 without `curve`). They go on until the
+    /// connection closes: a refused client keeps reconnecting.
+    std::uint64_t refused_handshakes() const noexcept { return curve_.refused_handshakes(); }
     /// Closes the socket now (waiting at most `linger` for queued messages).
     void close();
 
@@ -251,6 +263,9 @@ private:
     std::optional<std::vector<tensor>> receive(zmq::recv_flags flags);
 
     std::shared_ptr<zmq::context_t> context_;
+    // Between the two: its threads and sockets end after the socket closes
+    // and before the context can terminate.
+    curve_guard curve_;
     zmq::socket_t socket_;
     connection_options opt_;
     std::vector<endpoint> endpoints_;
@@ -390,6 +405,9 @@ public:
     std::uint64_t malformed() const;
     /// The endpoints as bound/connected (a bound `*` port resolved).
     std::vector<endpoint> endpoints() const;
+    /// CURVE handshakes refused so far (see connection::refused_handshakes;
+    /// thread-safe).
+    std::uint64_t refused_handshakes() const noexcept;
 
 private:
     struct state;

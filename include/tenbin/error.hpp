@@ -29,6 +29,7 @@ enum class errc {
     timeout,             ///< nothing arrived within the allowed time
     bad_url,             ///< a connection URL cannot be parsed
     unsupported,         ///< valid input this build or platform cannot handle
+    bad_certificate,     ///< a CURVE certificate file is malformed or not private
 };
 
 /// "bad_magic", "truncated", ...: the manifest's spelling of a class.

@@ -1,6 +1,7 @@
 #include <tenbin/connect.hpp>
 
 #include "connect/connect_detail.hpp"
+#include "connect/security_detail.hpp"
 
 #include <malloc.h>
 
@@ -171,7 +172,14 @@ connection::connection(std::shared_ptr<zmq::context_t> context, std::span<const 
     bound_receive(socket_, opt_.limits, opt_.recv_hwm);
     if (kind == socket_kind::sub) socket_.set(zmq::sockopt::subscribe, opt_.topic);
     if (kind == socket_kind::pub && opt_.pub_nodrop) socket_.set(zmq::sockopt::xpub_nodrop, 1);
+    if (opt_.curve) {
+        const bool serves = std::any_of(endpoints_.begin(), endpoints_.end(), [](const endpoint& e) { return e.bind; });
+        const bool connects = std::any_of(endpoints_.begin(), endpoints_.end(), [](const endpoint& e) { return !e.bind; });
+        detail::check_curve_options(*opt_.curve, serves, connects);
+        curve_ = detail::watch_curve(*context_, socket_, *opt_.curve, serves);
+    }
     for (endpoint& ep : endpoints_) {
+        if (opt_.curve) (ep.bind ? detail::set_curve_server : detail::set_curve_client)(socket_, *opt_.curve);
         try {
             if (ep.bind) {
                 socket_.bind(ep.address);
@@ -211,6 +219,7 @@ connection::connection(connection&&) noexcept = default;
 connection& connection::operator=(connection&& o) noexcept {
     if (this == &o) return *this;
     close();
+    curve_ = std::move(o.curve_);  // before the context it uses can go
     socket_ = std::move(o.socket_);
     context_ = std::move(o.context_);
     opt_ = std::move(o.opt_);

@@ -53,6 +53,7 @@ struct loader::state {
     std::vector<endpoint> endpoints;
     bool started = false;            // the socket is bound/connected (or failed)
     std::exception_ptr setup_failure;  // why the socket could not be set up
+    std::atomic<std::uint64_t> refused{0};  // CURVE handshakes refused (counted on a monitor thread)
     std::atomic<bool> stop = false;  // close() was called (set under the mutex; read without it to leave the loop)
     bool finished = false;           // the thread has ended
     std::thread thread;
@@ -177,6 +178,14 @@ void loader::state::run() {
     try {
         connection_options copt = opt.connection;
         copt.recv_timeout = poll_interval;
+        if (copt.curve) {
+            // Counted here too: the connection is this thread's, its
+            // monitor thread ends before it does.
+            copt.curve->on_refused = [this, user = std::move(copt.curve->on_refused)](const handshake_refusal& r) {
+                refused.fetch_add(1);
+                if (user) user(r);
+            };
+        }
         conn.emplace(context, urls, copt);
     } catch (...) {
         // Raised by the constructor, which waits for this.
@@ -333,6 +342,7 @@ std::uint64_t loader::malformed() const {
     std::lock_guard lock(state_->mutex);
     return state_->malformed;
 }
+std::uint64_t loader::refused_handshakes() const noexcept { return state_->refused.load(); }
 std::vector<endpoint> loader::endpoints() const {
     std::lock_guard lock(state_->mutex);  // set before the constructor returned
     return state_->endpoints;

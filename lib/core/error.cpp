@@ -21,6 +21,7 @@ std::string_view name(errc code) noexcept {
     case errc::timeout: return "timeout";
     case errc::bad_url: return "bad_url";
     case errc::unsupported: return "unsupported";
+    case errc::bad_certificate: return "bad_certificate";
     }
     return "unknown_error";
 }

@@ -3,13 +3,18 @@
 # push to one consumer in a fourth namespace over veth pairs. One producer's
 # link is cut: the others go on. It is restored: that producer resumes.
 #
-# usage: netns.sh PATH/TO/tenbin-fault-peer
+# With `curve`, every connection is CURVE: the consumer admits the three
+# producers' keys only, and two intruders beside producer 3 (one without
+# keys, one with a key not admitted) get no message through.
+#
+# usage: netns.sh PATH/TO/tenbin-fault-peer [curve]
 # Needs root and `ip` (iproute2); otherwise exits 77 (meson: skipped).
 # Touches only what it creates: namespaces tb{c,p1,p2,p3}-PID, veth pairs
 # in them, addresses 10.77.N.1/24 (consumer) and 10.77.N.2/24 (producer N)
 # inside those namespaces. All is removed at exit, also on failure.
 set -uo pipefail
-peer="${1:?usage: netns.sh PATH/TO/tenbin-fault-peer}"
+peer="${1:?usage: netns.sh PATH/TO/tenbin-fault-peer [curve]}"
+mode="${2:-plain}"
 
 skip() { echo "SKIP: $*"; exit 77; }
 [ "$(id -u)" = 0 ] || skip "network namespaces need root"
@@ -45,8 +50,24 @@ for i in 1 2 3; do
   ip -n "$ns" link set "tbp$i-$tag" up
 done
 
+consumer_keys=() producer_keys=()
+if [ "$mode" = curve ]; then
+  keys="$work/keys"
+  mkdir -p "$keys/allowed"
+  for name in consumer p1 p2 p3 stranger; do
+    "$peer" keygen "$keys" "$name" || { echo "FAIL: cannot write certificates"; exit 1; }
+  done
+  for i in 1 2 3; do cp "$keys/p$i.key" "$keys/allowed/"; done
+  consumer_keys=(--curve-cert "$keys/consumer.key_secret" --curve-allow "$keys/allowed")
+fi
+# producer_keys NAME: the options of a producer holding the key pair NAME.
+producer_keys() {
+  [ "$mode" = curve ] && producer_keys=(--curve-cert "$keys/$1.key_secret" --curve-server "$keys/consumer.key")
+}
+
 # The consumer binds a port the kernel picks, in its own namespace.
-ip netns exec "$cns" "$peer" recv 'zpull://0.0.0.0:*' --report-ms 200 --idle-ms 60000 >"$work/consumer.log" 2>&1 &
+ip netns exec "$cns" "$peer" recv 'zpull://0.0.0.0:*' --report-ms 200 --idle-ms 60000 "${consumer_keys[@]}" \
+  >"$work/consumer.log" 2>&1 &
 consumer=$!
 pids+=("$consumer")
 port=""
@@ -59,10 +80,21 @@ done
 echo "consumer listens on port $port in $cns"
 
 for i in 1 2 3; do
+  producer_keys "p$i"
   ip netns exec "${pns[$((i - 1))]}" "$peer" send "zpush://10.77.$i.1:$port" --tag "$i" --interval-us 2000 \
-    >"$work/producer$i.log" 2>&1 &
+    "${producer_keys[@]}" >"$work/producer$i.log" 2>&1 &
   pids+=("$!")
 done
+if [ "$mode" = curve ]; then
+  # Intruders on producer 3's host: tag 8 without keys, tag 9 not admitted.
+  ip netns exec "${pns[2]}" "$peer" send "zpush://10.77.3.1:$port" --tag 8 --interval-us 2000 \
+    >"$work/intruder8.log" 2>&1 &
+  pids+=("$!")
+  producer_keys stranger
+  ip netns exec "${pns[2]}" "$peer" send "zpush://10.77.3.1:$port" --tag 9 --interval-us 2000 \
+    "${producer_keys[@]}" >"$work/intruder9.log" 2>&1 &
+  pids+=("$!")
+fi
 
 # count TAG: messages from producer TAG in the consumer's latest report.
 count() {
@@ -109,4 +141,10 @@ echo "link 1 restored: producer 1 resumed within $((SECONDS - start)) s (1:$(cou
 consumer_ok
 # The consumer checked every message (content, checksum, order per producer).
 if grep -E '^(corrupt|duplicate|malformed)' "$work/consumer.log"; then exit 1; fi
+if [ "$mode" = curve ]; then
+  refused=$(grep '^counts' "$work/consumer.log" | tail -1 | sed -n 's/.* refused=\([0-9]*\).*/\1/p')
+  echo "intruders: tag 8 (no keys) $(count 8), tag 9 (not admitted) $(count 9); refused handshakes ${refused:-?}"
+  [ "$(count 8)" -eq 0 ] && [ "$(count 9)" -eq 0 ] || { echo "FAIL: an intruder's message arrived"; exit 1; }
+  [ "${refused:-0}" -gt 0 ] || { echo "FAIL: no refused handshake reported"; exit 1; }
+fi
 echo "PASS"

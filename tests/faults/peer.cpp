@@ -14,6 +14,12 @@
 //        Waits D ms (default 500) for subscriptions to arrive, publishes C
 //        messages as fast as it can (a PUB drops at its high-water mark),
 //        then exits without lingering: "published C".
+//   keygen DIR NAME
+//        Writes the CURVE certificates DIR/NAME.key and DIR/NAME.key_secret.
+// Each socket mode takes --curve-cert FILE (this side's secret
+// certificate), --curve-server FILE (the server's public one, to connect)
+// and --curve-allow DIR (clients' public ones, to bind); recv then adds
+// "refused=N" (handshakes refused) to its counts.
 #include "faults/message.hpp"
 
 #include <tenbin/connect.hpp>
@@ -38,7 +44,18 @@ struct args {
     std::uint64_t from = 0, count = 0;
     std::size_t bytes = 0;
     long interval_us = 0, idle_ms = 10000, report_ms = 0, delay_ms = 500;
+    std::string curve_cert, curve_server, curve_allow;
 };
+
+// The CURVE settings the --curve-* options give (none without --curve-cert).
+void apply_curve(const args& a, tenbin::connection_options& o) {
+    if (a.curve_cert.empty()) return;
+    tenbin::curve_options c;
+    c.keys = tenbin::load_secret_certificate(a.curve_cert);
+    if (!a.curve_server.empty()) c.server_key = tenbin::load_public_certificate(a.curve_server);
+    if (!a.curve_allow.empty()) c.allowed_clients = tenbin::load_public_certificates(a.curve_allow);
+    o.curve = std::move(c);
+}
 
 args parse(int argc, char** argv) {
     if (argc < 3) {
@@ -59,6 +76,9 @@ args parse(int argc, char** argv) {
         else if (k == "--idle-ms") a.idle_ms = std::stol(v);
         else if (k == "--report-ms") a.report_ms = std::stol(v);
         else if (k == "--delay-ms") a.delay_ms = std::stol(v);
+        else if (k == "--curve-cert") a.curve_cert = v;
+        else if (k == "--curve-server") a.curve_server = v;
+        else if (k == "--curve-allow") a.curve_allow = v;
         else {
             std::cerr << "unknown option " << k << "\n";
             std::exit(64);
@@ -71,6 +91,7 @@ int run_send(const args& a) {
     tenbin::connection_options o;
     o.send_timeout = 200ms;
     o.linger = 2000ms;
+    apply_curve(a, o);
     tenbin::connection c(a.url, o);
     std::cout << "ready" << std::endl;
     for (std::uint64_t i = 0; a.count == 0 || i < a.count; ++i) {
@@ -87,6 +108,7 @@ int run_recv(const args& a) {
     tenbin::connection_options o;
     o.recv_timeout = 50ms;
     o.linger = 0ms;
+    apply_curve(a, o);
     tenbin::connection c(a.url, o);
     std::cout << "endpoint " << c.endpoints().at(0).address << std::endl;
     std::map<std::uint32_t, std::uint64_t> next, counts;
@@ -98,6 +120,7 @@ int run_recv(const args& a) {
         if (a.report_ms > 0 && now - last_report >= std::chrono::milliseconds(a.report_ms)) {
             std::cout << "counts";
             for (auto [tag, n] : counts) std::cout << ' ' << tag << ':' << n;
+            if (o.curve) std::cout << " refused=" << c.refused_handshakes();
             std::cout << std::endl;
             last_report = now;
         }
@@ -140,6 +163,7 @@ int run_recv(const args& a) {
 int run_pub(const args& a) {
     tenbin::connection_options o;
     o.linger = 0ms;
+    apply_curve(a, o);
     tenbin::connection c(a.url, o);
     std::cout << "endpoint " << c.endpoints().at(0).address << std::endl;
     std::this_thread::sleep_for(std::chrono::milliseconds(a.delay_ms));
@@ -156,6 +180,10 @@ int main(int argc, char** argv) {
         if (a.mode == "send") return run_send(a);
         if (a.mode == "recv") return run_recv(a);
         if (a.mode == "pub") return run_pub(a);
+        if (a.mode == "keygen") {
+            tenbin::create_certificates(a.url, argc > 3 ? argv[3] : "");
+            return 0;
+        }
         std::cerr << "unknown mode " << a.mode << "\n";
         return 64;
     } catch (const std::exception& e) {

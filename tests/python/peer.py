@@ -39,6 +39,7 @@ import time
 
 import numpy as np
 import zmq
+import zmq.auth
 
 MAGIC = b"~TenBin~"
 PAD = 64
@@ -204,8 +205,12 @@ def same(a_arrays, a_infos, b_arrays, b_infos):
 
 # ---- sockets ------------------------------------------------------------------
 
-def open_socket(ctx, kind, endpoint, timeout):
+def open_socket(ctx, kind, endpoint, timeout, curve=None):
     s = ctx.socket(kind)
+    if curve:  # (own secret certificate, server's public one): a CURVE client
+        public, secret = zmq.auth.load_certificate(curve[0])
+        s.curve_publickey, s.curve_secretkey = public, secret
+        s.curve_serverkey = zmq.auth.load_certificate(curve[1])[0]
     if kind == zmq.SUB:
         s.setsockopt(zmq.SUBSCRIBE, b"")  # as tensorcom: every message
     s.setsockopt(zmq.RCVTIMEO, int(timeout * 1000))
@@ -238,8 +243,10 @@ def describe(arrays, infos):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("mode", choices=["send", "recv", "echo", "frames"])
-    ap.add_argument("--endpoint", required=True)
+    ap.add_argument("mode", choices=["send", "recv", "echo", "frames", "certs"])
+    ap.add_argument("--endpoint")
+    ap.add_argument("--curve-cert", help="this side's secret certificate (CURVE client)")
+    ap.add_argument("--curve-server", help="the server's public certificate")
     ap.add_argument("--count", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--set", choices=sorted(SETS), default="full")
@@ -251,12 +258,18 @@ def main():
                     help="seconds to wait before sending (lets subscribers join)")
     ap.add_argument("paths", nargs="*")
     args = ap.parse_intermixed_args()
+    if args.mode == "certs":  # paths: DIR NAME; zmq.auth's own certificate files
+        zmq.auth.create_certificates(*args.paths)
+        return 0
+    if not args.endpoint:
+        ap.error("--endpoint is required")
+    curve = (args.curve_cert, args.curve_server) if args.curve_cert else None
 
     ctx = zmq.Context()
     sock = None
     try:
         if args.mode == "send":
-            sock = open_socket(ctx, zmq.PUB if args.kind == "pub" else zmq.PUSH, args.endpoint, args.timeout)
+            sock = open_socket(ctx, zmq.PUB if args.kind == "pub" else zmq.PUSH, args.endpoint, args.timeout, curve)
             time.sleep(args.delay)
             for n in range(args.count):
                 send(sock, args.form, *generate(args.set, args.seed + n))
@@ -274,7 +287,7 @@ def main():
                     with open(path, "rb") as fh:
                         sock.send(fh.read())
         elif args.mode == "recv":
-            sock = open_socket(ctx, zmq.SUB if args.kind == "sub" else zmq.PULL, args.endpoint, args.timeout)
+            sock = open_socket(ctx, zmq.SUB if args.kind == "sub" else zmq.PULL, args.endpoint, args.timeout, curve)
             for n in range(args.count):
                 line = {"index": n}
                 try:

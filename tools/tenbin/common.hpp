@@ -48,6 +48,7 @@ subcommand add_monitor(CLI::App& parent);
 subcommand add_stat(CLI::App& parent);
 subcommand add_convert(CLI::App& parent);
 subcommand add_show(CLI::App& parent);
+subcommand add_keygen(CLI::App& parent);
 
 // ---- describing tensors ---------------------------------------------------
 

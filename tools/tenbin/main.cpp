@@ -54,6 +54,7 @@ int main(int argc, char** argv) {
         add_stat(app),
         add_convert(app),
         add_show(app),
+        add_keygen(app),
     };
 
     // After the subcommands, which would otherwise inherit it.

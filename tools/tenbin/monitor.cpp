@@ -59,6 +59,7 @@ int run_monitor(const monitor_cli_options& opt) {
             j["rate"] = rate;
             j["mbps"] = mbps;
             j["malformed"] = malformed;
+            j["refused"] = conn.refused_handshakes();
             nlohmann::ordered_json ts = nlohmann::ordered_json::array();
             for (const tensor& t : last)
                 ts.push_back({{"info", t.info()}, {"dtype", std::string(code(t.dtype()))}, {"shape", t.shape()}});
@@ -67,8 +68,10 @@ int run_monitor(const monitor_cli_options& opt) {
         } else {
             char head[96];
             std::snprintf(head, sizeof head, "%8zu msgs %9.1f msg/s %9.1f MB/s", total, rate, mbps);
+            const std::uint64_t refused = conn.refused_handshakes();
             std::cout << (live ? "\r" : "") << head << "  " << layout(last)
                       << (malformed ? "  (" + std::to_string(malformed) + " malformed)" : "")
+                      << (refused ? "  (" + std::to_string(refused) + " refused handshakes)" : "")
                       << (live ? (final ? "\x1b[K\n" : "\x1b[K") : "\n") << std::flush;
         }
         window_start = clock::now();
@@ -124,8 +127,10 @@ subcommand add_monitor(CLI::App& parent) {
         "Every --interval seconds, prints the messages so far, the messages and MB\n"
         "per second over the interval and the layout of the last message (on a\n"
         "terminal, one line rewritten in place); with --json, one line per interval\n"
-        "{\"messages\", \"rate\", \"mbps\", \"malformed\", \"tensors\"}. A malformed\n"
-        "message is reported on stderr and not counted.\n" +
+        "{\"messages\", \"rate\", \"mbps\", \"malformed\", \"refused\", \"tensors\"}. A malformed\n"
+        "message is reported on stderr and not counted. With --curve-cert, handshakes\n"
+        "refused (a peer without keys, with a wrong server key, not allowed) are\n"
+        "counted (\"refused\") and described on stderr.\n" +
         plain_endpoint_note(opt->socket) +
         "Exit status: 0 --count messages arrived, 1 error (refused endpoint, ...),\n"
         "2 nothing arrived for --timeout seconds, 3 --count arrived but some were\n"

@@ -83,6 +83,9 @@ int run_recv(const recv_cli_options& opt) {
     recv_options ro;
     ro.decode.limits.max_bytes = opt.socket.max_bytes;
     zmq::context_t context;
+    // Before the socket: it outlives the socket, whose lingering messages
+    // stay under its allow-list to the end.
+    curve_guard curve;
     // Bounded before attach (libzmq applies it to new connections): a
     // flooding peer fills 16 messages, not libzmq's 1000.
     zmq::socket_t socket = bounded_socket(context, type, ro.decode.limits);
@@ -91,6 +94,7 @@ int run_recv(const recv_cli_options& opt) {
     // A zsub URL's #topic: subscribed to, and taken off the front of each message.
     const std::string& topic = endpoints.front().topic;
     if (type == zmq::socket_type::sub) socket.set(zmq::sockopt::subscribe, topic);
+    curve = secure(context, socket, opt.socket, endpoints, "tenbin recv");
     attach(socket, opt.socket, endpoints, "tenbin recv");
 
     if (type == zmq::socket_type::router) ro.envelope = envelope_spec::router();

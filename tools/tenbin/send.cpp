@@ -67,6 +67,9 @@ int run_send(const send_cli_options& opt) {
     const double delay = opt.delay.value_or(kind == tenbin::socket_kind::pub ? 1.0 : 0.0);
 
     zmq::context_t context;
+    // Before the socket: it outlives the socket, whose lingering messages
+    // stay under its allow-list to the end.
+    curve_guard curve;
     zmq::socket_t socket = bounded_socket(context, zmq_socket_type(kind));  // REQ receives replies
     // Finite linger: queued messages get this long to leave at exit.
     socket.set(zmq::sockopt::linger,
@@ -79,6 +82,7 @@ int run_send(const send_cli_options& opt) {
     // reply anyway.
     if (!is_req) socket.set(zmq::sockopt::immediate, true);
     if (is_req) socket.set(zmq::sockopt::rcvtimeo, timeout_ms(opt.timeout));
+    curve = secure(context, socket, opt.socket, endpoints, "tenbin send");
     attach(socket, opt.socket, endpoints, "tenbin send");
 
     if (delay > 0) std::this_thread::sleep_for(std::chrono::duration<double>(delay));

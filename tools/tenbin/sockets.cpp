@@ -82,6 +82,21 @@ void add_socket_choice(CLI::App& app, socket_choice& choice, std::vector<std::st
                    "Ping each peer this often and drop one silent for three pings (a dead host, a cut "
                    "network); 0: off")
         ->check(nonnegative);
+    const char* security = "Security (ZeroMQ CURVE; the side that binds is the server)";
+    app.add_option("--curve-cert", choice.curve_cert,
+                   "This side's secret certificate (NAME.key_secret from tenbin keygen or pyzmq):\n"
+                   "authenticate and encrypt with CURVE")
+        ->type_name("FILE")
+        ->group(security);
+    app.add_option("--curve-server", choice.curve_server,
+                   "The server's public certificate (NAME.key), for a side that connects")
+        ->type_name("FILE")
+        ->group(security);
+    app.add_option("--curve-allow", choice.curve_allow,
+                   "A folder of clients' public certificates (*.key) allowed in, for a side that\n"
+                   "binds; without it any client holding a key pair is")
+        ->type_name("DIR")
+        ->group(security);
     if (receiving)
         app.add_option("--max-bytes", choice.max_bytes,
                        "Tensor bytes one message may carry (e.g. 64MiB; k, M, G are powers of 1024);\n"
@@ -154,10 +169,53 @@ void attach(zmq::socket_t& socket, const socket_choice& choice, const std::vecto
     }
 }
 
+std::optional<curve_options> curve_for(const socket_choice& choice, const std::vector<endpoint>& endpoints,
+                                       const std::string& who, std::shared_ptr<std::atomic<std::uint64_t>> refused) {
+    if (choice.curve_cert.empty()) {
+        if (!choice.curve_server.empty() || !choice.curve_allow.empty())
+            throw usage_error("--curve-server and --curve-allow need --curve-cert (this side's secret certificate)");
+        return std::nullopt;
+    }
+    const bool binds = std::any_of(endpoints.begin(), endpoints.end(), [](const endpoint& e) { return e.bind; });
+    const bool connects = std::any_of(endpoints.begin(), endpoints.end(), [](const endpoint& e) { return !e.bind; });
+    if (connects && choice.curve_server.empty())
+        throw usage_error("this side connects, so it needs --curve-server FILE (the server's public certificate) "
+                          "beside --curve-cert");
+    if (!binds && !choice.curve_allow.empty())
+        throw usage_error("--curve-allow is for the side that binds (the server); this side connects");
+    if (!connects && !choice.curve_server.empty())
+        throw usage_error("--curve-server is for the side that connects; this side binds (it is the server)");
+    curve_options opt;
+    opt.keys = load_secret_certificate(choice.curve_cert);
+    if (!choice.curve_server.empty()) opt.server_key = load_public_certificate(choice.curve_server);
+    if (!choice.curve_allow.empty()) opt.allowed_clients = load_public_certificates(choice.curve_allow);
+    if (!refused) refused = std::make_shared<std::atomic<std::uint64_t>>(0);
+    // A refused client retries several times a second: the first refusal
+    // is shown, then the 10th, 100th...
+    opt.on_refused = [who, refused](const handshake_refusal& r) {
+        const std::uint64_t n = refused->fetch_add(1) + 1;
+        std::uint64_t mark = 1;
+        while (mark < n && mark <= UINT64_MAX / 10) mark *= 10;
+        if (mark != n) return;
+        std::cerr << (who + ": refused handshake on " + r.endpoint + ": " + r.reason +
+                      (n > 1 ? " (" + std::to_string(n) + " so far)" : std::string()) + "\n");
+    };
+    return opt;
+}
+
+curve_guard secure(zmq::context_t& context, zmq::socket_t& socket, const socket_choice& choice,
+                   const std::vector<endpoint>& endpoints, const std::string& who) {
+    const std::optional<curve_options> opt = curve_for(choice, endpoints, who);
+    if (!opt) return {};
+    return enable_curve(context, socket, *opt, endpoints.front().bind ? curve_role::server : curve_role::client);
+}
+
 connection open_connection(const socket_choice& choice, const std::vector<std::string>& urls,
                            const connection_options& co, const std::string& who) {
-    resolve_endpoints(choice, urls);  // throws for a kind the command cannot use
-    connection conn(urls, co);
+    const std::vector<endpoint> eps = resolve_endpoints(choice, urls);  // throws for a kind the command cannot use
+    connection_options with_curve = co;
+    if (!with_curve.curve) with_curve.curve = curve_for(choice, eps, who);
+    connection conn(urls, with_curve);
     for (const endpoint& ep : conn.endpoints())
         if (ep.bind) std::cerr << who << ": " << name(ep.kind) << " bound to " << ep.address << "\n";
     return conn;

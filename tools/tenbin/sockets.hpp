@@ -8,7 +8,10 @@
 
 #include <CLI/CLI.hpp>
 
+#include <atomic>
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,6 +24,9 @@ struct socket_choice {
     int heartbeat_ms = 0;  ///< 0: no heartbeats
     /// Receiving commands: tensor bytes a message may carry (--max-bytes).
     std::uint64_t max_bytes = tenbin::limits{}.max_bytes;
+    /// CURVE: this side's secret certificate, the server's public one, a
+    /// folder of allowed clients' public ones (empty: not given).
+    std::string curve_cert, curve_server, curve_allow;
 
     // What the command can do (set by add_socket_choice):
     std::vector<std::string> kinds;  ///< the socket kinds it allows
@@ -30,8 +36,9 @@ struct socket_choice {
 
 /// Records what the command can do in `choice` (the socket kinds it allows,
 /// the kind a plain endpoint gets without --socket, whether it receives) and
-/// adds --socket (one of `kinds`), --bind, --connect and --heartbeat-ms;
-/// a receiving command also gets --max-bytes.
+/// adds --socket (one of `kinds`), --bind, --connect, --heartbeat-ms and
+/// --curve-cert, --curve-server, --curve-allow; a receiving command also
+/// gets --max-bytes.
 void add_socket_choice(CLI::App& app, socket_choice& choice, std::vector<std::string> kinds,
                        tenbin::socket_kind plain_default, bool receiving);
 
@@ -65,9 +72,24 @@ std::string plain_endpoint_hint(const std::vector<std::string>& urls, const std:
 void attach(zmq::socket_t& socket, const socket_choice& choice, const std::vector<endpoint>& endpoints,
             const std::string& who);
 
+/// The CURVE settings --curve-cert, --curve-server and --curve-allow give
+/// for a socket on `endpoints` (nothing without --curve-cert): certificates
+/// loaded, refused handshakes reported on stderr as `who` (the first, the
+/// 10th, the 100th...) and counted in `refused` when given (it must outlive
+/// the socket). Throws usage_error for a combination that cannot work.
+std::optional<curve_options> curve_for(const socket_choice& choice, const std::vector<endpoint>& endpoints,
+                                       const std::string& who,
+                                       std::shared_ptr<std::atomic<std::uint64_t>> refused = nullptr);
+
+/// CURVE on a socket of the command's own (send, recv), as curve_for says;
+/// call before attach. The guard must outlive the socket's use.
+curve_guard secure(zmq::context_t& context, zmq::socket_t& socket, const socket_choice& choice,
+                   const std::vector<endpoint>& endpoints, const std::string& who);
+
 /// The connection for `urls` with `co` (connection_options_for's, with the
 /// command's own settings added): the kind checked as resolve_endpoints
-/// does, each endpoint it bound reported on stderr as `who`.
+/// does, each endpoint it bound reported on stderr as `who`, CURVE as
+/// curve_for gives it unless `co` has its own.
 connection open_connection(const socket_choice& choice, const std::vector<std::string>& urls,
                            const connection_options& co, const std::string& who);
 
