@@ -135,6 +135,17 @@ struct input_list {
     std::vector<py::array> arrays;
 };
 
+// True when nobody can write to `a`'s bytes through NumPy: it and every
+// array it views are read-only. (A read-only view of a writable array is
+// not: its owner may refill it while ZeroMQ still sends it.)
+bool unchangeable(const py::array& a) {
+    if (a.writeable()) return false;
+    for (PyObject* o = py::detail::array_proxy(a.ptr())->base; o && py::isinstance<py::array>(py::handle(o));
+         o = py::detail::array_proxy(o)->base)
+        if (py::detail::array_proxy(o)->flags & py::detail::npy_api::NPY_ARRAY_WRITEABLE_) return false;
+    return true;
+}
+
 py::module_& numpy() {
     static auto* m = new py::module_(py::module_::import("numpy"));
     return *m;
@@ -154,11 +165,10 @@ tenbin::tensor tensor_of(py::handle obj, hold how, std::vector<py::array>& keep)
     tenbin::shape_t shape(a.shape(), a.shape() + a.ndim());
     const auto size = static_cast<std::size_t>(a.nbytes());
     auto* data = static_cast<std::byte*>(const_cast<void*>(a.data()));
-    const bool writable = a.writeable();
     tenbin::buffer b;
     if (size == 0) {
         b = tenbin::buffer();
-    } else if (how == hold::keep || (how == hold::send && (ours || !writable))) {
+    } else if (how == hold::keep || (how == hold::send && (ours || unchangeable(a)))) {
         b = tenbin::buffer::share(python_keeper(a.ptr()), {data, size}, false);
     } else {
         b = tenbin::buffer::borrow({data, size});

@@ -259,6 +259,13 @@ def test_zero_copy_send_of_read_only_arrays_and_copies_of_writable_ones():
         (got,) = rx.recv()
         assert got.__array_interface__["data"][0] != w.__array_interface__["data"][0]
         assert got.min() == got.max() == i
+    # A read-only view of a writable array is copied too: its owner may refill it.
+    v = w[:]
+    v.flags.writeable = False
+    tx.send([v])
+    w[:] = -2
+    (got,) = rx.recv()
+    assert got.__array_interface__["data"][0] != w.__array_interface__["data"][0] and got.max() == -1
     rx.close()
     tx.close()
 
