@@ -641,6 +641,11 @@ py::object dlpack_of(const py::array& a) {
 
 PYBIND11_MODULE(_tenbin, m) {
     m.doc() = "tenbin's C++ core (internal; use the tenbin package)";
+    // Before NumPy starts its BLAS threads: glibc fixes its arena limit
+    // when the first thread needs an arena, and with a thread arena of its
+    // own, libzmq's I/O thread gets every large frame from a fresh mmap
+    // (page faults that halve the throughput of 77 MB batches).
+    tenbin::reuse_large_allocations();
     error_classes() = py::module_::import("tenbin._errors").attr("_classes");
     for (tenbin::dtype t : tenbin::all_dtypes)
         numpy_dtypes().push_back(py::dtype(std::string("<") + std::string(tenbin::code(t))));

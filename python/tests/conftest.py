@@ -29,8 +29,8 @@ def tool():
     path = os.environ.get("TENBIN_TOOL")
     if not path:
         for build in ("build", "builddir"):
-            p = ROOT / build / "tools" / "tenbin" / "tenbin"
-            if p.exists():
+            p = ROOT / build / "tools" / "tenbin"
+            if p.is_file():
                 path = str(p)
                 break
     if not path or not os.path.exists(path):
