@@ -33,7 +33,7 @@ __all__ = [
     "encode_buffer", "decode_buffer", "encode_list", "decode_list", "write", "read",
     "save", "load", "load_mmap", "zsend_single", "zrecv_single", "zsend_multipart",
     "zrecv_multipart", "zrecv", "sctp_send", "sctp_recv", "Connection", "Loader",
-    "Statistics", "TensorcomDataset", "Error", "Malformed", "ERRC", "to_torch", "brace_expand", "parse_urls",
+    "Statistics", "TensorcomDataset", "Error", "Malformed", "ERRC", "to_torch", "to_dlpack", "brace_expand", "parse_urls",
 ]
 
 
@@ -203,6 +203,15 @@ def parse_urls(urls, kind=None, bind=None):
     if isinstance(urls, str):
         urls = [urls]
     return _tenbin.parse_urls([u.partition("#")[0] for u in urls], kind, bind)
+
+
+def to_dlpack(a):
+    """A DLPack capsule ("dltensor") of array ``a`` without a copy, for any
+    consumer's ``from_dlpack``: an array tenbin made (received, decoded,
+    mapped) exports its tenbin buffer, which the capsule keeps alive, also
+    when read-only (NumPy refuses to export those: DLPack cannot say
+    read-only, so do not write through the result)."""
+    return _tenbin.to_dlpack(a)
 
 
 def to_torch(a):

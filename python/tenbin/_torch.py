@@ -41,7 +41,10 @@ class TensorcomDataset(IterableDataset):
     socket. That is correct only for URLs whose socket connects and takes
     its share of a PUSH (``zrpull://`` to producers that bind with
     ``zrpush://``): each batch then reaches one worker, and each yields
-    ``length / N`` of them. Other URLs are refused in the workers (a bound
+    ``length / N`` of them. ZeroMQ deals the batches round-robin to the
+    workers' prefetching loaders, so the producers must keep sending (as a
+    tensorcom server does); what a worker has prefetched beyond its share
+    when the epoch ends is dropped, never given twice. Other URLs are refused in the workers (a bound
     ``zpull`` would be "address in use", a ``zsub`` would give every worker
     every batch). The Loader prefetches on a thread of its own already:
     ``num_workers=0`` is usually as fast.

@@ -393,3 +393,29 @@ def test_loader_threads_and_close():
     with pytest.raises(StopIteration):
         next(iter(ld))
     tx.close()
+
+
+EXIT_CODE = """
+import sys, numpy as np, tenbin
+port = int(sys.argv[1])
+# Messages still in flight, and received arrays still holding the sender's
+# memory (inproc), when the interpreter exits: no crash, no hang.
+rx = tenbin.Connection(f"zpull://127.0.0.1:{port}", timeout=10)
+tx = tenbin.Connection(f"zpush://127.0.0.1:{port}", linger=1)
+irx = tenbin.Connection("zpull+inproc://exit", timeout=10)
+itx = tenbin.Connection("zpush+inproc://exit")
+for i in range(8):
+    a = np.full(1 << 18, i, "f4")
+    a.flags.writeable = False
+    tx.send([a])
+    itx.send([a])
+kept = [irx.recv(), rx.recv()]
+print("sent", flush=True)
+"""
+
+
+def test_interpreter_exit_with_messages_in_flight():
+    p = subprocess.run([sys.executable, "-c", EXIT_CODE, str(free_port())], capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "sent"
