@@ -119,6 +119,29 @@ tenbin::dtype dtype_of(const py::dtype& d) {
 
 // ---- arrays in -----------------------------------------------------------
 
+// The name of the capsules that hold the buffer of an array this module made
+// (the array's base).
+constexpr const char* buffer_capsule = "tenbin.buffer";
+// The same for a TensorPool's arrays: writable, and yet sent without a copy
+// (a pool hands out a block again only once every holder released it).
+constexpr const char* pool_capsule = "tenbin.pool";
+
+// The tenbin buffer `a` views whole, when this module made `a` (received,
+// decoded, mapped, or from a TensorPool); null otherwise. `sendable`: the
+// buffer may go zero-copy (nobody refills it: read-only, or a pool's).
+const tenbin::buffer* own_buffer(const py::array& a, bool& sendable) {
+    PyObject* base = py::detail::array_proxy(a.ptr())->base;
+    if (!base) return nullptr;
+    const bool pool = PyCapsule_IsValid(base, pool_capsule);
+    if (!pool && !PyCapsule_IsValid(base, buffer_capsule)) return nullptr;
+    auto* b = static_cast<const tenbin::buffer*>(PyCapsule_GetPointer(base, pool ? pool_capsule : buffer_capsule));
+    sendable = pool || !b->writable();
+    if (static_cast<const void*>(b->data()) != a.data() || static_cast<std::size_t>(a.nbytes()) != b->size() ||
+        !(a.flags() & py::array::c_style))
+        return nullptr;
+    return b;
+}
+
 // How an array becomes a tensor.
 enum class hold {
     borrow,  // the bytes are used only during the call (encoders copy them)
@@ -157,7 +180,7 @@ tenbin::tensor tensor_of(py::handle obj, hold how, std::vector<py::array>& keep)
     const tenbin::dtype t = dtype_of(a.dtype());
     bool ours = false;
     // Logical C order, little endian: what the format carries.
-    const bool little = a.dtype().attr("byteorder").cast<std::string>() != ">";
+    const bool little = py::detail::array_descriptor_proxy(a.dtype().ptr())->byteorder != '>';
     if (!little || !(a.flags() & py::array::c_style)) {
         a = numpy().attr("ascontiguousarray")(a, numpy_dtypes()[static_cast<int>(t)]).cast<py::array>();
         ours = true;
@@ -165,9 +188,13 @@ tenbin::tensor tensor_of(py::handle obj, hold how, std::vector<py::array>& keep)
     tenbin::shape_t shape(a.shape(), a.shape() + a.ndim());
     const auto size = static_cast<std::size_t>(a.nbytes());
     auto* data = static_cast<std::byte*>(const_cast<void*>(a.data()));
+    bool sendable = false;
+    const tenbin::buffer* own = ours ? nullptr : own_buffer(a, sendable);
     tenbin::buffer b;
     if (size == 0) {
         b = tenbin::buffer();
+    } else if (own && (how != hold::send || sendable)) {
+        b = *own;  // shares the frame, mapping or pool block: sent without a copy
     } else if (how == hold::keep || (how == hold::send && (ours || unchangeable(a)))) {
         b = tenbin::buffer::share(python_keeper(a.ptr()), {data, size}, false);
     } else {
@@ -191,18 +218,15 @@ input_list inputs(const py::iterable& list, hold how, const py::object& infos = 
 
 // ---- tensors out ---------------------------------------------------------
 
-// The name of the capsules that hold an array's buffer (its base).
-constexpr const char* buffer_capsule = "tenbin.buffer";
-
 // A NumPy array viewing `t`'s bytes; its base keeps them alive. Read-only
 // unless the tensor's bytes are writable (e.g. the pool's).
-py::array array_of(const tenbin::tensor& t) {
+py::array array_of(const tenbin::tensor& t, bool pool = false) {
     std::vector<py::ssize_t> shape(t.shape().begin(), t.shape().end());
     const py::dtype& dt = numpy_dtypes()[static_cast<int>(t.dtype())];
     if (t.nbytes() == 0) return py::array(dt, shape);
     auto* keep = new tenbin::buffer(t.data());
-    py::capsule base(keep, buffer_capsule, [](PyObject* cap) {
-        delete static_cast<tenbin::buffer*>(PyCapsule_GetPointer(cap, buffer_capsule));
+    py::capsule base(keep, pool ? pool_capsule : buffer_capsule, [](PyObject* cap) {
+        delete static_cast<tenbin::buffer*>(PyCapsule_GetPointer(cap, PyCapsule_GetName(cap)));
     });
     py::array a(dt, shape, {}, keep->data(), base);
     if (!t.data().writable())
@@ -607,20 +631,10 @@ socket_address address_of(const py::object& dest, int family) {
 
 py::object dlpack_of(const py::array& a) {
 #if TENBIN_HAS_DLPACK
-    // An array this module made views a tenbin buffer (its base): export
-    // that; any other array is exported kept alive by a reference.
-    tenbin::tensor t;
+    // An array this module made exports its tenbin buffer; any other is
+    // exported kept alive by a reference.
     std::vector<py::array> keep;
-    py::object base = a.base();
-    if (base && PyCapsule_IsValid(base.ptr(), buffer_capsule)) {
-        auto* b = static_cast<tenbin::buffer*>(PyCapsule_GetPointer(base.ptr(), buffer_capsule));
-        if (b->data() == a.data() && static_cast<std::size_t>(a.nbytes()) == b->size() && (a.flags() & py::array::c_style))
-            t = tenbin::tensor(dtype_of(a.dtype()), tenbin::shape_t(a.shape(), a.shape() + a.ndim()), *b);
-        else
-            t = tensor_of(a, hold::keep, keep);
-    } else {
-        t = tensor_of(a, hold::keep, keep);
-    }
+    tenbin::tensor t = tensor_of(a, hold::keep, keep);
     DLManagedTensor* mt = tenbin::to_dlpack(t);
     return py::capsule(mt, "dltensor", [](PyObject* cap) {
         // Unconsumed: still named "dltensor", so ours to delete.

@@ -17,10 +17,23 @@ def to_torch(a):
     Arrays tenbin made (received, decoded, mapped) export their tenbin
     buffer, which stays alive as long as the torch tensor; other arrays are
     kept alive by the tensor. torch has no read-only tensors: a tensor made
-    from a received array must not be written to (``.clone()`` it)."""
+    from a received array must not be written to (``.clone()`` it).
+
+    torch builds without uint16/uint32/uint64 get a widened copy of u2 and
+    u4 arrays (int32, int64); u8 raises ``Unsupported`` there."""
     if not isinstance(a, np.ndarray):
         return a
-    return torch.utils.dlpack.from_dlpack(_tenbin.to_dlpack(a))
+    try:
+        return torch.utils.dlpack.from_dlpack(_tenbin.to_dlpack(a))
+    except (RuntimeError, BufferError) as e:
+        wider = _WIDER.get(a.dtype.str[1:])
+        if wider is None:
+            raise Error(f"torch cannot hold {a.dtype} arrays: {e}", "unsupported") from e
+        return torch.from_numpy(a.astype(wider))
+
+
+# What this torch lacks, as what holds it.
+_WIDER = {"u2": np.int32, "u4": np.int64}
 
 
 def to_device(device):

@@ -31,8 +31,9 @@ def test_to_torch_shares_the_received_memory():
     own = np.arange(10, dtype="i8")
     t = tenbin.to_torch(own)
     assert t.data_ptr() == own.__array_interface__["data"][0]
-    cap = tenbin.to_dlpack(np.arange(4, dtype="u2"))
+    cap = tenbin.to_dlpack(np.arange(4, dtype="i2"))
     assert torch.utils.dlpack.from_dlpack(cap).tolist() == [0, 1, 2, 3]
+    assert tenbin.to_torch(np.array([4000000000], "u4")).tolist() == [4000000000]
 
 
 def test_connection_converters_torch():

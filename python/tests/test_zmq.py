@@ -259,6 +259,22 @@ def test_zero_copy_send_of_read_only_arrays_and_copies_of_writable_ones():
         (got,) = rx.recv()
         assert got.__array_interface__["data"][0] != w.__array_interface__["data"][0]
         assert got.min() == got.max() == i
+    # A received array is forwarded without a copy: its frame is shared.
+    ro2 = np.arange(1 << 16, dtype="f4")
+    ro2.flags.writeable = False
+    tx.send([ro2])
+    (fwd,) = rx.recv()
+    tx.send([fwd])
+    (again,) = rx.recv()
+    assert again.__array_interface__["data"][0] == ro2.__array_interface__["data"][0]
+    # A writable array decoded from a bytearray is copied, as any writable one.
+    buf = tenbin.encode_buffer([np.ones(1 << 14, "f4")])
+    (dec,) = tenbin.decode_buffer(buf)
+    assert dec.flags.writeable
+    tx.send([dec])
+    dec[:] = 5
+    (got,) = rx.recv()
+    assert got.max() == 1
     # A read-only view of a writable array is copied too: its owner may refill it.
     v = w[:]
     v.flags.writeable = False
