@@ -33,7 +33,7 @@ __all__ = [
     "encode_buffer", "decode_buffer", "encode_list", "decode_list", "write", "read",
     "save", "load", "load_mmap", "zsend_single", "zrecv_single", "zsend_multipart",
     "zrecv_multipart", "zrecv", "sctp_send", "sctp_recv", "Connection", "Loader",
-    "Statistics", "TensorcomDataset", "Error", "Malformed", "ERRC", "to_torch", "to_dlpack", "brace_expand", "parse_urls",
+    "Statistics", "TensorPool", "TensorcomDataset", "Error", "Malformed", "ERRC", "to_torch", "to_dlpack", "brace_expand", "parse_urls",
 ]
 
 
@@ -223,6 +223,44 @@ def to_torch(a):
 
 
 from ._connection import Connection, Loader, Statistics  # noqa: E402
+
+
+class TensorPool:
+    """Writable arrays for producers that send in a loop, on the C++
+    ``tenbin::tensor_pool``: ``acquire`` gives a fresh writable array on a
+    pool block nobody else holds, which is sent zero-copy (a writable array
+    of your own is copied); the block returns to the pool, not to the
+    allocator, once every holder (the array and its views, ZeroMQ's frames,
+    a receiver over inproc) has released it. Acquire a new array for every
+    message instead of refilling a sent one.
+
+    ``max_bytes`` and ``max_buffers`` bound what the pool holds; at a bound
+    ``acquire`` waits for a release up to ``timeout`` seconds (None: as long
+    as it takes; Ctrl-C interrupts it), then raises ``Timeout``. A reused
+    block holds what its last user wrote: fill all of it. Thread-safe.
+    """
+
+    def __init__(self, max_bytes=1 << 30, max_buffers=1024, timeout=None):
+        if not hasattr(_tenbin, "TensorPool"):
+            raise Unsupported("this tenbin was built without tenbin::tensor_pool", "unsupported")  # noqa: F405
+        self._pool = _tenbin.TensorPool(max_bytes, max_buffers, timeout)
+
+    def acquire(self, shape, dtype="float32", timeout=None):
+        """A writable, uninitialised, 64-byte-aligned C-order array of
+        ``shape`` and ``dtype`` (one of the format's) on a pool block."""
+        if isinstance(shape, int):
+            shape = (shape,)
+        return self._pool.acquire([int(d) for d in shape], dtype, "", timeout)
+
+    def trim(self):
+        """Gives every idle block back to the allocator."""
+        self._pool.trim()
+
+    @property
+    def stats(self):
+        """A snapshot: buffers, bytes, in_use, in_use_bytes, allocations,
+        reuses, waits."""
+        return self._pool.stats()
 
 
 def __getattr__(name):

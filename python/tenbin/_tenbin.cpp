@@ -9,6 +9,10 @@
 #if TENBIN_HAS_DLPACK
 #include <tenbin/dlpack.hpp>
 #endif
+#if __has_include(<tenbin/pool.hpp>)
+#include <tenbin/pool.hpp>
+#define TENBIN_PY_POOL 1
+#endif
 
 #include <zmq.h>
 
@@ -594,6 +598,66 @@ py::list endpoints_list(const std::vector<tenbin::endpoint>& eps) {
     return out;
 }
 
+// ---- the tensor pool -----------------------------------------------------
+
+#ifdef TENBIN_PY_POOL
+struct py_pool {
+    tenbin::tensor_pool pool;
+    std::optional<std::chrono::milliseconds> wait;
+
+    static tenbin::pool_options options(std::size_t max_bytes, std::size_t max_buffers) {
+        tenbin::pool_options o;
+        o.max_bytes = max_bytes;
+        o.max_buffers = max_buffers;
+        o.wait = 0ms;  // waits here, in slices
+        return o;
+    }
+    py_pool(std::size_t max_bytes, std::size_t max_buffers, const py::object& timeout)
+        : pool(options(max_bytes, max_buffers)), wait(ms_of(timeout)) {}
+
+    // A writable array on a pool block. Waits (without the GIL, in slices
+    // that let Ctrl-C through) while the pool is exhausted.
+    py::array acquire(const std::vector<std::int64_t>& shape, const py::object& dt, const std::string& info,
+                      const py::object& timeout) {
+        drain_deferred();
+        const tenbin::dtype t = dtype_of(py::dtype::from_args(dt));
+        const auto limit = timeout.is_none() ? wait : ms_of(timeout);
+        const auto deadline = limit ? clock_type::now() + *limit : clock_type::time_point::max();
+        for (;;) {
+            const auto left = deadline == clock_type::time_point::max()
+                                  ? wait_slice
+                                  : std::max(0ms, std::chrono::ceil<std::chrono::milliseconds>(deadline - clock_type::now()));
+            std::optional<tenbin::tensor> x;
+            {
+                py::gil_scoped_release nogil;
+                x = pool.try_acquire(t, tenbin::shape_t(shape.begin(), shape.end()), info, std::min(left, std::chrono::milliseconds(wait_slice)));
+            }
+            if (x) return array_of(*x, true);
+            check_signals();
+            drain_deferred();  // references ZeroMQ let go of may hold pool blocks
+            if (clock_type::now() >= deadline) {
+                const auto st = pool.stats();
+                raise_error("timeout", "the tensor pool stayed exhausted: " + std::to_string(st.in_use) +
+                                           " blocks (" + std::to_string(st.in_use_bytes) +
+                                           " bytes) are still held by arrays or ZeroMQ frames");
+            }
+        }
+    }
+    py::dict stats() const {
+        const auto st = pool.stats();
+        py::dict d;
+        d["buffers"] = st.buffers;
+        d["bytes"] = st.bytes;
+        d["in_use"] = st.in_use;
+        d["in_use_bytes"] = st.in_use_bytes;
+        d["allocations"] = st.allocations;
+        d["reuses"] = st.reuses;
+        d["waits"] = st.waits;
+        return d;
+    }
+};
+#endif
+
 // ---- sctp ----------------------------------------------------------------
 
 struct socket_address {
@@ -806,6 +870,17 @@ PYBIND11_MODULE(_tenbin, m) {
         .def("reset_stats", [](py_connection& c) { c.get().stats().reset(); })
         .def("endpoints", [](py_connection& c) { return endpoints_list(c.get().endpoints()); })
         .def("handle", [](py_connection& c) { return reinterpret_cast<std::uintptr_t>(c.get().socket().handle()); });
+
+#ifdef TENBIN_PY_POOL
+    py::class_<py_pool>(m, "TensorPool")
+        .def(py::init<std::size_t, std::size_t, py::object>())
+        .def("acquire", &py_pool::acquire)
+        .def("trim", [](py_pool& p) {
+            py::gil_scoped_release nogil;
+            p.pool.trim();
+        })
+        .def("stats", &py_pool::stats);
+#endif
 
     py::class_<py_loader>(m, "Loader")
         .def(py::init<std::vector<std::string>, std::size_t, std::uint64_t, bool, bool, py::kwargs>())
