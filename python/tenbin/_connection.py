@@ -219,14 +219,15 @@ class Connection:
         Raises ``Timeout`` after ``timeout`` seconds (default: the
         connection's), a ``Malformed`` subclass for a bad message (the
         connection stays usable)."""
-        data = self._open().recv(timeout)
-        data = _transform_with(data, self.batch_transforms)
-        data = _transform_with(data, self.converters)
-        if data and hasattr(data[0], "__len__"):
-            try:
-                self.batch_size = len(data[0])
-            except TypeError:  # a rank-0 array
-                self.batch_size = 1
+        conn = self._conn if self._conn is not None else self._open()
+        data = conn.recv(timeout)
+        if self.batch_transforms:
+            data = _transform_with(data, self.batch_transforms)
+        if self.converters:
+            data = _transform_with(data, self.converters)
+        if data:
+            shape = getattr(data[0], "shape", ())
+            self.batch_size = shape[0] if shape else 1
         return data
 
     def batchsize(self, xs):
