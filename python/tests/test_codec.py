@@ -192,3 +192,12 @@ def test_help_and_docstrings():
         if callable(obj):
             assert obj.__doc__, name
     assert pathlib.Path(tenbin.__file__).with_name("__init__.pyi").exists()
+
+
+def test_urls():
+    assert tenbin.brace_expand("zsub://h:78{80..82}") == ["zsub://h:7880", "zsub://h:7881", "zsub://h:7882"]
+    assert tenbin.parse_urls("zpull://127.0.0.1:{1,2}#topic") == [
+        ("pull", True, "tcp://127.0.0.1:1"), ("pull", True, "tcp://127.0.0.1:2")]
+    assert tenbin.parse_urls("zrpull+ipc:///tmp/x") == [("pull", False, "ipc:///tmp/x")]
+    with pytest.raises(tenbin.BadURL):
+        tenbin.parse_urls("zpull://h:{1,2")
