@@ -365,8 +365,8 @@ else:
     import zmq
     s = zmq.Context().socket(zmq.PULL); s.bind(f"tcp://127.0.0.1:{port}")
     wait = lambda: tenbin.zrecv_multipart(s)
-print("ready", flush=True)
 try:
+    print("ready", flush=True)
     wait()
 except KeyboardInterrupt:
     print("interrupted", flush=True)
