@@ -40,10 +40,11 @@ constexpr auto wait_slice = 50ms;
 // ---- Python references dropped without the GIL ------------------------
 //
 // A sent array is kept alive by a reference that ZeroMQ drops on its own
-// thread. That thread must not touch Python: it queues the object here, and
-// the next call into this module (which holds the GIL) drops the queued
-// references. After interpreter shutdown began, queued references are left
-// (a leak at exit, never a call into a dead interpreter).
+// thread. That thread must not touch Python objects: it queues the object
+// here and asks the interpreter (Py_AddPendingCall, which needs no GIL) to
+// drop the queue on its main thread soon; every call into this module
+// drops it too. Once exit began (atexit), queued references are left: a
+// leak at exit, never a call into a dying interpreter.
 struct deferred_decrefs {
     std::mutex mutex;
     std::vector<PyObject*> objects;
@@ -56,12 +57,23 @@ deferred_decrefs& deferred() {
     return *d;
 }
 
+void drain_deferred();
+
+int drain_pending(void*) {
+    drain_deferred();
+    return 0;
+}
+
 void defer_decref(PyObject* o) noexcept {
     auto& d = deferred();
     try {
+        // Under the lock: finalize() sets `finalizing` under it, so no
+        // pending call is added once exit began.
         std::lock_guard lock(d.mutex);
+        const bool first = d.objects.empty();
         d.objects.push_back(o);
         d.any.store(true, std::memory_order_release);
+        if (first && !d.finalizing.load()) Py_AddPendingCall(&drain_pending, nullptr);  // may fail: a later call drains
     } catch (...) {
         // Out of memory: leaking the object is the only safe choice.
     }
@@ -741,6 +753,7 @@ PYBIND11_MODULE(_tenbin, m) {
     m.def("drain", &drain_deferred);
     m.def("finalize", [] {
         drain_deferred();
+        std::lock_guard lock(deferred().mutex);
         deferred().finalizing = true;
     });
     m.def("zmq_version", [] {

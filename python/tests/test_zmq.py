@@ -463,3 +463,21 @@ def test_tensor_pool_arrays_go_zero_copy_and_come_back():
     assert pool.acquire(1 << 20, "f4").nbytes == 4 << 20
     rx.close()
     tx.close()
+
+
+def test_sent_arrays_are_released_without_another_tenbin_call():
+    port = free_port()
+    rx = tenbin.Connection(f"zpull://127.0.0.1:{port}", timeout=10)
+    tx = tenbin.Connection(f"zpush://127.0.0.1:{port}")
+    ro = np.arange(1 << 16, dtype="f4")
+    ro.flags.writeable = False
+    ref = weakref.ref(ro)
+    tx.send([ro])  # the last tenbin call: ZeroMQ sends it (rx's I/O thread takes it) and lets go
+    del ro
+    for _ in range(500):  # plain Python: the interpreter's pending call drops it
+        if ref() is None:
+            break
+        time.sleep(0.01)
+    assert ref() is None
+    rx.close()
+    tx.close()
