@@ -271,6 +271,10 @@ def __getattr__(name):
     raise AttributeError(f"module 'tenbin' has no attribute {name!r}")
 
 
+for _c in (Connection, Loader, Statistics, TensorPool):
+    _c.__module__ = __name__
+del _c
+
 import atexit as _atexit  # noqa: E402
 
 # References ZeroMQ released are dropped by the next call; drop the last
