@@ -23,7 +23,7 @@ namespace {
 // A tensor of the given dtype and shape whose bytes count up from `seed`.
 tensor patterned(dtype t, shape_t shape, std::string info = {}, int seed = 0) {
     tensor out = tensor::zeros(t, std::move(shape), std::move(info));
-    auto bytes = out.data().writable_bytes();
+    auto bytes = out.mutable_bytes();
     for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = std::byte(static_cast<unsigned char>(i * 7 + seed));
     return out;
 }
@@ -112,15 +112,22 @@ TEST_CASE("a buffer's keeper lives as long as any copy or slice") {
         CHECK(error_class([&] { (void)b.slice(101, 0); }) == "bad_argument");
         CHECK(b.slice(100, 0).empty());
     }
-    SUBCASE("allocated buffers are aligned and writable; borrowed ones are not writable") {
+    SUBCASE("allocated buffers are aligned and written in place; borrowed ones are copied first") {
         for (std::size_t n : {0, 1, 63, 64, 1000}) {
             buffer b = buffer::allocate(n);
             CHECK(b.aligned_to(buffer_alignment));
+            const std::byte* at = b.data();
+            CHECK(b.exclusive());
             CHECK(b.writable_bytes().size() == n);
+            CHECK(b.data() == at);
         }
         buffer borrowed = buffer::borrow(storage);
         CHECK_FALSE(borrowed.owned());
-        CHECK(error_class([&] { (void)borrowed.writable_bytes(); }) == "unsupported");
+        CHECK_FALSE(borrowed.exclusive());
+        const mutable_bytes mine = borrowed.writable_bytes();
+        CHECK(mine.data() != reinterpret_cast<const std::byte*>(storage.data()));
+        CHECK(borrowed.owned());
+        CHECK(std::memcmp(mine.data(), storage.data(), mine.size()) == 0);
     }
     SUBCASE("adopting a vector moves its storage without a copy") {
         std::vector<float> v(1000, 2.5f);
@@ -270,7 +277,7 @@ TEST_CASE("typed access refuses misaligned bytes; aligned() copies them") {
     tensor a = t.aligned();
     CHECK(a.values<float>()[0] == 1.0f);
     CHECK_FALSE(a.data().writable());  // borrowed bytes were read-only; so is their copy
-    const buffer owned = buffer::allocate(8);
+    buffer owned = buffer::allocate(8);
     const tensor writable(dtype::f4, {1}, buffer::share(owned.keeper(), owned.writable_bytes().subspan(1, 4)));
     CHECK(writable.aligned().data().writable());
     tensor already = tensor::zeros(dtype::f4, {4});
@@ -359,6 +366,82 @@ TEST_CASE("encoders accept tensors, views, single tensors and braced lists") {
     const auto frames = encode_list(views);
     CHECK_FALSE(frames[1].owned());
     CHECK(frames[1].data() == a.data().data());
+}
+
+TEST_CASE("a named braced tensor_span refers to the tensors themselves, never to a dead array") {
+    const tensor a = patterned(dtype::u2, {4}, "a");
+    const tensor b = patterned(dtype::i8, {2, 2}, "b");
+    const tensor_span batch = {a, b};  // was a dangling initializer_list
+    const tensor_span views = {a.view(), b.view()};
+    std::vector<tensor> pad(64, patterned(dtype::u1, {100}));  // reuses the stack and heap a dead array had
+    REQUIRE(batch.size() == 2);
+    CHECK(batch.owner(0) == &a.data());
+    CHECK(batch.owner(1) == &b.data());
+    CHECK(batch[1] == b.view());
+    CHECK(views.owner(0) == nullptr);
+    CHECK(views.size() == 2);
+    CHECK(same_bytes(encode_buffer(batch).bytes(), encode_buffer(std::vector<tensor>{a, b}).bytes()));
+    // The longest braced list, element by element.
+    const tensor_span sixteen = {a, b, a, b, a, b, a, b, a, b, a, b, a, b, a, b};
+    CHECK(sixteen.size() == max_braced_tensors);
+    CHECK(sixteen.owner(15) == &b.data());
+}
+
+TEST_CASE("writing never reaches bytes another holder has: copy on write") {
+    SUBCASE("the only holder writes in place") {
+        tensor t = tensor::zeros(dtype::f4, {1000});
+        const std::byte* at = t.data().data();
+        CHECK(t.data().exclusive());
+        t.mutable_values<float>()[0] = 1.0f;
+        CHECK(t.data().data() == at);
+    }
+    SUBCASE("a copy of the tensor keeps the old values") {
+        tensor t = patterned(dtype::f4, {10, 10});
+        const tensor kept = t;
+        CHECK_FALSE(t.data().exclusive());
+        t.mutable_values<float>()[3] = 42.0f;
+        CHECK(t.data().data() != kept.data().data());
+        CHECK(t.values<float>()[3] == 42.0f);
+        CHECK(kept.view() == patterned(dtype::f4, {10, 10}).view());
+        // The rest was carried over: only the write differs.
+        CHECK(std::memcmp(t.data().data(), kept.data().data(), 12) == 0);
+        CHECK(std::memcmp(t.data().data() + 16, kept.data().data() + 16, 400 - 16) == 0);
+        // Once alone again, writes stay in place.
+        const std::byte* mine = t.data().data();
+        t.mutable_values<float>()[4] = 1.0f;
+        CHECK(t.data().data() == mine);
+    }
+    SUBCASE("a holder of the keeper alone (as ZeroMQ holds a frame) counts too") {
+        tensor t = tensor::zeros(dtype::u1, {64});
+        buffer::keeper_type in_flight = t.data().keeper();
+        const std::byte* sent = t.data().data();
+        t.mutable_bytes()[0] = std::byte{9};
+        CHECK(t.data().data() != sent);
+        CHECK(sent[0] == std::byte{0});
+        in_flight.reset();
+    }
+    SUBCASE("slices of one block share it: the first write copies the slice only") {
+        buffer whole = buffer::allocate(128);
+        std::memset(whole.writable_bytes().data(), 5, 128);
+        tensor t(dtype::u1, {32}, whole.slice(32, 32));
+        t.mutable_bytes()[0] = std::byte{1};
+        CHECK(t.nbytes() == 32);
+        CHECK(whole.data()[32] == std::byte{5});
+    }
+    SUBCASE("adopted memory is written in place while alone; its release still runs once") {
+        std::vector<std::byte> storage(16);
+        int released = 0;
+        {
+            tensor t(dtype::u1, {16}, buffer::adopt(storage.data(), 16, [&] { ++released; }));
+            t.mutable_bytes()[1] = std::byte{7};
+            CHECK(storage[1] == std::byte{7});
+            const tensor other = t;
+            t.mutable_bytes()[2] = std::byte{7};
+            CHECK(storage[2] == std::byte{0});
+            CHECK(released == 0);
+        }
+        CHECK(released == 1);
+    }
 }
 
 TEST_CASE("infos can be replaced, read back and checked") {

@@ -30,7 +30,7 @@ namespace {
 
 tensor patterned(dtype t, shape_t shape, unsigned seed = 1) {
     tensor out = tensor::zeros(t, std::move(shape));
-    const mutable_bytes b = out.data().writable_bytes();
+    const mutable_bytes b = out.mutable_bytes();
     for (std::size_t i = 0; i < b.size(); ++i) b[i] = static_cast<std::byte>(i * 37 + seed * 11 + 5);
     return out;
 }
@@ -1007,7 +1007,7 @@ TEST_CASE("npz: 65535 members take a ZIP64 end record, which NumPy reads") {
     many.reserve(0xffff);
     for (std::uint32_t i = 0; i < 0xffff; ++i) {
         tensor t = tensor::zeros(dtype::u4, {});
-        std::memcpy(t.data().writable_bytes().data(), &i, 4);
+        std::memcpy(t.mutable_bytes().data(), &i, 4);
         many.push_back({"", std::move(t)});
     }
     // One fewer needs no ZIP64.

@@ -30,7 +30,7 @@ namespace {
 // A tensor of the given dtype and shape whose bytes follow a pattern.
 tensor patterned(dtype t, shape_t shape, std::string info = {}, int seed = 0) {
     tensor out = tensor::zeros(t, std::move(shape), std::move(info));
-    auto bytes = out.data().writable_bytes();
+    auto bytes = out.mutable_bytes();
     for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = std::byte(static_cast<unsigned char>(i * 13 + seed));
     return out;
 }

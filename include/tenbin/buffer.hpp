@@ -49,9 +49,13 @@ public:
     static buffer borrow(bytes_view bytes);
     /// Adopts memory the caller allocated: `release` runs exactly once, when
     /// the last buffer referring to it is gone, on whichever thread drops it
-    /// (possibly a ZeroMQ I/O thread). `release` must not throw; it may be
-    /// empty (nothing to release). Throws bad_argument for null `data` with
-    /// a non-zero `size`.
+    /// (possibly a ZeroMQ I/O thread). That is the only "done" signal: once
+    /// sent zero-copy, the memory is ZeroMQ's to read until `release` runs,
+    /// which can be as late as the ZeroMQ context's teardown. So the memory
+    /// and whatever `release` touches (a pool, an arena) must outlive the
+    /// context, or be kept alive by `release` itself (`tensor_pool` does).
+    /// `release` must not throw; it may be empty (nothing to release).
+    /// Throws bad_argument for null `data` with a non-zero `size`.
     static buffer adopt(void* data, std::size_t size, std::function<void()> release);
     /// Shares bytes already pinned by `keeper` (which must keep them alive).
     static buffer share(keeper_type keeper, mutable_bytes bytes, bool writable = true);
@@ -74,12 +78,22 @@ public:
     /// The bytes as a span, valid as long as `data()` is.
     bytes_view bytes() const noexcept { return {data_, size_}; }
 
-    /// Writable access; throws `error(errc::unsupported)` for read-only
-    /// memory (borrowed bytes, file mappings, received frames) unless it is
-    /// empty.
-    mutable_bytes writable_bytes() const;
+    /// Writable access to bytes this buffer alone holds. The one rule for
+    /// writing, here and in `tensor::mutable_values`: bytes someone else may
+    /// still read are never handed out for writing. When the bytes are
+    /// read-only (borrowed, mapped, received) or shared with another holder
+    /// (a copy of this buffer or of a tensor over it, ZeroMQ still sending
+    /// them, a loader's queue), this buffer first moves to a private heap
+    /// copy of them (O(size), once) and returns that; the other holders keep
+    /// the old bytes unchanged. Memory from a `tensor_pool`, `allocate`,
+    /// `adopt` or a vector is written in place while nobody else holds it.
+    /// The span is valid until this buffer is next copied or assigned.
+    mutable_bytes writable_bytes();
+    /// True when `writable_bytes` would write in place: the bytes are
+    /// writable and this buffer is their only holder.
+    bool exclusive() const noexcept;
     /// False for read-only memory (borrowed bytes, file mappings, received
-    /// frames); `writable_bytes` then throws.
+    /// frames): `writable_bytes` then copies first.
     bool writable() const noexcept { return writable_; }
     /// The same bytes and keeper, read-only: for handing out memory that
     /// must not change.

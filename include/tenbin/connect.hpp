@@ -193,7 +193,8 @@ public:
     /// Sends one message. Returns false when the send timeout expired.
     /// Owned tensors go without a copy (see zsend_multipart): ZeroMQ reads
     /// their bytes until it has sent them (over inproc, until the receiver
-    /// drops them), so do not refill a sent tensor; send a new one.
+    /// drops them); refilling a sent tensor gives it a copy first, and a
+    /// `tensor_pool` tensor needs none.
     /// Throws bad_argument for 64-bit dtypes unless allow64, wrong infos,
     /// a socket that cannot send (zpull, zsub), or a closed connection.
     bool send(tensor_span tensors);

@@ -47,8 +47,10 @@ dtype from_dlpack_dtype(DLDataType t);
 ///
 /// DLPack 0.6 has no read-only flag: a consumer must not write to tensors
 /// whose bytes are read-only (`!t.data().writable()`: received frames,
-/// mappings, borrowed memory); writing to a mapping faults. Clone first
-/// (`t.clone()`) to hand out writable memory.
+/// mappings, borrowed memory; writing to a mapping faults) or shared
+/// (`!t.data().exclusive()`: ZeroMQ may still be sending them). Export a
+/// `t.clone()`, or a tensor after `t.mutable_bytes()`, to hand out memory
+/// the consumer may write.
 ///
 /// Throws std::bad_alloc only; `t` is unchanged either way. Thread-safe:
 /// it only copies `t`.
@@ -77,10 +79,11 @@ DLManagedTensor* to_dlpack(const tensor& t);
 /// std::bad_alloc) the caller keeps ownership of `mt`: its deleter has not
 /// been called, and the caller must still call it.
 ///
-/// Bytes are writable through the tensor (`mutable_values`): DLPack 0.6
-/// cannot say otherwise. The exception is a tensor `to_dlpack` made, whose
-/// bytes stay as writable as they were (read-only for a mapping or a
-/// received frame).
+/// The bytes count as writable (DLPack 0.6 cannot say otherwise), so
+/// `mutable_values` writes them in place while this tensor is their only
+/// holder. The exception is a tensor `to_dlpack` made, whose bytes stay as
+/// writable as they were (read-only for a mapping or a received frame:
+/// `mutable_values` then copies).
 tensor from_dlpack(DLManagedTensor* mt, std::string info = {});
 
 /// Calls a DLPack tensor's deleter on destruction, for holding one that

@@ -9,7 +9,6 @@
 
 #include <concepts>
 #include <cstdint>
-#include <initializer_list>
 #include <ranges>
 #include <span>
 #include <string>
@@ -74,10 +73,19 @@ bool operator==(const tensor_view& a, const tensor_view& b) noexcept;
 /// message, a mapped file or a caller's buffer refers to those bytes and keeps
 /// them alive as long as it exists.
 ///
+/// Writing: `mutable_values` and `mutable_bytes` write in place only while
+/// this tensor is the one holder of writable bytes; otherwise they first
+/// give it a private copy (see `buffer::writable_bytes`). So a write never
+/// reaches bytes that ZeroMQ is still sending, that a copy of the tensor
+/// refers to, or that a receiver or loader holds: the naive producer loop
+/// (fill, send, fill again) sends every batch intact, at the price of a
+/// copy per batch while the previous send is in flight. A `tensor_pool`
+/// hands out fresh exclusive tensors instead, with no copy and no
+/// allocation.
+///
 /// Thread-safety: as for standard value types, const use from many threads
 /// is safe, and copies may live and die on different threads (the bytes go
-/// with the last one); writing through `mutable_values` while another
-/// thread reads the same bytes is the caller's to synchronise.
+/// with the last one).
 class tensor {
 public:
     /// An empty u1 tensor of shape {0}.
@@ -155,16 +163,20 @@ public:
     tensor aligned() const;
 
     /// A view of this tensor, valid while the tensor exists and is unchanged.
-    tensor_view view() const noexcept { return {dtype_, shape_, info(), data_.bytes()}; }
+    tensor_view view() const noexcept TENBIN_LIFETIMEBOUND { return {dtype_, shape_, info(), data_.bytes()}; }
     /// Same as `view()`.
-    operator tensor_view() const noexcept { return view(); }
+    operator tensor_view() const noexcept TENBIN_LIFETIMEBOUND { return view(); }
 
     template <element T>
     /// The data as T, valid while this tensor's buffer is. Throws as
     /// `tensor_view::values` does.
     std::span<const T> values() const { return view().values<T>(); }
-    /// Writable typed access; throws `error(errc::unsupported)` for
-    /// read-only bytes (borrowed, memory-mapped).
+    /// Writable bytes of this tensor's own (copied first when shared or
+    /// read-only: see the class comment). Fill them before the tensor is
+    /// copied or sent: writes through this span after that reach the copy.
+    tenbin::mutable_bytes mutable_bytes() { return data_.writable_bytes(); }
+    /// Writable typed access, on the same terms as `mutable_bytes`. Throws
+    /// as `values` does for a wrong T or misaligned bytes.
     template <element T>
     std::span<T> mutable_values() {
         auto bytes = data_.writable_bytes();
@@ -192,41 +204,49 @@ private:
 // over inproc those are full of libzmq's frames freed by the other thread.
 static_assert(sizeof(tensor) <= 120);
 
+/// Most elements a braced list given as a `tensor_span` may have; longer
+/// lists go in a `std::vector` or `std::array`.
+inline constexpr std::size_t max_braced_tensors = 16;
+
 /// A borrowed list of tensors or tensor views: the one parameter type of
 /// every encoder and sender, so each accepts `std::vector<tensor>`,
 /// `std::vector<tensor_view>`, a span of either, a single tensor or a braced
-/// list. It refers to the caller's list: use it as a parameter only.
+/// list `{a, b}`. It refers to the caller's tensors, never to copies: a
+/// named `tensor_span batch = {x, y};` refers to `x` and `y` themselves and
+/// stays valid as long as they do. Temporaries passed to it live only until
+/// the end of the full expression (fine for a call's argument; clang warns
+/// when a variable keeps referring to them).
 class tensor_span {
 public:
     /// The empty list (also what `{}` gives).
     tensor_span() noexcept = default;
     /// Borrows a span of tensors.
-    tensor_span(std::span<const tensor> t) noexcept : tensors_(t.data()), size_(t.size()) {}
+    tensor_span(std::span<const tensor> t) noexcept : items_(t.data()), size_(t.size()), form_(form::tensors) {}
     /// Borrows a span of views.
-    tensor_span(std::span<const tensor_view> v) noexcept : views_(v.data()), size_(v.size()) {}
+    tensor_span(std::span<const tensor_view> v) noexcept : items_(v.data()), size_(v.size()), form_(form::views) {}
     /// Borrows a contiguous container (`std::vector`, `std::array`) of
     /// tensors or views.
     template <std::ranges::contiguous_range R>
         requires(std::same_as<std::ranges::range_value_t<R>, tensor> ||
                  std::same_as<std::ranges::range_value_t<R>, tensor_view>)
-    tensor_span(const R& r) noexcept : tensor_span(std::span(std::ranges::data(r), std::ranges::size(r))) {}
+    tensor_span(const R& r TENBIN_LIFETIMEBOUND) noexcept
+        : tensor_span(std::span(std::ranges::data(r), std::ranges::size(r))) {}
     /// Borrows one tensor as a list of one.
-    tensor_span(const tensor& one) noexcept : tensors_(&one), size_(1) {}
+    tensor_span(const tensor& one TENBIN_LIFETIMEBOUND) noexcept : items_(&one), size_(1), form_(form::tensors) {}
     /// Borrows one view as a list of one.
-    tensor_span(const tensor_view& one) noexcept : views_(&one), size_(1) {}
-    // A braced list lives until the end of the call it is written in, which
-    // is as long as a parameter needs it.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Winit-list-lifetime"
-#endif
-    /// Borrows a braced list `{a, b}` for the duration of the call.
-    tensor_span(std::initializer_list<tensor> l) noexcept : tensors_(l.begin()), size_(l.size()) {}
-    /// Borrows a braced list of views `{a.view(), b.view()}` the same way.
-    tensor_span(std::initializer_list<tensor_view> l) noexcept : views_(l.begin()), size_(l.size()) {}
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
+    tensor_span(const tensor_view& one TENBIN_LIFETIMEBOUND) noexcept
+        : items_(&one), size_(1), form_(form::views) {}
+    /// Borrows a braced list of tensors `{a, b, ...}` (or of views), element
+    /// by element: each braced element is a constructor argument, so the
+    /// list points at the caller's objects, not at an initializer_list's
+    /// array that would die with the statement.
+    template <class... T>
+        requires(sizeof...(T) >= 2 && sizeof...(T) <= max_braced_tensors &&
+                 ((std::same_as<T, tensor> && ...) || (std::same_as<T, tensor_view> && ...)))
+    tensor_span(const T&... items TENBIN_LIFETIMEBOUND) noexcept
+        : list_{static_cast<const void*>(&items)...},
+          size_(sizeof...(T)),
+          form_((std::same_as<T, tensor> && ...) ? form::tensor_list : form::view_list) {}
 
     /// Number of tensors.
     std::size_t size() const noexcept { return size_; }
@@ -234,18 +254,28 @@ public:
     bool empty() const noexcept { return size_ == 0; }
     /// Tensor i (unchecked, i < size()), as a view valid while the list is.
     tensor_view operator[](std::size_t i) const noexcept {
-        return tensors_ ? tensors_[i].view() : views_[i];
+        if (const tensor* t = tensor_at(i)) return t->view();
+        return form_ == form::views ? static_cast<const tensor_view*>(items_)[i]
+                                    : *static_cast<const tensor_view*>(list_[i]);
     }
     /// The buffer holding tensor i's bytes, or null when the list holds
     /// views (whose bytes nobody here owns).
     const buffer* owner(std::size_t i) const noexcept {
-        return tensors_ ? &tensors_[i].data() : nullptr;
+        const tensor* t = tensor_at(i);
+        return t ? &t->data() : nullptr;
     }
 
 private:
-    const tensor* tensors_ = nullptr;
-    const tensor_view* views_ = nullptr;
+    enum class form : std::uint8_t { tensors, views, tensor_list, view_list };
+    const tensor* tensor_at(std::size_t i) const noexcept {
+        if (form_ == form::tensors) return static_cast<const tensor*>(items_) + i;
+        return form_ == form::tensor_list ? static_cast<const tensor*>(list_[i]) : nullptr;
+    }
+
+    const void* items_ = nullptr;                            // forms tensors, views: the array
+    const void* list_[max_braced_tensors] = {};              // forms *_list: each element
     std::size_t size_ = 0;
+    form form_ = form::tensors;
 };
 
 /// Copies of `tensors` under the given infos, one per tensor (Python's

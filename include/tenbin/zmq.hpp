@@ -172,7 +172,10 @@ bool zsend_single(zmq::socket_ref socket, tensor_span tensors, const send_option
 /// above the copy threshold is handed to ZeroMQ without a copy: ZeroMQ
 /// holds a reference to the tensor's buffer until it has sent (or, over
 /// inproc, until the receiver has dropped) the frame, then drops it on one
-/// of its threads. Do not write to those bytes meanwhile. Other data is
+/// of its threads. Meanwhile `tensor::mutable_values` copies rather than
+/// write to those bytes (a `tensor_pool` gives fresh ones); only memory
+/// written behind the library's back (raw pointers kept from before, a
+/// `buffer::adopt` caller's own) can change in flight. Other data is
 /// copied. Every frame is built before the first is sent, so a message is
 /// sent whole or not at all: returns false as zsend_single does. Throws
 /// bad_argument, or unsupported for a data frame of 2^31 bytes or more,

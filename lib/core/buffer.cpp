@@ -3,6 +3,7 @@
 
 #include "core/block_allocator.hpp"
 
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -88,11 +89,18 @@ buffer buffer::share(keeper_type keeper, mutable_bytes bytes, bool writable) {
     return buffer(bytes.data(), bytes.size(), std::move(keeper), writable);
 }
 
-mutable_bytes buffer::writable_bytes() const {
+bool buffer::exclusive() const noexcept {
+    // A count of 1 cannot grow behind our back: only this buffer could copy
+    // itself. The acquire fence pairs with the release of the last other
+    // holder (its reads, ZeroMQ's included, come before our writes).
+    if (!writable_ || keeper_.use_count() != 1) return false;
+    std::atomic_thread_fence(std::memory_order_acquire);
+    return true;
+}
+
+mutable_bytes buffer::writable_bytes() {
     // No bytes, nothing to protect (a default tensor's buffer, say).
-    if (!writable_ && size_ != 0)
-        throw error(errc::unsupported, "buffer of " + std::to_string(size_) +
-                                           " bytes is read-only (borrowed, mapped or received); clone it to write");
+    if (size_ != 0 && !exclusive()) *this = copy(bytes());
     return {data_, size_};
 }
 

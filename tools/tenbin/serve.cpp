@@ -45,7 +45,7 @@ void fill(tensor& t, std::uint64_t seed) {
         x ^= x << 17;
         return x;
     };
-    const auto bytes = t.data().writable_bytes();
+    const auto bytes = t.mutable_bytes();
     const std::size_t n = t.count();
     auto put = [&]<class T>(T value, std::size_t i) { std::memcpy(bytes.data() + i * sizeof(T), &value, sizeof(T)); };
     for (std::size_t i = 0; i < n; ++i) {
