@@ -231,8 +231,9 @@ class TensorPool:
     pool block nobody else holds, which is sent zero-copy (a writable array
     of your own is copied); the block returns to the pool, not to the
     allocator, once every holder (the array and its views, ZeroMQ's frames,
-    a receiver over inproc) has released it. Acquire a new array for every
-    message instead of refilling a sent one.
+    a receiver over inproc) has released it. An array sent zero-copy becomes
+    read-only (refilling it would change bytes ZeroMQ still sends): acquire
+    a new array for every message.
 
     ``max_bytes`` and ``max_buffers`` bound what the pool holds; at a bound
     ``acquire`` waits for a release up to ``timeout`` seconds (None: as long

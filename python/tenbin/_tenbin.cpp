@@ -145,13 +145,14 @@ constexpr const char* pool_capsule = "tenbin.pool";
 // The tenbin buffer `a` views whole, when this module made `a` (received,
 // decoded, mapped, or from a TensorPool); null otherwise. `sendable`: the
 // buffer may go zero-copy (nobody refills it: read-only, or a pool's).
-const tenbin::buffer* own_buffer(const py::array& a, bool& sendable) {
+const tenbin::buffer* own_buffer(const py::array& a, bool& sendable, bool& pool_block) {
     PyObject* base = py::detail::array_proxy(a.ptr())->base;
     if (!base) return nullptr;
     const bool pool = PyCapsule_IsValid(base, pool_capsule);
     if (!pool && !PyCapsule_IsValid(base, buffer_capsule)) return nullptr;
     auto* b = static_cast<const tenbin::buffer*>(PyCapsule_GetPointer(base, pool ? pool_capsule : buffer_capsule));
     sendable = pool || !b->writable();
+    pool_block = pool;
     if (static_cast<const void*>(b->data()) != a.data() || static_cast<std::size_t>(a.nbytes()) != b->size() ||
         !(a.flags() & py::array::c_style))
         return nullptr;
@@ -204,13 +205,18 @@ tenbin::tensor tensor_of(py::handle obj, hold how, std::vector<py::array>& keep)
     tenbin::shape_t shape(a.shape(), a.shape() + a.ndim());
     const auto size = static_cast<std::size_t>(a.nbytes());
     auto* data = static_cast<std::byte*>(const_cast<void*>(a.data()));
-    bool sendable = false;
-    const tenbin::buffer* own = ours ? nullptr : own_buffer(a, sendable);
+    bool sendable = false, pool_block = false;
+    const tenbin::buffer* own = ours ? nullptr : own_buffer(a, sendable, pool_block);
     tenbin::buffer b;
     if (size == 0) {
         b = tenbin::buffer();
     } else if (own && (how != hold::send || sendable)) {
         b = *own;  // shares the frame, mapping or pool block: sent without a copy
+        // A pool array sent without a copy becomes read-only: refilling it
+        // for the next message (which would change bytes ZeroMQ still
+        // sends) fails at once instead. Acquire a new one.
+        if (pool_block && how == hold::send)
+            py::detail::array_proxy(a.ptr())->flags &= ~py::detail::npy_api::NPY_ARRAY_WRITEABLE_;
     } else if (how == hold::keep || (how == hold::send && (ours || unchangeable(a)))) {
         b = tenbin::buffer::share(python_keeper(a.ptr()), {data, size}, false);
     } else {

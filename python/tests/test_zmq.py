@@ -448,6 +448,8 @@ def test_tensor_pool_arrays_go_zero_copy_and_come_back():
         assert a.flags.writeable and a.shape == (256, 1024) and a.__array_interface__["data"][0] % 64 == 0
         a[:] = i
         tx.send([a])
+        with pytest.raises(ValueError):  # refilling a sent pool array is refused
+            a[0, 0] = -1
         (got,) = rx.recv()
         # Over inproc the received frame is the pool block itself: no copy.
         assert got.__array_interface__["data"][0] == a.__array_interface__["data"][0]
