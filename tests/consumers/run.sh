@@ -22,7 +22,7 @@ prefix="$work/prefix"
 # warnings as errors: GCC's -O3 analyses warn where -O1 does not. No tests,
 # tools, examples or benchmarks, and no sanitizers from the caller's
 # environment.
-lib_options=(-Dtests=disabled -Dtools=disabled -Dexamples=disabled -Dbench=disabled
+lib_options=(-Dtests=disabled -Dtools=disabled -Dexamples=disabled -Dbench=disabled -Dpython=disabled
              --buildtype=release -Dwerror=true --wrap-mode=nofallback)
 export -n CXXFLAGS LDFLAGS 2>/dev/null || true
 unset MESON_TESTTHREADS ASAN_OPTIONS UBSAN_OPTIONS LD_PRELOAD

@@ -1,0 +1,141 @@
+#!/usr/bin/python3
+"""The Python package against a tensorcom-style receiver and the C++ loader.
+
+A C++ producer (tenbin-bench's `--peer send`, tenbin's zero-copy multipart
+sender) sends to one receiving process at a time, over tcp loopback:
+
+  (a) tensorcom-style: bench/python_peer.py (pyzmq defaults, np.frombuffer)
+  (b) tenbin.Connection.recv
+  (c) tenbin.Loader.next
+  (d) the C++ tenbin::loader (tenbin-bench-loader)
+
+for the 77 MB batch (256x3x224x224 f2 + 256 i4), 1 MiB messages (four f4
+tensors) and 256 B messages. Each repetition starts fresh processes; the
+receivers run in rotating order and the medians are compared. Prints a
+table and, with --json FILE, the rows in tenbin-bench's JSON shape.
+
+    /usr/bin/python3 bench/python_bench.py [--quick] [--json FILE] [--build DIR]
+
+As its receiving end this script runs itself with --peer connection|loader.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+MiB = 1 << 20
+
+# (set, bytes, form, warmup, count, quick count, unit)
+WORKLOADS = [
+    ("batch", 256 * 3 * 224 * 224 * 2 + 256 * 4, "multi", 2, 12, 4, "GB/s"),
+    ("quad", MiB, "multi", 20, 1000, 200, "GB/s"),
+    ("small", 256, "small", 1000, 40000, 5000, "msg/s"),
+]
+LABEL = {"batch": "batch 77 MB", "quad": "multi 1 MiB", "small": "small 256 B"}
+
+
+def hwm_for(payload):  # as tenbin-bench's senders
+    return max(2, min(1000, (256 * MiB) // max(payload, 1)))
+
+
+def peer_main(args):
+    """One receiving process: (b) or (c)."""
+    sys.path.insert(0, os.path.join(args.build, "python"))
+    import tenbin
+    warmup, count = int(args.warmup), int(args.count)
+    if args.peer == "connection":
+        c = tenbin.Connection("zpull://127.0.0.1:0", timeout=120)
+        take = c.recv
+    else:
+        c = tenbin.Loader("zpull://127.0.0.1:0", timeout=120)
+        take = c.next
+    print("endpoint", c.endpoints[0][2], flush=True)
+    for _ in range(warmup):
+        take()
+    t0 = time.monotonic()
+    print("ready", flush=True)
+    for _ in range(count):
+        take()
+    print("seconds", time.monotonic() - t0, flush=True)
+    c.close()
+
+
+def run_once(args, kind, w, count):
+    setname, nbytes, form, warmup, _, _, _ = w
+    common = ["--warmup", str(warmup), "--count", str(count)]
+    if kind == "tensorcom":
+        rx = [sys.executable, os.path.join(HERE, "python_peer.py"), "recv", "--form", form, "--set", setname,
+              "--bytes", str(nbytes), "--endpoint", "tcp://127.0.0.1:*"] + common
+    elif kind == "cpp-loader":
+        rx = [os.path.join(args.build, "bench", "tenbin-bench-loader"), "--endpoint", "tcp://127.0.0.1:*"] + common
+    else:
+        rx = [sys.executable, os.path.abspath(__file__), "--build", args.build, "--peer", kind] + common
+    r = subprocess.Popen(rx, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    line = r.stdout.readline().split()
+    if not line or line[0] != "endpoint":
+        raise SystemExit(f"{kind} receiver said {line}")
+    tx = [os.path.join(args.build, "bench", "tenbin-bench"), "--peer", "send", "--impl", "tenbin", "--malloc",
+          "default", "--hwm", str(hwm_for(nbytes)), "--form", form, "--set", setname, "--bytes", str(nbytes),
+          "--endpoint", line[1]] + common
+    s = subprocess.Popen(tx, stdin=subprocess.PIPE, text=True)
+    if r.stdout.readline().strip() != "ready":
+        raise SystemExit(f"{kind} receiver did not get ready")
+    s.stdin.write("go\n")
+    s.stdin.flush()
+    done = r.stdout.readline().split()
+    if not done or done[0] != "seconds":
+        raise SystemExit(f"{kind} receiver said {done}")
+    s.stdin.close()
+    s.wait(120)
+    r.wait(120)
+    seconds = float(done[1])
+    return count / seconds if form == "small" else nbytes * count / seconds / 1e9
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--json")
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--reps", type=int)
+    ap.add_argument("--peer", choices=["connection", "loader"])
+    ap.add_argument("--warmup")
+    ap.add_argument("--count")
+    args = ap.parse_args()
+    args.build = os.path.abspath(args.build)
+    if args.peer:
+        return peer_main(args)
+    reps = args.reps or (1 if args.quick else 3)
+    kinds = ["tensorcom", "connection", "loader", "cpp-loader"]
+    rows = []
+    print(f"{'case':<44}{'tenbin':>12}{'baseline':>12}{'ratio':>8}  unit")
+    for w in WORKLOADS:
+        count = w[5] if args.quick else w[4]
+        results = {k: [] for k in kinds}
+        for rep in range(reps):
+            for i in range(len(kinds)):
+                k = kinds[(i + rep) % len(kinds)]
+                results[k].append(run_once(args, k, w, count))
+        med = {k: statistics.median(v) for k, v in results.items()}
+        for mine, base, versus in [("loader", "tensorcom", "tensorcom-style receiver (pyzmq defaults, np.frombuffer)"),
+                                   ("connection", "tensorcom", "tensorcom-style receiver (pyzmq defaults, np.frombuffer)"),
+                                   ("loader", "cpp-loader", "the C++ loader (tenbin::loader)")]:
+            name = f"python {LABEL[w[0]]}: tenbin.{'Loader' if mine == 'loader' else 'Connection'} vs {base}"
+            row = {"name": name, "transport": "tcp-2proc", "bytes": w[1], "tenbin": med[mine], "baseline": med[base],
+                   "unit": w[6], "ratio": med[mine] / med[base] if med[base] else 0, "versus": versus,
+                   "note": f"C++ producer; medians of {reps}", "reps": reps}
+            rows.append(row)
+            print(f"{name:<44.44}{row['tenbin']:>12.4g}{row['baseline']:>12.4g}{row['ratio']:>8.2f}  {w[6]}", flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+            f.write("\n")
+
+
+if __name__ == "__main__":
+    main()
