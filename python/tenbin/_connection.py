@@ -133,6 +133,15 @@ class Connection:
     ``max_tensors``, ``max_rank``, ``max_bytes``, ``pub_nodrop``,
     ``immediate``, ``heartbeat``.
 
+    CURVE security, as the ``tenbin`` tool's ``--curve-*`` options (the
+    files are ZeroMQ certificates, as ``tenbin keygen`` or pyzmq's
+    ``zmq.auth.create_certificates`` write them): ``curve_cert`` (this
+    side's secret certificate, mode 0600), ``curve_server`` (the server's
+    public certificate, on the side that connects), ``curve_allow`` (a
+    folder of the public certificates of the clients allowed in, on the side
+    that binds; without it any client holding a key pair). ``Loader`` takes
+    the same.
+
     Blocking calls release the GIL and are interrupted by Ctrl-C
     (KeyboardInterrupt) within about 50 ms. Use a connection from one
     thread at a time. Errors raise ``tenbin.Error`` subclasses.

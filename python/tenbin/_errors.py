@@ -44,6 +44,7 @@ _spec = [
     ("timeout", "Timeout", (Error, TimeoutError)),
     ("bad_url", "BadURL", (Error, ValueError)),
     ("unsupported", "Unsupported", (Error,)),
+    ("bad_certificate", "BadCertificate", (Error, ValueError)),
 ]
 
 _classes: dict[str, type] = {}

@@ -11,6 +11,7 @@
 #endif
 #if __has_include(<tenbin/pool.hpp>)
 #include <tenbin/pool.hpp>
+#include <tenbin/security.hpp>
 #define TENBIN_PY_POOL 1
 #endif
 
@@ -107,6 +108,8 @@ py::object& error_classes() {  // errc name -> class, from tenbin._errors
 
 [[noreturn]] void raise_error(const std::string& errc_name, const std::string& message) {
     py::object cls = error_classes().attr("get")(errc_name);
+    // A class the Python side does not know yet: still a tenbin.Error.
+    if (cls.is_none()) cls = py::module_::import("tenbin._errors").attr("Error");
     py::object e = cls(message, errc_name);
     PyErr_SetObject(cls.ptr(), e.ptr());
     throw py::error_already_set();
@@ -425,6 +428,12 @@ std::optional<std::chrono::milliseconds> ms_of(const py::object& seconds) {
     return std::chrono::milliseconds(static_cast<std::int64_t>(s * 1000.0 + 0.5));
 }
 
+// CURVE settings from certificate files, as the tool's --curve-* options.
+tenbin::curve_options& curve_of(tenbin::connection_options& o) {
+    if (!o.curve) o.curve.emplace();
+    return *o.curve;
+}
+
 tenbin::connection_options connection_opts(const py::kwargs& kw) {
     tenbin::connection_options o;
     for (auto [k, v] : kw) {
@@ -453,6 +462,11 @@ tenbin::connection_options connection_opts(const py::kwargs& kw) {
         else if (key == "immediate") o.immediate = value.cast<bool>();
         else if (key == "heartbeat") o.heartbeat = ms_of(value);
         else if (key == "stats_horizon") o.stats_horizon = value.cast<std::size_t>();
+        else if (key == "curve_cert") curve_of(o).keys = tenbin::load_secret_certificate(py::str(value).cast<std::string>());
+        else if (key == "curve_server")
+            curve_of(o).server_key = tenbin::load_public_certificate(py::str(value).cast<std::string>());
+        else if (key == "curve_allow")
+            curve_of(o).allowed_clients = tenbin::load_public_certificates(py::str(value).cast<std::string>());
         else throw py::type_error("unknown connection option '" + key + "'");
     }
     return o;
@@ -571,12 +585,9 @@ struct py_loader {
             bool timed_out = false;
             {
                 py::gil_scoped_release nogil;
-                try {
-                    m = l.next(std::min<std::chrono::milliseconds>(left, wait_slice));
-                } catch (const tenbin::error& e) {
-                    if (e.code() != tenbin::errc::timeout) throw;
-                    timed_out = true;
-                }
+                // Nothing back: a timeout, unless the loader is closed and drained.
+                m = l.next(std::min<std::chrono::milliseconds>(left, wait_slice));
+                timed_out = !m && !l.closed();
             }
             if (!timed_out) {
                 if (!m) return py::none();
