@@ -199,10 +199,12 @@ def brace_expand(pattern):
 
 
 def parse_urls(urls, kind=None, bind=None):
-    """The endpoints of URLs as ``(kind, bind, address)`` tuples."""
+    """The endpoints of URLs as ``(kind, bind, address)`` tuples. A
+    ``#topic`` is checked (pub and sub only, one topic for all) but not
+    part of the tuples. Raises ``BadURL``."""
     if isinstance(urls, str):
         urls = [urls]
-    return _tenbin.parse_urls([u.partition("#")[0] for u in urls], kind, bind)
+    return _tenbin.parse_urls(list(urls), kind, bind)
 
 
 def to_dlpack(a):

@@ -94,19 +94,6 @@ def _converters(converters, device):
     return conv
 
 
-def _split_topic(urls):
-    # tensorcom's "zsub://host:port#topic": the fragment is the topic.
-    plain, topics = [], set()
-    for u in urls:
-        base, sep, topic = u.partition("#")
-        plain.append(base)
-        if sep:
-            topics.add(topic)
-    if len(topics) > 1:
-        raise Error(f"the URLs name different topics {sorted(topics)}: one socket has one topic", "bad_url")
-    return plain, (topics.pop() if topics else None)
-
-
 class Connection:
     """Sends or receives lists of arrays on one ZeroMQ socket: tensorcom's
     Connection, backed by the C++ ``tenbin::connection``.
@@ -179,15 +166,13 @@ class Connection:
         the same socket (of the same kind). ``topic`` or a ``#topic``
         fragment: see the class."""
         urls = [url] if isinstance(url, str) else list(url)
-        urls, fragment = _split_topic(urls)
-        topic = fragment if fragment is not None else topic
         if self._conn is None:
             opts = dict(self._options)
             if topic:
                 opts["topic"] = topic
             self._conn = _tenbin.Connection(urls, **opts)
         else:
-            self._conn.add(urls)
+            self._conn.add(urls, topic)
 
     def _open(self):
         if self._conn is None:
@@ -289,7 +274,11 @@ class Loader:
     Connection). ``timeout``: seconds ``next()`` waits before raising
     ``Timeout`` (None = forever). ``skip_malformed``: count and skip bad
     messages instead of raising them (in order) from ``next()``.
-    ``converters``/``device``: as Connection's. Other keywords are the
+    ``batch_transforms``, ``converters``, ``device``: as Connection's
+    (tensorcom's rule: function ``i % len`` applies to item ``i``); they run
+    in ``next()``, on the caller's thread. (The C++ loader's ``transform``
+    runs on the loader thread; a Python function there would hold the GIL
+    against the consumer, so it is not exposed.) Other keywords are the
     connection options of Connection.
 
     ``next()`` holds no GIL while it waits; Ctrl-C raises KeyboardInterrupt
@@ -298,11 +287,10 @@ class Loader:
     """
 
     def __init__(self, url, *, queue_messages=64, queue_bytes=512 << 20, skip_malformed=False,
-                 timeout=None, converters=None, device=None, reuse_allocations=True, **options):
+                 timeout=None, batch_transforms=None, converters=None, device=None, reuse_allocations=True,
+                 **options):
         urls = [url] if isinstance(url, str) else list(url)
-        urls, topic = _split_topic(urls)
-        if topic:
-            options["topic"] = topic
+        self.batch_transforms = _listify(batch_transforms)
         self.converters = _converters(converters, device)
         self._loader = _tenbin.Loader(urls, queue_messages, queue_bytes, skip_malformed, reuse_allocations,
                                       recv_timeout=timeout, **options)
@@ -313,7 +301,11 @@ class Loader:
         drained. Raises ``Timeout`` after ``timeout`` seconds (default: the
         loader's), or the error of a malformed message."""
         batch = self._loader.next(timeout)
-        if batch is not None and self.converters:
+        if batch is None:
+            return None
+        if self.batch_transforms:
+            batch = _transform_with(batch, self.batch_transforms)
+        if self.converters:
             batch = _transform_with(batch, self.converters)
         return batch
 

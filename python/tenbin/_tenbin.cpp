@@ -494,10 +494,16 @@ struct py_connection {
         return *conn;
     }
     // More endpoints on the same socket (tensorcom's connect() after the first).
-    void add(std::vector<std::string> urls) {
+    // The URLs' #topic is parsed by the library; it must be the socket's.
+    void add(std::vector<std::string> urls, const std::string& topic) {
         auto& c = get();
         tenbin::url_options uo{c.options().kind, c.options().bind};
         auto eps = tenbin::parse_urls(urls, uo);
+        for (const std::string* t : {&topic, static_cast<const std::string*>(&eps.front().topic)})
+            if (!t->empty() && *t != c.options().topic)
+                raise_error(t == &topic ? "bad_argument" : "bad_url",
+                            "the topic '" + *t + "' differs from this connection's '" + c.options().topic +
+                                "': one socket has one topic");
         for (const auto& ep : eps) {
             if (ep.kind != c.endpoints().front().kind)
                 raise_error("bad_url", ep.address + " is a " + std::string(tenbin::name(ep.kind)) +

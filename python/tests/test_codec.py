@@ -196,8 +196,12 @@ def test_help_and_docstrings():
 
 def test_urls():
     assert tenbin.brace_expand("zsub://h:78{80..82}") == ["zsub://h:7880", "zsub://h:7881", "zsub://h:7882"]
-    assert tenbin.parse_urls("zpull://127.0.0.1:{1,2}#topic") == [
-        ("pull", True, "tcp://127.0.0.1:1"), ("pull", True, "tcp://127.0.0.1:2")]
+    assert tenbin.parse_urls("zsub://127.0.0.1:{1,2}#topic") == [
+        ("sub", False, "tcp://127.0.0.1:1"), ("sub", False, "tcp://127.0.0.1:2")]
+    with pytest.raises(tenbin.BadURL):  # a topic is for pub and sub
+        tenbin.parse_urls("zpull://127.0.0.1:1#topic")
+    with pytest.raises(tenbin.BadURL):  # one socket, one topic
+        tenbin.parse_urls(["zsub://127.0.0.1:1#a", "zsub://127.0.0.1:2#b"])
     assert tenbin.parse_urls("zrpull+ipc:///tmp/x") == [("pull", False, "ipc:///tmp/x")]
     with pytest.raises(tenbin.BadURL):
         tenbin.parse_urls("zpull://h:{1,2")

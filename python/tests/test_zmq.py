@@ -135,6 +135,18 @@ def test_connection_items_serve_total_and_transforms():
     rx.close()
 
 
+def test_loader_batch_transforms_apply_per_item():
+    port = free_port()
+    ld = tenbin.Loader(f"zpull://127.0.0.1:{port}", timeout=10,
+                       batch_transforms=[lambda a: a * 2, None, lambda a: a.sum()])
+    tx = tenbin.Connection(f"zpush://127.0.0.1:{port}")
+    tx.send([np.full(2, 3, "i4"), np.ones(1, "f4"), np.arange(4, dtype="i2"), np.full(1, 5, "u1")])
+    x, y, z, w = ld.next()
+    assert x.tolist() == [6, 6] and y.tolist() == [1.0] and z == 6 and w.tolist() == [10]
+    tx.close()
+    ld.close()
+
+
 def test_connect_adds_endpoints_and_brace_fan_in_from_three_producers():
     ports = [free_port() for _ in range(3)]
     url = "zpull://127.0.0.1:{%d,%d,%d}" % tuple(ports)
@@ -179,6 +191,30 @@ def test_topic_fragment_subscribes():
     assert got is not None and got[0][3] == 3
     with pytest.raises(tenbin.Timeout):
         other.recv(timeout=0.3)
+    # The library parses the fragment: one socket, one topic.
+    with pytest.raises(tenbin.BadURL):
+        sub.connect(f"zsub://127.0.0.1:{free_port()}#test")
+    with pytest.raises(tenbin.BadArgument):
+        sub.connect(f"zsub://127.0.0.1:{free_port()}", topic="test")
+    with pytest.raises(tenbin.BadArgument):
+        tenbin.Connection(f"zsub://127.0.0.1:{port}#train", topic="test")
+    with pytest.raises(tenbin.BadURL):
+        tenbin.Connection(f"zpull://127.0.0.1:{port}#train")
+    wrong = tenbin.Loader(f"zsub://127.0.0.1:{port}#test", timeout=0.2)
+    right = tenbin.Loader(f"zsub://127.0.0.1:{port}#train", timeout=0.2)
+    got = None
+    for i in range(50):
+        pub.send([np.full(2, i, dtype="f4")])
+        try:
+            got = right.next()
+            break
+        except tenbin.Timeout:
+            pass
+    assert got is not None and got[0][0] <= i
+    with pytest.raises(tenbin.Timeout):
+        wrong.next(timeout=0.3)
+    for ld in (wrong, right):
+        ld.close()
     for c in (pub, sub, other):
         c.close()
 
