@@ -10,9 +10,13 @@ sender) sends to one receiving process at a time, over tcp loopback:
   (d) the C++ tenbin::loader (tenbin-bench-loader)
 
 for the 77 MB batch (256x3x224x224 f2 + 256 i4), 1 MiB messages (four f4
-tensors) and 256 B messages. Each repetition starts fresh processes; the
-receivers run in rotating order and the medians are compared. Prints a
-table and, with --json FILE, the rows in tenbin-bench's JSON shape.
+tensors) and 256 B messages. The last case, "256 B queued", starts counting
+a second after the sender started, with (a) to (c) at a high-water mark of
+10,000: the messages wait in the receiver's queue, so it measures what one
+message costs the receiver, apart from the producer's rate and the wake-ups
+of a receiver that keeps up (no (d) row). Each repetition starts fresh
+processes; the receivers run in rotating order and the medians are compared.
+Prints a table and, with --json FILE, the rows in tenbin-bench's JSON shape.
 
     /usr/bin/python3 bench/python_bench.py [--quick] [--json FILE] [--build DIR]
 
@@ -30,13 +34,14 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 MiB = 1 << 20
 
-# (set, bytes, form, warmup, count, quick count, unit)
+# (set, bytes, form, warmup, count, quick count, unit, label, settle seconds)
 WORKLOADS = [
-    ("batch", 256 * 3 * 224 * 224 * 2 + 256 * 4, "multi", 2, 12, 4, "GB/s"),
-    ("quad", MiB, "multi", 20, 1000, 200, "GB/s"),
-    ("small", 256, "small", 1000, 40000, 5000, "msg/s"),
+    ("batch", 256 * 3 * 224 * 224 * 2 + 256 * 4, "multi", 2, 12, 4, "GB/s", "batch 77 MB", 0),
+    ("quad", MiB, "multi", 20, 1000, 200, "GB/s", "multi 1 MiB", 0),
+    ("small", 256, "small", 1000, 40000, 5000, "msg/s", "small 256 B", 0),
+    ("small", 256, "small", 1000, 10000, 5000, "msg/s", "small 256 B queued", 1.0),
 ]
-LABEL = {"batch": "batch 77 MB", "quad": "multi 1 MiB", "small": "small 256 B"}
+QUEUED_HWM = 10000
 
 
 def hwm_for(payload):  # as tenbin-bench's senders
@@ -48,17 +53,19 @@ def peer_main(args):
     sys.path.insert(0, os.path.join(args.build, "python"))
     import tenbin
     warmup, count = int(args.warmup), int(args.count)
+    opts = {"recv_hwm": QUEUED_HWM} if args.settle else {}
     if args.peer == "connection":
-        c = tenbin.Connection("zpull://127.0.0.1:0", timeout=120)
+        c = tenbin.Connection("zpull://127.0.0.1:0", timeout=120, **opts)
         take = c.recv
     else:
-        c = tenbin.Loader("zpull://127.0.0.1:0", timeout=120)
+        c = tenbin.Loader("zpull://127.0.0.1:0", timeout=120, **opts)
         take = c.next
     print("endpoint", c.endpoints[0][2], flush=True)
     for _ in range(warmup):
         take()
-    t0 = time.monotonic()
     print("ready", flush=True)
+    time.sleep(args.settle)
+    t0 = time.monotonic()
     for _ in range(count):
         take()
     print("seconds", time.monotonic() - t0, flush=True)
@@ -66,11 +73,15 @@ def peer_main(args):
 
 
 def run_once(args, kind, w, count):
-    setname, nbytes, form, warmup, _, _, _ = w
+    setname, nbytes, form, warmup, _, _, _, _, settle = w
     common = ["--warmup", str(warmup), "--count", str(count)]
+    if settle:
+        common += ["--settle", str(settle)]
     if kind == "tensorcom":
         rx = [sys.executable, os.path.join(HERE, "python_peer.py"), "recv", "--form", form, "--set", setname,
               "--bytes", str(nbytes), "--endpoint", "tcp://127.0.0.1:*"] + common
+        if settle:
+            rx += ["--hwm", str(QUEUED_HWM)]
     elif kind == "cpp-loader":
         rx = [os.path.join(args.build, "bench", "tenbin-bench-loader"), "--endpoint", "tcp://127.0.0.1:*"] + common
     else:
@@ -80,8 +91,8 @@ def run_once(args, kind, w, count):
     if not line or line[0] != "endpoint":
         raise SystemExit(f"{kind} receiver said {line}")
     tx = [os.path.join(args.build, "bench", "tenbin-bench"), "--peer", "send", "--impl", "tenbin", "--malloc",
-          "default", "--hwm", str(hwm_for(nbytes)), "--form", form, "--set", setname, "--bytes", str(nbytes),
-          "--endpoint", line[1]] + common
+          "default", "--hwm", str(QUEUED_HWM if settle else hwm_for(nbytes)), "--form", form, "--set", setname,
+          "--bytes", str(nbytes), "--endpoint", line[1], "--warmup", str(warmup), "--count", str(count)]
     s = subprocess.Popen(tx, stdin=subprocess.PIPE, text=True)
     if r.stdout.readline().strip() != "ready":
         raise SystemExit(f"{kind} receiver did not get ready")
@@ -106,16 +117,17 @@ def main():
     ap.add_argument("--peer", choices=["connection", "loader"])
     ap.add_argument("--warmup")
     ap.add_argument("--count")
+    ap.add_argument("--settle", type=float, default=0)
     args = ap.parse_args()
     args.build = os.path.abspath(args.build)
     if args.peer:
         return peer_main(args)
     reps = args.reps or (1 if args.quick else 3)
-    kinds = ["tensorcom", "connection", "loader", "cpp-loader"]
     rows = []
     print(f"{'case':<44}{'tenbin':>12}{'baseline':>12}{'ratio':>8}  unit")
     for w in WORKLOADS:
         count = w[5] if args.quick else w[4]
+        kinds = ["tensorcom", "connection", "loader"] + ([] if w[8] else ["cpp-loader"])
         results = {k: [] for k in kinds}
         for rep in range(reps):
             for i in range(len(kinds)):
@@ -125,10 +137,14 @@ def main():
         for mine, base, versus in [("loader", "tensorcom", "tensorcom-style receiver (pyzmq defaults, np.frombuffer)"),
                                    ("connection", "tensorcom", "tensorcom-style receiver (pyzmq defaults, np.frombuffer)"),
                                    ("loader", "cpp-loader", "the C++ loader (tenbin::loader)")]:
-            name = f"python {LABEL[w[0]]}: tenbin.{'Loader' if mine == 'loader' else 'Connection'} vs {base}"
+            if base not in med:
+                continue
+            name = f"python {w[7]}: tenbin.{'Loader' if mine == 'loader' else 'Connection'} vs {base}"
             row = {"name": name, "transport": "tcp-2proc", "bytes": w[1], "tenbin": med[mine], "baseline": med[base],
                    "unit": w[6], "ratio": med[mine] / med[base] if med[base] else 0, "versus": versus,
-                   "note": f"C++ producer; medians of {reps}", "reps": reps}
+                   "note": f"C++ producer; medians of {reps}" +
+                           (f"; counted {w[8]} s after the start, high-water marks {QUEUED_HWM}" if w[8] else ""),
+                   "reps": reps}
             rows.append(row)
             print(f"{name:<44.44}{row['tenbin']:>12.4g}{row['baseline']:>12.4g}{row['ratio']:>8.2f}  {w[6]}", flush=True)
     if args.json:

@@ -8,7 +8,8 @@ np.frombuffer then views. Same protocol as tenbin-bench's --peer roles:
 
   recv: bind PULL to --endpoint, print "endpoint E"; take --warmup messages
         (checking the first), print "ready", take --count more, print
-        "seconds S" for those.
+        "seconds S" for those. With --settle S, the count starts S seconds
+        after "ready" (messages queue up meanwhile: the receiver's own cost).
   send: connect PUSH to --endpoint, send --warmup messages, wait for "go" on
         stdin, send --count more.
 """
@@ -141,6 +142,8 @@ def main():
     ap.add_argument("role", choices=["send", "recv"])
     for flag in ("--form", "--set", "--bytes", "--warmup", "--count", "--endpoint"):
         ap.add_argument(flag, required=True)
+    ap.add_argument("--settle", type=float, default=0)
+    ap.add_argument("--hwm", type=int, help="the receiving socket's high-water mark (default: pyzmq's)")
     args = ap.parse_args()
     arrays, infos = workload(args.set, int(args.bytes))
     warmup, count = int(args.warmup), int(args.count)
@@ -148,6 +151,8 @@ def main():
     ctx = zmq.Context()
     if args.role == "recv":
         sock = ctx.socket(zmq.PULL)
+        if args.hwm:
+            sock.set_hwm(args.hwm)
         sock.bind(args.endpoint)
         print("endpoint", sock.getsockopt_string(zmq.LAST_ENDPOINT), flush=True)
         recv = zrecv_single if single else zrecv_multipart
@@ -159,8 +164,9 @@ def main():
             )
             if i == 0 and not same:
                 raise SystemExit("received arrays differ")
-        t0 = time.monotonic()
         print("ready", flush=True)
+        time.sleep(args.settle)
+        t0 = time.monotonic()
         for _ in range(count):
             got = recv(sock)
             assert len(got) == len(arrays)
