@@ -164,7 +164,10 @@ class Connection:
         """Binds or connects to ``url`` (a URL or a list; braces expand),
         opening the socket on the first call; later calls add endpoints to
         the same socket (of the same kind). ``topic`` or a ``#topic``
-        fragment: see the class."""
+        fragment: see the class; the library parses the URL, and one socket
+        has one topic (a different one on a later call raises ``BadURL``
+        for a fragment, ``BadArgument`` for ``topic``; a fragment on a
+        push or pull URL raises ``BadURL``)."""
         urls = [url] if isinstance(url, str) else list(url)
         if self._conn is None:
             opts = dict(self._options)
