@@ -16,6 +16,8 @@
 
 #include <tenbin/zmq.hpp>
 
+#include "core/diagnostics.hpp"
+
 #include <algorithm>
 #include <cerrno>
 #include <cstddef>
@@ -26,14 +28,10 @@
 
 namespace tenbin::detail {
 
-inline std::string str(std::size_t n) { return std::to_string(n); }
-
 // A blocking send or receive that a signal handler interrupted is begun
 // again (the socket's timeout with it), as pyzmq does: the caller's signal
 // handlers, a profiler's SIGPROF, must not fail a receive or end a loader.
 inline bool interrupted(int rc) noexcept { return rc < 0 && zmq_errno() == EINTR; }
-
-[[noreturn]] inline void fail(errc code, const std::string& message) { throw error(code, message); }
 
 // A list that keeps its first N elements inside itself and the rest in a
 // vector: a message's frames without an allocation for the common sizes

@@ -5,27 +5,22 @@
 #include "core/block_allocator.hpp"
 #include "core/codec_detail.hpp"
 
-#include <algorithm>
 #include <atomic>
-#include <cerrno>
 #include <climits>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
-#include <new>
 #include <optional>
-#include <string>
-#include <utility>
 
 namespace tenbin {
 
 namespace {
 
-using detail::fail;
 using detail::inline_list;
 using detail::interrupted;
 using detail::str;
+using detail::throw_error;
 
 // "1 frame", "3 frames".
 std::string frames_text(std::size_t n) { return str(n) + (n == 1 ? " frame" : " frames"); }
@@ -242,9 +237,9 @@ std::size_t envelope_size(const incoming_list& frames, const envelope_spec& spec
     case envelope_spec::kind::delimited:
         for (std::size_t i = 0; i < n; ++i)
             if (frames[i].size() == 0) return i + 1;
-        fail(errc::odd_chunk_count, "message of " + frames_text(n) + " has no empty delimiter frame");
+        throw_error(errc::odd_chunk_count, "message of " + frames_text(n) + " has no empty delimiter frame");
     }
-    fail(errc::bad_argument, "unknown envelope_spec kind");
+    throw_error(errc::bad_argument, "unknown envelope_spec kind");
 }
 
 // What a message that is all envelope lacks, for its error.
@@ -283,8 +278,8 @@ bool receive_frames(zmq::socket_ref socket, const recv_options& opt, incoming_li
         incoming& part = over ? (spare ? *spare : spare.emplace()) : frames.emplace_back();
         // Already here (messages arrive whole): never wait for it.
         if (!part.receive(socket, ZMQ_DONTWAIT))
-            fail(errc::truncated, "frame " + str(count) + " of a multipart message was not there after frame " +
-                                      str(count - 1));
+            throw_error(errc::truncated, "frame " + str(count) +
+                                             " of a multipart message was not there after frame " + str(count - 1));
         more = part.more();
         ++count;
         if (!over && count > opt.max_frames) {
@@ -293,8 +288,8 @@ bool receive_frames(zmq::socket_ref socket, const recv_options& opt, incoming_li
         }
     }
     if (over)
-        fail(errc::limit_exceeded, "message of " + str(count) + " frames exceeds recv_options::max_frames = " +
-                                       str(opt.max_frames));
+        throw_error(errc::limit_exceeded, "message of " + str(count) +
+                                              " frames exceeds recv_options::max_frames = " + str(opt.max_frames));
     return true;
 }
 
@@ -327,13 +322,14 @@ bool receive_into(zmq::socket_ref socket, const recv_options& opt, form want, me
         if (n == 1) {
             const std::size_t size = frames[skip].size();
             if (want == form::multipart && size != 0)
-                fail(errc::odd_chunk_count, "not multipart: a header without its data, or a single-part message "
-                                            "(zrecv accepts either form)");
+                throw_error(errc::odd_chunk_count,
+                            "not multipart: a header without its data, or a single-part message "
+                            "(zrecv accepts either form)");
             out.tensors = decode_buffer(tenbin_frames.take(0), opt.decode);
         } else {
             if (want == form::single)
-                fail(errc::odd_chunk_count, "not single-part, which is one tenbin frame "
-                                            "(zrecv accepts either form)");
+                throw_error(errc::odd_chunk_count, "not single-part, which is one tenbin frame "
+                                                   "(zrecv accepts either form)");
             detail::decode_list_into(tenbin_frames, opt.decode, out.tensors);
         }
     } catch (const error& e) {

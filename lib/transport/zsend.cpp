@@ -5,25 +5,20 @@
 #include "core/codec_detail.hpp"
 #include "transport/block_pool.hpp"
 
-#include <algorithm>
 #include <array>
 #include <atomic>
-#include <cerrno>
 #include <cstdint>
 #include <cstring>
 #include <memory>
-#include <new>
-#include <string>
-#include <utility>
 
 namespace tenbin {
 
 namespace {
 
-using detail::fail;
 using detail::inline_list;
 using detail::interrupted;
 using detail::str;
+using detail::throw_error;
 
 // Takes the text of the error by callable: the check runs for every frame,
 // the text is built only when it fails (perf: building it always cost a
@@ -31,8 +26,8 @@ using detail::str;
 template <class What>
 void check_frame_size(std::size_t size, What&& what) {
     if (size > max_frame_size)
-        fail(errc::unsupported, what() + " of " + str(size) +
-                                    " bytes: libzmq 4.3 cannot carry frames of 2^31 bytes or more");
+        throw_error(errc::unsupported, what() + " of " + str(size) +
+                                           " bytes: libzmq 4.3 cannot carry frames of 2^31 bytes or more");
 }
 
 // The zero-copy frames of one message, made before its first frame goes.
@@ -163,8 +158,8 @@ private:
         if (rc >= 0) return true;
         if (err != EAGAIN) throw zmq::error_t(err);
         if (i == 0) return false;
-        fail(errc::timeout, "frame " + str(i) + " of " + str(frames_) +
-                                " could not be queued after the first was; the message is cut short");
+        throw_error(errc::timeout, "frame " + str(i) + " of " + str(frames_) +
+                                       " could not be queued after the first was; the message is cut short");
     }
 
     void* socket_;
@@ -237,11 +232,8 @@ bool zsend_multipart(zmq::socket_ref socket, tensor_span tensors, const send_opt
     for (std::size_t i = 0; i < n; ++i) {
         const tensor_view t = tensors[i];
         const std::size_t size = header_size(t.ndim());
-        try {
-            detail::encode_header_of(tensors, i, {headers.append(size), size});
-        } catch (const error& e) {
-            throw error(e.code(), "tensor " + str(i) + ": " + e.what());
-        }
+        detail::with_context([&] { return "tensor " + str(i); },
+                             [&] { detail::encode_header_of(tensors, i, {headers.append(size), size}); });
         check_frame_size(t.data.size(), [&] { return "tensor " + str(i) + ": data frame"; });
         if (const buffer* owner = tensors.owner(i); sends_zero_copy(owner, opt.copy_threshold)) {
             if (!keepers.b) keepers.b = send_block::create(n - i);
