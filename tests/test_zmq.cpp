@@ -117,7 +117,8 @@ TEST_CASE("PUSH/PULL carries every dtype in both forms over inproc, ipc and tcp"
         for (wire w : both_forms) {
             CAPTURE(transport_name(t));
             CAPTURE(w == wire::single);
-            auto&& [ctx, pull, push] = pull_and_push(t);
+            pull_and_push linked(t);
+            zmq::socket_t &pull = linked.pull, &push = linked.push;
             REQUIRE(send_form(push, w, sent));
             auto got = recv_form(pull, w);
             REQUIRE(got);
@@ -234,7 +235,8 @@ TEST_CASE_FIXTURE(router_and_dealer, "a forgotten envelope and the wrong form ge
     CHECK(identity.rfind("bad_header: multipart message of 6 tenbin frames", 0) == 0);
     CHECK(identity.find("see recv_options::envelope") != std::string::npos);
 
-    auto&& [pull_ctx, pull, push] = pull_and_push();
+    pull_and_push linked;
+    zmq::socket_t &pull = linked.pull, &push = linked.push;
 
     // A topic expected where the sender puts none.
     recv_options topic;
@@ -279,7 +281,8 @@ TEST_CASE("PAIR carries messages both ways") {
 }
 
 TEST_CASE("views, single tensors and empty lists are sent in both forms") {
-    auto&& [ctx, pull, push] = pull_and_push(transport::inproc);
+    pull_and_push linked(transport::inproc);
+    zmq::socket_t &pull = linked.pull, &push = linked.push;
     const std::vector<tensor> owned = sample_tensors(2);
     std::vector<tensor_view> views(owned.begin(), owned.end());
     for (wire w : both_forms) {
@@ -309,7 +312,8 @@ TEST_CASE("views, single tensors and empty lists are sent in both forms") {
 }
 
 TEST_CASE("the multipart wire is exactly [header, data, ...] and the single-part wire is encode_buffer") {
-    auto&& [ctx, pull, push] = pull_and_push(transport::tcp);
+    pull_and_push linked(transport::tcp);
+    zmq::socket_t &pull = linked.pull, &push = linked.push;
     const std::vector<tensor> sent = sample_tensors(4);
 
     REQUIRE(zsend_multipart(push, sent));
@@ -332,7 +336,8 @@ TEST_CASE("the multipart wire is exactly [header, data, ...] and the single-part
 }
 
 TEST_CASE("received tensors are read-only views of the frames; writing one copies it") {
-    auto&& [ctx, pull, push] = pull_and_push(transport::tcp);
+    pull_and_push linked(transport::tcp);
+    zmq::socket_t &pull = linked.pull, &push = linked.push;
     REQUIRE(zsend_multipart(push, patterned(dtype::u1, {5000})));
     auto got = zrecv(pull);
     REQUIRE(got);
@@ -417,7 +422,8 @@ TEST_CASE("ROUTER answers a REQ peer's malformed message through the envelope th
     check_same(answer->tensors, refusal);
 
     // Without an envelope the error is a plain tenbin::error.
-    auto&& [pull_ctx, pull, push] = pull_and_push();
+    pull_and_push linked;
+    zmq::socket_t &pull = linked.pull, &push = linked.push;
     push.send(zmq::str_buffer("not a tenbin message"), zmq::send_flags::none);
     try {
         (void)zrecv(pull);
@@ -508,7 +514,8 @@ TEST_CASE("a PUB topic frame reaches only the subscribers of that topic") {
 }
 
 TEST_CASE("a prefix of any frames is taken with frames(n) or delimited()") {
-    auto&& [ctx, pull, push] = pull_and_push(transport::ipc);
+    pull_and_push linked(transport::ipc);
+    zmq::socket_t &pull = linked.pull, &push = linked.push;
     const std::string a = "alpha", b = "b";
     const zmq::const_buffer prefix[] = {zmq::buffer(a), zmq::buffer(b), zmq::const_buffer(nullptr, 0)};
     send_options sopt;
@@ -539,7 +546,8 @@ TEST_CASE("a prefix of any frames is taken with frames(n) or delimited()") {
 }
 
 TEST_CASE("an envelope the message cannot hold is refused and the next message is intact") {
-    auto&& [ctx, pull, push] = pull_and_push(transport::inproc);
+    pull_and_push linked(transport::inproc);
+    zmq::socket_t &pull = linked.pull, &push = linked.push;
     const std::vector<tensor> good = sample_tensors(1);
 
     recv_options five;
@@ -597,7 +605,9 @@ TEST_CASE("zero-copy over inproc: the receiver sees the sender's memory, release
     void* original = nullptr;
     std::optional<message> got;
     {
-        auto&& [ctx, pull, push] = pull_and_push(transport::inproc);
+        pull_and_push linked(transport::inproc);
+        zmq::socket_t &pull = linked.pull, &push = linked.push;
+        zmq::context_t& ctx = linked.ctx;
         {
             tensor t = counted_tensor(n, released, &original);
             REQUIRE(zsend_multipart(push, t));
@@ -628,7 +638,8 @@ TEST_CASE("zero-copy over tcp: released exactly once, after the frame went out")
     void* original = nullptr;
     std::optional<message> got;
     {
-        auto&& [ctx, pull, push] = pull_and_push(transport::tcp);
+        pull_and_push linked(transport::tcp);
+        zmq::socket_t &pull = linked.pull, &push = linked.push;
         tensor t = counted_tensor(n, released, &original);
         REQUIRE(zsend_multipart(push, t));
         got = zrecv(pull);
@@ -651,7 +662,8 @@ TEST_CASE("each received tensor keeps only its own frame: a kept small tensor do
     std::atomic<int> large_released{0}, medium_released{0};
     void* large_at = nullptr;
     void* medium_at = nullptr;
-    auto&& [ctx, pull, push] = pull_and_push(transport::inproc);
+    pull_and_push linked(transport::inproc);
+    zmq::socket_t &pull = linked.pull, &push = linked.push;
     const tensor tiny = tensor::from_vector(std::vector<float>{1.5f, -2.0f, 3.25f, 4.0f}, {4}, "tiny");
     std::vector<float> v(64);
     for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(i) * 0.5f;
@@ -791,7 +803,8 @@ TEST_CASE("the zero-copy frames of one message are released one by one") {
     std::atomic<int> a_released{0}, b_released{0};
     void* a_at = nullptr;
     void* b_at = nullptr;
-    auto&& [ctx, pull, push] = pull_and_push(transport::inproc);
+    pull_and_push linked(transport::inproc);
+    zmq::socket_t &pull = linked.pull, &push = linked.push;
     {
         const std::vector<tensor> sent = {counted_tensor(1 << 14, a_released, &a_at),
                                           counted_tensor(1 << 16, b_released, &b_at)};
@@ -813,7 +826,8 @@ TEST_CASE("the zero-copy frames of one message are released one by one") {
 TEST_CASE("messages with more frames than fit inline: tensors, envelope and lifetimes") {
     for (transport tr : all_transports) {
         CAPTURE(transport_name(tr));
-        auto&& [ctx, pull, push] = pull_and_push(tr);
+        pull_and_push linked(tr);
+        zmq::socket_t &pull = linked.pull, &push = linked.push;
         std::atomic<int> released{0};
         void* at = nullptr;
         std::vector<tensor> sent;
@@ -852,7 +866,9 @@ TEST_CASE("copied sends hold no reference; unsent and undelivered zero-copy fram
     constexpr std::size_t n = 1 << 14;
     std::atomic<int> released{0};
     void* original = nullptr;
-    auto&& [ctx, pull, push] = pull_and_push(transport::inproc);
+    pull_and_push linked(transport::inproc);
+    zmq::socket_t &pull = linked.pull, &push = linked.push;
+    zmq::context_t& ctx = linked.ctx;
 
     SUBCASE("copy_threshold = SIZE_MAX copies") {
         send_options copy;
@@ -927,7 +943,8 @@ TEST_CASE("zero-copy sends from a thread that exits before ZeroMQ lets go of the
     // the last frame is released, and then go.
     const std::size_t pools_before = detail::block_pool::live();
     std::atomic<int> released{0};
-    auto&& [ctx, pull, push] = pull_and_push(transport::inproc);
+    pull_and_push linked(transport::inproc);
+    zmq::socket_t &pull = linked.pull, &push = linked.push;
     constexpr int messages = 40;
     std::size_t tensors_sent = 0;
     std::thread sender([&] {
@@ -958,7 +975,8 @@ TEST_CASE("zero-copy sends from a thread that exits before ZeroMQ lets go of the
 }
 
 TEST_CASE("borrowed bytes and views are copied, never handed to ZeroMQ") {
-    auto&& [ctx, pull, push] = pull_and_push(transport::inproc);
+    pull_and_push linked(transport::inproc);
+    zmq::socket_t &pull = linked.pull, &push = linked.push;
     std::vector<float> values(4096, 1.5f);
     send_options zero;
     zero.copy_threshold = 0;
@@ -985,7 +1003,8 @@ TEST_CASE("borrowed bytes and views are copied, never handed to ZeroMQ") {
 // ---- alignment ----------------------------------------------------------------
 
 TEST_CASE("frames at odd addresses are received as aligned copies") {
-    auto&& [ctx, pull, push] = pull_and_push(transport::inproc);
+    pull_and_push linked(transport::inproc);
+    zmq::socket_t &pull = linked.pull, &push = linked.push;
     const std::vector<tensor> sent{patterned(dtype::f8, {6}, "d", 3), patterned(dtype::i4, {9}, "i", 4),
                                    patterned(dtype::f2, {5}, "h", 5)};
 
@@ -1035,7 +1054,8 @@ TEST_CASE("received tensors are read-only whatever their size, form and transpor
     // batch, often unaligned, and are received as copies: those must not
     // be the only writable ones.
     for (const transport tr : {transport::inproc, transport::tcp}) {
-        auto&& [ctx, pull, push] = pull_and_push(tr);
+        pull_and_push linked(tr);
+        zmq::socket_t &pull = linked.pull, &push = linked.push;
         for (const std::int64_t n : {1, 100, 1000, 100000}) {
             for (const bool single : {false, true}) {
                 CAPTURE(static_cast<int>(tr));
@@ -1056,7 +1076,8 @@ TEST_CASE("received tensors are read-only whatever their size, form and transpor
 }
 
 TEST_CASE("small frames at any offset of a tcp batch decode aligned and correct") {
-    auto&& [ctx, pull, push] = pull_and_push(transport::tcp);
+    pull_and_push linked(transport::tcp);
+    zmq::socket_t &pull = linked.pull, &push = linked.push;
     const std::vector<tensor> sent{patterned(dtype::f8, {5}, "d", 1), patterned(dtype::i8, {7}, "l", 2)};
     // Prefix frames of 1..16 bytes shift every later frame's offset in the
     // receive batch; send them all before receiving so they share batches.
@@ -1130,7 +1151,8 @@ TEST_CASE("a malformed message is drained before its error is thrown; the next o
     };
 
     for (transport t : {transport::inproc, transport::tcp}) {
-        auto&& [ctx, pull, push] = pull_and_push(t);
+        pull_and_push linked(t);
+        zmq::socket_t &pull = linked.pull, &push = linked.push;
         for (const bad_message& c : cases) {
             CAPTURE(transport_name(t));
             CAPTURE(c.what);
@@ -1160,7 +1182,8 @@ TEST_CASE("a malformed message is drained before its error is thrown; the next o
 }
 
 TEST_CASE("error messages name the limit and the frames") {
-    auto&& [ctx, pull, push] = pull_and_push(transport::inproc);
+    pull_and_push linked(transport::inproc);
+    zmq::socket_t &pull = linked.pull, &push = linked.push;
     recv_options few;
     few.max_frames = 3;
     REQUIRE(zsend_multipart(push, sample_tensors()));
@@ -1242,7 +1265,8 @@ TEST_CASE("a PUSH with no peer or a full queue returns false and sends nothing")
 }
 
 TEST_CASE("tensors the format or libzmq cannot carry are refused before anything is sent") {
-    auto&& [ctx, pull, push] = pull_and_push(transport::inproc);
+    pull_and_push linked(transport::inproc);
+    zmq::socket_t &pull = linked.pull, &push = linked.push;
     recv_options now;
     now.flags = zmq::recv_flags::dontwait;
     std::atomic<int> released{0};
@@ -1318,7 +1342,8 @@ void check_manifest_tensors(const std::vector<tensor>& got, const nlohmann::json
 
 TEST_CASE("the Python multipart vectors, sent frame by frame, decode as the manifest says") {
     const auto manifest = test_support::manifest();
-    auto&& [ctx, pull, push] = pull_and_push(transport::tcp);
+    pull_and_push linked(transport::tcp);
+    zmq::socket_t &pull = linked.pull, &push = linked.push;
 
     int valid = 0;
     for (const auto& entry : manifest["files"]) {
@@ -1367,7 +1392,8 @@ TEST_CASE("the Python multipart vectors, sent frame by frame, decode as the mani
 
 TEST_CASE("the Python buffers and .ten files, sent as one frame, decode single-part") {
     const auto manifest = test_support::manifest();
-    auto&& [ctx, pull, push] = pull_and_push(transport::ipc);
+    pull_and_push linked(transport::ipc);
+    zmq::socket_t &pull = linked.pull, &push = linked.push;
 
     int valid = 0;
     for (const auto& entry : manifest["files"]) {

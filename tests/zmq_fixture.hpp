@@ -64,9 +64,9 @@ struct router_and_dealer {
     router_and_dealer() { link(router, dealer, transport::inproc); }
 };
 
-// A PULL socket and a PUSH connected to it (over inproc unless told):
-// a fixture, or taken apart where a test needs another transport,
-//   auto&& [ctx, pull, push] = pull_and_push(transport::tcp);
+// A PULL socket and a PUSH connected to it (over inproc unless told): a
+// fixture, or a local where a test needs another transport. (Not taken
+// apart by a structured binding: clang 14 cannot capture one in a lambda.)
 struct pull_and_push {
     zmq::context_t ctx;
     zmq::socket_t pull = make_socket(ctx, zmq::socket_type::pull);
