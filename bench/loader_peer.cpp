@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <iostream>
 #include <map>
+#include <stdexcept>
 #include <string>
 
 int main(int argc, char** argv) {
@@ -26,10 +27,13 @@ int main(int argc, char** argv) {
         o.connection.recv_timeout = std::chrono::milliseconds(120000);  // a hung peer fails the case
         tenbin::loader l(args["endpoint"], o);
         std::cout << "endpoint " << l.endpoints().front().address << std::endl;
-        for (int i = std::stoi(args["warmup"]); i > 0; --i) l.next();
+        auto take = [&l] {
+            if (!l.next()) throw std::runtime_error("no batch within the receive timeout");
+        };
+        for (int i = std::stoi(args["warmup"]); i > 0; --i) take();
         const auto t0 = std::chrono::steady_clock::now();
         std::cout << "ready" << std::endl;
-        for (int i = std::stoi(args["count"]); i > 0; --i) l.next();
+        for (int i = std::stoi(args["count"]); i > 0; --i) take();
         const std::chrono::duration<double> s = std::chrono::steady_clock::now() - t0;
         std::cout << "seconds " << s.count() << std::endl;
     } catch (const std::exception& e) {

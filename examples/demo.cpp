@@ -84,7 +84,8 @@ int main(int argc, char** argv) {
     std::vector<std::thread> threads;
     for (int p = 0; p < producers; ++p)
         threads.emplace_back([&, p] {
-            for (int seq = 0; seq < batches; ++seq) pubs[static_cast<std::size_t>(p)].send(make_batch(p, seq));
+            for (int seq = 0; seq < batches; ++seq)
+                if (!pubs[static_cast<std::size_t>(p)].send(make_batch(p, seq))) return;  // send timed out
         });
 
     const auto start = std::chrono::steady_clock::now();

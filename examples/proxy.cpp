@@ -29,10 +29,9 @@ int main() {
 
     const auto a = tenbin::tensor::from_vector(std::vector<double>(1000, 0.5), {10, 100}, "a");
     const auto b = tenbin::tensor::from_vector(std::vector<std::uint8_t>{1, 2, 3}, {3}, "b");
-    tenbin::zsend_multipart(producer, {a, b});
-    tenbin::zsend_single(producer, {a, b});
+    bool ok = tenbin::zsend_multipart(producer, {a, b});
+    ok = tenbin::zsend_single(producer, {a, b}) && ok;
 
-    bool ok = true;
     for (const char* form : {"multipart", "single-part"}) {
         auto m = tenbin::zrecv(consumer);
         ok = ok && m && m->tensors.size() == 2 && m->tensors[0].view() == a.view() && m->tensors[1].view() == b.view();

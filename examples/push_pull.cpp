@@ -30,15 +30,16 @@ int main() {
             // over inproc): the first write gives x a copy of its own.
             tenbin::tensor x = batch[0];
             for (float& v : x.mutable_values<float>()) v = v / 255.0f;
-            out.send({x.with_info("scaled"), batch[1]});
+            if (!out.send({x.with_info("scaled"), batch[1]})) break;  // the sink stopped taking
         }
     };
     std::thread w1(worker), w2(worker);
 
     for (int i = 0; i < batches; ++i) {
         std::vector<float> pixels(1000, 255.0f * static_cast<float>(i % 2));
-        source.send({tenbin::tensor::from_vector(std::move(pixels), {10, 100}, "raw"),
-                     tenbin::tensor::from_vector(std::vector<std::int32_t>{i}, {1}, "index")});
+        if (!source.send({tenbin::tensor::from_vector(std::move(pixels), {10, 100}, "raw"),
+                          tenbin::tensor::from_vector(std::vector<std::int32_t>{i}, {1}, "index")}))
+            break;  // no worker took it in time: the check below reports the missing batches
     }
 
     int seen = 0, wrong = 0;

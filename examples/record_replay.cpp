@@ -24,8 +24,9 @@ int main() {
     // The live stream.
     constexpr int messages = 5;
     for (int i = 0; i < messages; ++i)
-        tenbin::zsend_multipart(tx, {tenbin::tensor::from_vector(std::vector<float>(256, float(i)), {16, 16}, "x"),
-                                     tenbin::tensor::from_vector(std::vector<std::int64_t>{i}, {1}, "step")});
+        if (!tenbin::zsend_multipart(tx, {tenbin::tensor::from_vector(std::vector<float>(256, float(i)), {16, 16}, "x"),
+                                          tenbin::tensor::from_vector(std::vector<std::int64_t>{i}, {1}, "step")}))
+            return 1;
 
     // Record.
     {
@@ -46,7 +47,7 @@ int main() {
     while (true) {
         auto tensors = tenbin::read(file, {.max_tensors = 2});
         if (tensors.empty()) break;  // clean end of file
-        tenbin::zsend_multipart(tx, tensors);
+        ok = tenbin::zsend_multipart(tx, tensors) && ok;
         auto m = tenbin::zrecv(rx);
         ok = ok && m && m->tensors[1].values<std::int64_t>()[0] == replayed &&
              m->tensors[0].values<float>()[255] == float(replayed);

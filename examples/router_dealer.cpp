@@ -40,14 +40,14 @@ int main() {
                 const std::string_view why = tenbin::name(e.code());
                 std::printf("server: refused a malformed request (%.*s)\n", static_cast<int>(why.size()), why.data());
                 const auto envelope = e.envelope_buffers();
-                tenbin::zsend_multipart(server, {}, {.envelope = envelope});
+                if (!tenbin::zsend_multipart(server, {}, {.envelope = envelope})) return;  // peer gone
                 continue;
             }
             if (!request) return;
             const auto envelope = request->envelope_buffers();
             std::printf("server: request from a %s client, %zu envelope frame(s)\n",
                         request->envelope.size() == 2 ? "REQ" : "DEALER", request->envelope.size());
-            tenbin::zsend_multipart(server, sum_of(request->tensors.at(0)), {.envelope = envelope});
+            if (!tenbin::zsend_multipart(server, sum_of(request->tensors.at(0)), {.envelope = envelope})) return;
         }
     });
 
@@ -59,7 +59,7 @@ int main() {
         client.connect(address);
         // A DEALER talks to a ROUTER with no delimiter; a REQ adds one
         // itself and strips it from the reply. Neither needs an envelope here.
-        tenbin::zsend_multipart(client, numbers);
+        ok = tenbin::zsend_multipart(client, numbers) && ok;
         auto reply = tenbin::zrecv(client);
         const float sum = reply ? reply->tensors.at(0).values<float>()[0] : -1;
         std::printf("client: sum = %g\n", sum);

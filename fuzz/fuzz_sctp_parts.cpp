@@ -13,7 +13,7 @@
 // the script as io_error; nothing else.
 #include "common.hpp"
 
-#include "../lib/transport/sctp_parts.hpp"
+#include "transport/sctp_parts.hpp"
 
 #include <algorithm>
 #include <cstring>

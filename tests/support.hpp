@@ -1,8 +1,10 @@
-// Helpers shared by the tests: the Python vectors, hashing, files.
+// Helpers shared by the tests: the Python vectors, hashing, files, tensors
+// to send and the checks of what came back.
 #pragma once
 
 #include <tenbin/core.hpp>
 
+#include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
 #include <openssl/evp.h>
 #include <signal.h>
@@ -74,6 +76,34 @@ inline std::string numbered(std::string_view prefix, std::size_t i) {
 
 inline bool same_bytes(tenbin::bytes_view a, tenbin::bytes_view b) {
     return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin());
+}
+
+// A fresh tensor whose bytes differ per position and per `seed`.
+inline tenbin::tensor patterned(tenbin::dtype t, tenbin::shape_t shape, std::string info = {}, unsigned seed = 0) {
+    tenbin::tensor out = tenbin::tensor::zeros(t, std::move(shape), std::move(info));
+    const tenbin::mutable_bytes b = out.mutable_bytes();
+    for (std::size_t i = 0; i < b.size(); ++i) b[i] = static_cast<std::byte>(i * 37 + seed * 11 + 5);
+    return out;
+}
+
+// `got` holds what `want` holds (dtype, shape, bytes), in memory aligned
+// for its dtype as every decoded tensor is. Infos are checked by the
+// list form (a named format's infos carry names).
+inline void check_same(const tenbin::tensor& got, const tenbin::tensor& want) {
+    CHECK(got.dtype() == want.dtype());
+    CHECK(got.shape() == want.shape());
+    CHECK(same_bytes(got.data().bytes(), want.data().bytes()));
+    CHECK(got.data().aligned_to(tenbin::itemsize(got.dtype())));
+}
+
+// The lists hold the same tensors, infos included.
+inline void check_same(const std::vector<tenbin::tensor>& got, const std::vector<tenbin::tensor>& want) {
+    REQUIRE(got.size() == want.size());
+    for (std::size_t i = 0; i < got.size(); ++i) {
+        CAPTURE(i);
+        CHECK(got[i].info() == want[i].info());
+        check_same(got[i], want[i]);
+    }
 }
 
 // Little-endian int64 words, as headers and chunk preambles hold them.

@@ -18,17 +18,10 @@ using test_support::error_class;
 using test_support::error_text;
 using test_support::same_bytes;
 using test_support::le64;
+using test_support::patterned;
 using test_support::str64;
 
 namespace {
-
-// A tensor of the given dtype and shape whose bytes count up from `seed`.
-tensor patterned(dtype t, shape_t shape, std::string info = {}, int seed = 0) {
-    tensor out = tensor::zeros(t, std::move(shape), std::move(info));
-    auto bytes = out.mutable_bytes();
-    for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = std::byte(static_cast<unsigned char>(i * 7 + seed));
-    return out;
-}
 
 // A chunked buffer holding the given payloads, built by hand.
 std::vector<std::byte> chunks_of(std::initializer_list<std::vector<std::byte>> payloads) {

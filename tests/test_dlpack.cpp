@@ -3,6 +3,7 @@
 // frames and mappings are handed on); refusals leave ownership with the
 // caller.
 #include "support.hpp"
+#include "zmq_fixture.hpp"
 
 #include <doctest/doctest.h>
 #include <tenbin/dlpack.hpp>
@@ -88,13 +89,7 @@ bool eventually(const std::function<bool()>& done) {
     return done();
 }
 
-zmq::socket_t make_socket(zmq::context_t& ctx, zmq::socket_type type) {
-    zmq::socket_t s(ctx, type);
-    s.set(zmq::sockopt::rcvtimeo, 5000);
-    s.set(zmq::sockopt::sndtimeo, 5000);
-    s.set(zmq::sockopt::linger, 0);
-    return s;
-}
+using test_zmq::make_socket;
 
 std::string unique_name(const std::string& stem) {
     static std::atomic<int> counter{0};

@@ -1,7 +1,7 @@
 // Conversion formats: .npy, .npz, .safetensors, load_any/save_any, and
 // NumPy reading what we write and the other way round.
 #include "support.hpp"
-#include "../lib/io/formats_detail.hpp"
+#include "io/formats_detail.hpp"
 
 #include <doctest/doctest.h>
 #include <tenbin/formats.hpp>
@@ -28,13 +28,6 @@ using namespace test_support;
 
 namespace {
 
-tensor patterned(dtype t, shape_t shape, unsigned seed = 1) {
-    tensor out = tensor::zeros(t, std::move(shape));
-    const mutable_bytes b = out.mutable_bytes();
-    for (std::size_t i = 0; i < b.size(); ++i) b[i] = static_cast<std::byte>(i * 37 + seed * 11 + 5);
-    return out;
-}
-
 // A list with the awkward cases: every dtype, rank 0, zero-size, sizes not
 // a multiple of 64, long, empty and non-ASCII names.
 std::vector<named_tensor> sample() {
@@ -42,19 +35,16 @@ std::vector<named_tensor> sample() {
     std::vector<named_tensor> out;
     unsigned seed = 1;
     for (dtype t : all_dtypes) {
-        out.push_back({"t_" + std::string(code(t)), patterned(t, shapes[seed % 6], seed)});
+        out.push_back({"t_" + std::string(code(t)), patterned(t, shapes[seed % 6], {}, seed)});
         ++seed;
     }
-    out.push_back({"a_name_longer_than_eight", patterned(dtype::f4, {2, 2}, 20)});
-    out.push_back({"gr\xc3\xb6\xc3\x9f" "e", patterned(dtype::u2, {3}, 21)});
+    out.push_back({"a_name_longer_than_eight", patterned(dtype::f4, {2, 2}, {}, 20)});
+    out.push_back({"gr\xc3\xb6\xc3\x9f" "e", patterned(dtype::u2, {3}, {}, 21)});
     return out;
 }
 
-void check_same(const tensor& got, const tensor& want) {
-    CHECK(got.dtype() == want.dtype());
-    CHECK(got.shape() == want.shape());
-    CHECK(same_bytes(got.data().bytes(), want.data().bytes()));
-}
+// The support overloads for tensors, beside this one for named lists.
+using test_support::check_same;
 
 void check_same(const std::vector<named_tensor>& got, const std::vector<named_tensor>& want) {
     REQUIRE(got.size() == want.size());
@@ -390,7 +380,7 @@ TEST_CASE("the safetensors writer takes 80,000 metadata keys and 65,536 tensors 
     safetensors_metadata meta;
     for (int i = 0; i < 80000; ++i) meta.emplace_back("k" + std::to_string(i), std::to_string(i));
     std::vector<named_tensor> many;
-    for (int i = 0; i < 65536; ++i) many.push_back({"t" + std::to_string(i), patterned(dtype::u1, {1}, i)});
+    for (int i = 0; i < 65536; ++i) many.push_back({"t" + std::to_string(i), patterned(dtype::u1, {1}, {}, i)});
     const auto file = encode_safetensors(many, meta);
     const auto back = decode_safetensors_with_metadata(as_buffer(file));
     CHECK(back.metadata == meta);
@@ -997,9 +987,9 @@ void check_python_reads(const fs::path& dir, const std::string& file, const std:
 }  // namespace
 
 TEST_CASE("npz: ZIP64 wherever a field would overflow (limits lowered to small archives)") {
-    const std::vector<named_tensor> three = {{"a", patterned(dtype::u1, {100}, 1)},
-                                             {"b", patterned(dtype::u1, {300}, 2)},
-                                             {"c", patterned(dtype::f4, {2, 3}, 3)}};
+    const std::vector<named_tensor> three = {{"a", patterned(dtype::u1, {100}, {}, 1)},
+                                             {"b", patterned(dtype::u1, {300}, {}, 2)},
+                                             {"c", patterned(dtype::f4, {2, 3}, {}, 3)}};
     const std::vector<std::byte> plain = encode_npz(three);
     const auto locals = find_sig(plain, 0x04034b50), centrals = find_sig(plain, 0x02014b50);
     REQUIRE(locals.size() == 3);
@@ -1131,8 +1121,8 @@ TEST_CASE("npz: a real archive beyond 4 GiB (only with TENBIN_BIG_TESTS=1)") {
     auto seconds = [](clock::time_point from) { return std::chrono::duration<double>(clock::now() - from).count(); };
     auto t0 = clock::now();
     const std::int64_t n = (std::int64_t{1} << 32) + 4096;
-    const std::vector<named_tensor> list = {{"big", patterned(dtype::u1, {n}, 7)},
-                                            {"after", patterned(dtype::i4, {5}, 8)}};
+    const std::vector<named_tensor> list = {{"big", patterned(dtype::u1, {n}, {}, 7)},
+                                            {"after", patterned(dtype::i4, {5}, {}, 8)}};
     MESSAGE("made " << n << " bytes in " << seconds(t0) << " s");
     temp_dir dir;
     const fs::path file = dir / "big.npz";

@@ -26,14 +26,6 @@ using namespace test_support;
 
 namespace {
 
-// Fills a fresh tensor with bytes that differ per position and per `seed`.
-tensor patterned(dtype t, shape_t shape, std::string info = {}, unsigned seed = 1) {
-    tensor out = tensor::zeros(t, std::move(shape), std::move(info));
-    const mutable_bytes b = out.mutable_bytes();
-    for (std::size_t i = 0; i < b.size(); ++i) b[i] = static_cast<std::byte>(i * 37 + seed * 11 + 5);
-    return out;
-}
-
 // A list with every awkward case: rank 0, a zero-size dim, sizes not a
 // multiple of 64, several dtypes, named and unnamed tensors.
 std::vector<tensor> sample() {
@@ -45,18 +37,6 @@ std::vector<tensor> sample() {
         patterned(dtype::u4, {4, 16}, "u32", 5),
         patterned(dtype::i2, {33, 3}, "target", 6),
     };
-}
-
-void check_same(const std::vector<tensor>& got, const std::vector<tensor>& want) {
-    REQUIRE(got.size() == want.size());
-    for (std::size_t i = 0; i < got.size(); ++i) {
-        CAPTURE(i);
-        CHECK(got[i].dtype() == want[i].dtype());
-        CHECK(got[i].shape() == want[i].shape());
-        CHECK(got[i].info() == want[i].info());
-        CHECK(same_bytes(got[i].data().bytes(), want[i].data().bytes()));
-        CHECK(got[i].view() == want[i].view());
-    }
 }
 
 bytes_view bytes_of(const buffer& b) { return b.bytes(); }

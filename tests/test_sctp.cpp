@@ -5,7 +5,7 @@
 #include <doctest/doctest.h>
 #include <tenbin/sctp.hpp>
 
-#include "../lib/transport/sctp_parts.hpp"
+#include "transport/sctp_parts.hpp"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -25,6 +25,7 @@
 #include <vector>
 
 using namespace tenbin;
+using test_support::check_same;
 using test_support::numbered;
 namespace fs = std::filesystem;
 
@@ -81,17 +82,6 @@ tensor make(dtype t, shape_t shape, std::string info, std::uint64_t seed) {
     std::uint64_t n = itemsize(t);
     for (auto d : shape) n *= static_cast<std::uint64_t>(d);
     return tensor(t, std::move(shape), buffer::adopt(pattern(n, seed)), std::move(info));
-}
-
-void check_same(const std::vector<tensor>& got, const std::vector<tensor>& want) {
-    REQUIRE(got.size() == want.size());
-    for (std::size_t i = 0; i < got.size(); ++i) {
-        CAPTURE(i);
-        CHECK(got[i].dtype() == want[i].dtype());
-        CHECK(got[i].shape() == want[i].shape());
-        CHECK(got[i].info() == want[i].info());
-        CHECK(got[i].view() == want[i].view());
-    }
 }
 
 // Runs `f`, which must throw tenbin::error with one of `codes`.

@@ -20,34 +20,20 @@
 #include <vector>
 
 using namespace tenbin;
+using test_support::check_same;
 using test_support::error_class;
+using test_support::patterned;
 using test_support::same_bytes;
 using test_support::temp_dir;
 namespace fs = std::filesystem;
 
 namespace {
 
-// A tensor of the given dtype and shape whose bytes follow a pattern.
-tensor patterned(dtype t, shape_t shape, std::string info = {}, int seed = 0) {
-    tensor out = tensor::zeros(t, std::move(shape), std::move(info));
-    auto bytes = out.mutable_bytes();
-    for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = std::byte(static_cast<unsigned char>(i * 13 + seed));
-    return out;
-}
-
 std::vector<tensor> sample() {
     return {patterned(dtype::f4, {3, 700}, "input"), patterned(dtype::i4, {5}, "target", 1),
             patterned(dtype::f8, {}, "scalar", 2),   patterned(dtype::u4, {2, 3}, "u4", 3),
             patterned(dtype::u1, {0}, "empty", 4),   patterned(dtype::f2, {2, 0, 3}, "", 5),
             patterned(dtype::i1, {13}, "bytes", 6)};
-}
-
-void check_same(const std::vector<tensor>& got, const std::vector<tensor>& want) {
-    REQUIRE(got.size() == want.size());
-    for (std::size_t i = 0; i < got.size(); ++i) {
-        CAPTURE(i);
-        CHECK(got[i].view() == want[i].view());
-    }
 }
 
 std::vector<std::byte> plain_bytes(tensor_span tensors) {

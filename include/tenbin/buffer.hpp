@@ -16,6 +16,7 @@
 #include <span>
 #include <vector>
 
+TENBIN_API_BEGIN
 namespace tenbin {
 
 using bytes_view = std::span<const std::byte>;
@@ -129,4 +130,20 @@ private:
     bool writable_ = false;
 };
 
+/// Makes glibc keep large freed blocks for reuse instead of returning them to
+/// the system. libzmq allocates every received frame anew (on its I/O
+/// thread), and glibc serves blocks over 32 MiB with a fresh mmap whose every
+/// page then faults: a 77 MB batch then costs more in page faults than on the
+/// wire. After this call such blocks come from the main heap and are
+/// recycled: no mmap-backed blocks (M_MMAP_MAX 0), no trimming below 1 GiB of
+/// free heap (M_TRIM_THRESHOLD), and one malloc arena shared by all threads
+/// (M_ARENA_MAX 1; a thread arena mmaps blocks over 64 MiB regardless).
+/// Call it early, before threads start: a thread that already has its own
+/// arena keeps it. Process-wide (it changes malloc's settings for everyone,
+/// and one arena means threads that allocate heavily at once contend for its
+/// lock), idempotent, thread-safe; the loader calls it unless told not to.
+/// Returns false where unsupported.
+bool reuse_large_allocations() noexcept;
+
 }  // namespace tenbin
+TENBIN_API_END

@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+TENBIN_API_BEGIN
 namespace tenbin {
 
 /// Bounds on what a decoder accepts; every decoder checks its input against
@@ -117,3 +118,4 @@ std::vector<tensor> decode_buffer(const buffer& chunked, const decode_options& o
 std::vector<tensor> decode_buffer(bytes_view chunked, const decode_options& opt = {});
 
 }  // namespace tenbin
+TENBIN_API_END

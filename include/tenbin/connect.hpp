@@ -22,6 +22,7 @@
 #include <string_view>
 #include <vector>
 
+TENBIN_API_BEGIN
 namespace tenbin {
 
 namespace detail {
@@ -213,16 +214,16 @@ public:
     /// Throws bad_argument for 64-bit dtypes unless allow64, for what
     /// tensorcom cannot decode with tensorcom_compatible, wrong infos,
     /// a socket that cannot send (zpull, zsub), or a closed connection.
-    bool send(tensor_span tensors);
+    [[nodiscard]] bool send(tensor_span tensors);
     /// Receives one message (either form). Returns nothing on timeout.
     /// Throws the codec's errors for malformed messages; the connection
     /// stays usable (the rest of a bad message is drained). Throws
     /// bad_argument on a socket that cannot receive (zpush, zpub) or a
     /// closed connection.
-    std::optional<std::vector<tensor>> recv();
+    [[nodiscard]] std::optional<std::vector<tensor>> recv();
     /// Receives one message if one is waiting now; nothing otherwise.
     /// Throws as recv() does.
-    std::optional<std::vector<tensor>> try_recv();
+    [[nodiscard]] std::optional<std::vector<tensor>> try_recv();
     /// Sends every tensor list `source` yields (tensorcom's serve);
     /// returns how many messages were sent.
     template <class Source>
@@ -290,21 +291,6 @@ void check_tensorcom(tensor_span tensors);
 /// binding. Throws bad_argument unless `interval` is positive.
 void set_heartbeat(zmq::socket_ref socket, std::chrono::milliseconds interval);
 
-/// Makes glibc keep large freed blocks for reuse instead of returning them to
-/// the system. libzmq allocates every received frame anew (on its I/O
-/// thread), and glibc serves blocks over 32 MiB with a fresh mmap whose every
-/// page then faults: a 77 MB batch then costs more in page faults than on the
-/// wire. After this call such blocks come from the main heap and are
-/// recycled: no mmap-backed blocks (M_MMAP_MAX 0), no trimming below 1 GiB of
-/// free heap (M_TRIM_THRESHOLD), and one malloc arena shared by all threads
-/// (M_ARENA_MAX 1; a thread arena mmaps blocks over 64 MiB regardless).
-/// Call it early, before threads start: a thread that already has its own
-/// arena keeps it. Process-wide (it changes malloc's settings for everyone,
-/// and one arena means threads that allocate heavily at once contend for its
-/// lock), idempotent, thread-safe; the loader calls it unless told not to.
-/// Returns false where unsupported.
-bool reuse_large_allocations() noexcept;
-
 /// How a loader receives and queues.
 struct loader_options {
     /// How the loader's connection is opened (its recv_timeout bounds
@@ -368,11 +354,11 @@ public:
     /// connection's recv_timeout. Returns nothing when that timeout
     /// expired (as connection::recv does), and once close() was called and
     /// the queue is drained (closed() tells which).
-    std::optional<std::vector<tensor>> next();
+    [[nodiscard]] std::optional<std::vector<tensor>> next();
     /// Like next(), but waits at most `timeout`, then returns nothing. A
     /// timeout past what the clock can count (milliseconds::max()) waits
     /// for ever.
-    std::optional<std::vector<tensor>> next(std::chrono::milliseconds timeout);
+    [[nodiscard]] std::optional<std::vector<tensor>> next(std::chrono::milliseconds timeout);
     /// Stops receiving (from any thread) and wakes a blocked next(). Queued
     /// batches can still be taken.
     void close();
@@ -415,3 +401,4 @@ private:
 };
 
 }  // namespace tenbin
+TENBIN_API_END

@@ -23,6 +23,7 @@
 #include <memory>
 #include <string>
 
+TENBIN_API_BEGIN
 namespace tenbin {
 
 /// The DLPack type of a dtype: f2 -> {kDLFloat, 16, 1}, i4 -> {kDLInt, 32,
@@ -98,3 +99,4 @@ struct dlpack_deleter {
 using dlpack_ptr = std::unique_ptr<DLManagedTensor, dlpack_deleter>;
 
 }  // namespace tenbin
+TENBIN_API_END

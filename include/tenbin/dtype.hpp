@@ -11,6 +11,7 @@
 #include <string_view>
 #include <type_traits>
 
+TENBIN_API_BEGIN
 namespace tenbin {
 
 /// Every element type of the format. `u4` is included although the Python
@@ -108,3 +109,4 @@ template <class T>
 concept element = requires { detail::dtype_of_impl<std::remove_cv_t<T>>::value; };
 
 }  // namespace tenbin
+TENBIN_API_END

@@ -1,4 +1,4 @@
-// tenbin: the one error type of the library.
+// tenbin: the error type of the library.
 #pragma once
 
 #include <tenbin/config.hpp>
@@ -7,6 +7,7 @@
 #include <string>
 #include <string_view>
 
+TENBIN_API_BEGIN
 namespace tenbin {
 
 /// The closed set of failure classes. The first eight are the classes of the
@@ -37,6 +38,9 @@ std::string_view name(errc code) noexcept;
 
 /// Thrown by every tenbin function that fails. `what()` carries the numbers
 /// needed to locate the problem (offset, tensor index, expected vs found).
+/// One exception: what fails inside libzmq itself (a socket error, a
+/// terminated context) comes out of the ZeroMQ layer as cppzmq's
+/// `zmq::error_t`, as each such function's documentation says.
 class error : public std::runtime_error {
 public:
     /// An error of class `code`; `message` becomes `what()`.
@@ -49,3 +53,4 @@ private:
 };
 
 }  // namespace tenbin
+TENBIN_API_END

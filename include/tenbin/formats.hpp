@@ -46,6 +46,7 @@
 #include <utility>
 #include <vector>
 
+TENBIN_API_BEGIN
 namespace tenbin {
 
 /// A tensor and its name in an .npz or .safetensors file (any UTF-8 string
@@ -198,3 +199,4 @@ std::vector<named_tensor> load_any(const std::filesystem::path& path, const form
 void save_any(const std::filesystem::path& path, std::span<const named_tensor> tensors);
 
 }  // namespace tenbin
+TENBIN_API_END

@@ -16,6 +16,7 @@
 #include <span>
 #include <vector>
 
+TENBIN_API_BEGIN
 namespace tenbin {
 
 // ---- byte sinks and sources ----------------------------------------------
@@ -278,3 +279,4 @@ std::vector<tensor> load_mmap(const std::filesystem::path& path, const file_opti
 buffer map_file(const std::filesystem::path& path);
 
 }  // namespace tenbin
+TENBIN_API_END

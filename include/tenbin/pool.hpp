@@ -22,6 +22,7 @@
 #include <optional>
 #include <string_view>
 
+TENBIN_API_BEGIN
 namespace tenbin {
 
 /// Where a pool's memory comes from: the heap (`heap_memory()`), or the
@@ -118,3 +119,4 @@ private:
 };
 
 }  // namespace tenbin
+TENBIN_API_END

@@ -22,6 +22,7 @@
 #include <cstddef>
 #include <vector>
 
+TENBIN_API_BEGIN
 namespace tenbin {
 
 /// Largest message `sctp_recv` accepts by default (Python tensorcom's
@@ -91,3 +92,4 @@ std::vector<tensor> sctp_recv(int fd, std::size_t max_size = default_sctp_max_si
                               const decode_options& opt = {});
 
 }  // namespace tenbin
+TENBIN_API_END

@@ -32,6 +32,8 @@
 // Each side keeps its NAME.key_secret (mode 0600) and hands out NAME.key.
 #pragma once
 
+#include <tenbin/config.hpp>
+
 #include <zmq.hpp>
 
 #include <atomic>
@@ -42,6 +44,7 @@
 #include <string>
 #include <vector>
 
+TENBIN_API_BEGIN
 namespace tenbin {
 
 /// Whether this libzmq can do CURVE (zmq_has("curve"): built with libsodium
@@ -181,3 +184,4 @@ std::string load_public_certificate(const std::filesystem::path& file);
 std::vector<std::string> load_public_certificates(const std::filesystem::path& dir);
 
 }  // namespace tenbin
+TENBIN_API_END

@@ -24,6 +24,7 @@
 #include <type_traits>
 #include <utility>
 
+TENBIN_API_BEGIN
 namespace tenbin {
 
 /// Dimensions of a tensor: a small vector of int64, empty for rank 0.
@@ -192,3 +193,4 @@ std::ostream& operator<<(std::ostream& out, const shape_t& shape);
 std::string to_string(const shape_t& shape);
 
 }  // namespace tenbin
+TENBIN_API_END

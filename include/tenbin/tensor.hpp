@@ -17,6 +17,7 @@
 #include <type_traits>
 #include <vector>
 
+TENBIN_API_BEGIN
 namespace tenbin {
 
 /// Longest info (tensor name) the format can carry: 8 ASCII bytes.
@@ -26,12 +27,6 @@ inline constexpr std::size_t max_info_length = 8;
 inline constexpr std::size_t max_supported_rank = 64;
 
 namespace detail {
-[[noreturn]] void throw_error(errc code, const std::string& message);
-// Throws bad_argument unless `info` has at most 8 ASCII bytes, neither
-// first nor last a NUL (decoders strip those).
-void check_info(std::string_view info);
-// Throws bad_argument for a dtype value outside the enumeration.
-void check_dtype(tenbin::dtype t);
 // Elements of `shape`; throws bad_argument on a negative dim or overflow.
 std::uint64_t element_count(std::span<const std::int64_t> shape);
 // Throws unless `bytes` can be read as a span of `t` elements.
@@ -301,3 +296,4 @@ std::ostream& operator<<(std::ostream& out, const tensor& t);
 std::string to_string(const tensor& t);
 
 }  // namespace tenbin
+TENBIN_API_END

@@ -25,6 +25,7 @@
 #include <string_view>
 #include <vector>
 
+TENBIN_API_BEGIN
 namespace tenbin {
 
 /// The ZeroMQ socket kinds tenbin connections use.
@@ -79,3 +80,4 @@ endpoint parse_url(std::string_view url, const url_options& opt = {});
 std::vector<endpoint> parse_urls(std::span<const std::string> urls, const url_options& opt = {});
 
 }  // namespace tenbin
+TENBIN_API_END

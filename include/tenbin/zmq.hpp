@@ -33,6 +33,7 @@
 #include <string>
 #include <vector>
 
+TENBIN_API_BEGIN
 namespace tenbin {
 
 /// Envelope frames in front of the tenbin frames.
@@ -165,7 +166,7 @@ private:
 /// `error(bad_argument)` for tensors the format cannot carry,
 /// `error(unsupported)` when the encoding reaches 2^31 bytes, and
 /// zmq::error_t for socket errors; in each case nothing was sent.
-bool zsend_single(zmq::socket_ref socket, tensor_span tensors, const send_options& opt = {});
+[[nodiscard]] bool zsend_single(zmq::socket_ref socket, tensor_span tensors, const send_options& opt = {});
 
 /// Sends `tensors` as one multipart message [header, data, ...]. Data of
 /// owned tensors (`tensor`, not `tensor_view`; not `buffer::borrow`) at or
@@ -181,58 +182,38 @@ bool zsend_single(zmq::socket_ref socket, tensor_span tensors, const send_option
 /// bad_argument, or unsupported for a data frame of 2^31 bytes or more,
 /// before sending anything. A socket error after the first frame was queued
 /// throws zmq::error_t; libzmq then drops the partial message.
-bool zsend_multipart(zmq::socket_ref socket, tensor_span tensors, const send_options& opt = {});
+[[nodiscard]] bool zsend_multipart(zmq::socket_ref socket, tensor_span tensors, const send_options& opt = {});
 
 /// Receives one message in either form (one tenbin frame = single-part).
 /// Returns nothing when `dontwait` was given and no message was waiting, or
-/// the socket's receive timeout (ZMQ_RCVTIMEO) expired; libzmq delivers the
-/// frames of a message together, so only the first frame can time out.
+/// the socket's receive timeout (ZMQ_RCVTIMEO) expired; a wait a signal
+/// interrupted is begun again. Call it between messages: frames of your own
+/// in front of the tenbin ones are taken by `opt.envelope`.
 ///
-/// On malformed input throws the typed error (the codec's, limit_exceeded
-/// for `max_frames`, odd_chunk_count when the frames do not fit the
-/// envelope or the form) after draining the rest of the message, so the
-/// next receive starts at a message boundary; a `malformed_message`,
-/// carrying the envelope, when one was split off. zmq::error_t for socket
-/// errors.
+/// Malformed input throws the typed error (the codec's, limit_exceeded for
+/// `max_frames`, odd_chunk_count when the frames do not fit the envelope or
+/// the form; a `malformed_message` carrying the envelope when one was split
+/// off) after draining the message, so the next receive starts at a message
+/// boundary. Socket errors throw zmq::error_t.
 ///
-/// A wait interrupted by a signal handler (EINTR) is begun again, with the
-/// whole receive timeout; so is a send's. A signal never fails either.
-///
-/// A message is read from its first frame: call it between messages.
-/// Frames of your own in front of the tenbin ones are best taken by
-/// `opt.envelope`; if you read them yourself, the rest is taken as the
-/// message (and fails to decode if you read tenbin frames too). ZMQ_CONFLATE
-/// keeps only the last frame of each message, so it suits the single-part
-/// form only (libzmq does not support it with multipart messages).
-///
-/// Tensors view the received frames (zero-copy) and keep them alive; their
-/// bytes are read-only (over inproc they may be the sender's own memory):
-/// use `tensor::clone` to write. A received tensor keeps its own frame
-/// alive, not the others of its message: in a multipart message, keeping a
-/// small label tensor never pins a large image frame received with it
-/// (which is closed, and over inproc handed back to the sender, once its
-/// own tensors are gone). A single-part message is one frame, which each of
-/// its tensors keeps whole: `tensor::clone` a small one kept for long. The
-/// tensors of one message do share one small bookkeeping block (about
-/// 100 bytes per tensor, plus the bytes of frames of at most 33 bytes,
-/// which ZeroMQ stores inside the message object), freed with the last of
-/// them. A tensor whose bytes are not aligned for
-/// its dtype (libzmq places frames at arbitrary offsets) is copied into
-/// aligned storage instead, so `values<T>()` always works on received
-/// tensors; the copy is read-only too, so writing fails alike whatever the
-/// size or transport.
-std::optional<message> zrecv(zmq::socket_ref socket, const recv_options& opt = {});
+/// The tensors view the received frames and keep them alive, read-only
+/// (over inproc they may be the sender's memory; `tensor::clone` to write).
+/// Each keeps only its own frame, so a kept small tensor never pins a large
+/// one; a single-part message is one frame that all its tensors share.
+/// Bytes not aligned for their dtype are copied (read-only too), so
+/// `values<T>()` always works. ZMQ_CONFLATE suits the single-part form only.
+[[nodiscard]] std::optional<message> zrecv(zmq::socket_ref socket, const recv_options& opt = {});
 
 /// Receives one single-part message: a message with more than one tenbin
 /// frame is drained and refused with odd_chunk_count (use `zrecv` to accept
 /// either form). Otherwise the same contract as `zrecv`.
-std::optional<message> zrecv_single(zmq::socket_ref socket, const recv_options& opt = {});
+[[nodiscard]] std::optional<message> zrecv_single(zmq::socket_ref socket, const recv_options& opt = {});
 
 /// Receives one multipart message: a single non-empty tenbin frame is
 /// refused with odd_chunk_count (a header with no data, or a single-part
 /// message: use `zrecv` to accept either). One empty frame is the empty
 /// list, as zsend_multipart sends it. Otherwise the same contract as `zrecv`.
-std::optional<message> zrecv_multipart(zmq::socket_ref socket, const recv_options& opt = {});
+[[nodiscard]] std::optional<message> zrecv_multipart(zmq::socket_ref socket, const recv_options& opt = {});
 
 /// The same three receives into a message the caller keeps, as libzmq's
 /// zmq_msg_recv reuses a zmq_msg_t: `into`'s tensors and envelope are
@@ -244,11 +225,11 @@ std::optional<message> zrecv_multipart(zmq::socket_ref socket, const recv_option
 /// thread's). Returns false where the others return nothing; `into` is
 /// then empty, and it is empty after an exception too. Otherwise the same
 /// contract as the form's function above.
-bool zrecv(zmq::socket_ref socket, message& into, const recv_options& opt = {});
+[[nodiscard]] bool zrecv(zmq::socket_ref socket, message& into, const recv_options& opt = {});
 /// `zrecv_single` into a message the caller keeps (see `zrecv(socket, into)`).
-bool zrecv_single(zmq::socket_ref socket, message& into, const recv_options& opt = {});
+[[nodiscard]] bool zrecv_single(zmq::socket_ref socket, message& into, const recv_options& opt = {});
 /// `zrecv_multipart` into a message the caller keeps (see `zrecv(socket, into)`).
-bool zrecv_multipart(zmq::socket_ref socket, message& into, const recv_options& opt = {});
+[[nodiscard]] bool zrecv_multipart(zmq::socket_ref socket, message& into, const recv_options& opt = {});
 
 /// Bounds what a peer can make `socket` allocate, as a `connection` does:
 /// sets ZMQ_MAXMSGSIZE to `l.max_bytes` plus 64 MiB (room for a single-part
@@ -280,3 +261,4 @@ zmq::socket_t bounded_socket(zmq::context_t& context, zmq::socket_type type, con
                              int recv_hwm = default_recv_hwm);
 
 }  // namespace tenbin
+TENBIN_API_END

@@ -24,6 +24,7 @@
 #include <memory>
 #include <optional>
 
+TENBIN_API_BEGIN
 namespace tenbin {
 
 /// The compression level `zstd_sink` uses unless told: zstd's default (3).
@@ -114,3 +115,4 @@ private:
 };
 
 }  // namespace tenbin
+TENBIN_API_END

@@ -3,10 +3,7 @@
 #include "connect/connect_detail.hpp"
 #include "connect/security_detail.hpp"
 
-#include <malloc.h>
-
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
@@ -276,26 +273,6 @@ std::optional<std::vector<tensor>> connection::receive(zmq::recv_flags flags) {
 
 void connection::close() {
     if (socket_) socket_.close();
-}
-
-bool reuse_large_allocations() noexcept {
-    static std::atomic<int> done{0};
-    if (done.load()) return done.load() > 0;
-    // No mmap-backed blocks: large blocks come from the heap and freed ones
-    // stay there (no trimming below 1 GiB of free top), so the next frame of
-    // the same size reuses pages that are already mapped.
-    //
-    // One arena: that alone is not enough, because libzmq allocates received
-    // frames on its I/O thread, and glibc gives such threads arenas whose
-    // heaps hold at most 64 MiB; a larger block there is mmap-ed whatever
-    // M_MMAP_MAX says (measured, tenbin-bench "batch": a 77 MB batch over tcp
-    // stayed at the page-fault wall, 1.9 GB/s, until threads shared the main
-    // arena). glibc honours the arena limit for threads that get an arena
-    // after this call; threads that already have one keep it.
-    const bool ok = mallopt(M_ARENA_MAX, 1) == 1 && mallopt(M_MMAP_MAX, 0) == 1 &&
-                    mallopt(M_TRIM_THRESHOLD, 1 << 30) == 1;
-    done.store(ok ? 1 : -1);
-    return ok;
 }
 
 }  // namespace tenbin

@@ -3,6 +3,9 @@
 
 #include "core/block_allocator.hpp"
 
+#include <malloc.h>
+
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -112,6 +115,23 @@ buffer buffer::slice(std::size_t offset, std::size_t length) const {
                                             std::to_string(length) + ") of a buffer of " +
                                             std::to_string(size_) + " bytes");
     return buffer(data_ + offset, length, keeper_, writable_);
+}
+
+bool reuse_large_allocations() noexcept {
+    static std::atomic<int> done{0};
+    if (done.load()) return done.load() > 0;
+    // No mmap-backed blocks: large blocks come from the heap and freed ones
+    // stay there (no trimming below 1 GiB of free top), so the next frame of
+    // the same size reuses pages that are already mapped.
+    //
+    // One arena: libzmq allocates received frames on its I/O thread, and
+    // glibc gives such threads arenas whose heaps hold at most 64 MiB; a
+    // larger block there is mmap-ed whatever M_MMAP_MAX says. glibc honours
+    // the arena limit for threads that get an arena after this call.
+    const bool ok = mallopt(M_ARENA_MAX, 1) == 1 && mallopt(M_MMAP_MAX, 0) == 1 &&
+                    mallopt(M_TRIM_THRESHOLD, 1 << 30) == 1;
+    done.store(ok ? 1 : -1);
+    return ok;
 }
 
 }  // namespace tenbin

@@ -1,5 +1,6 @@
 #include "core/chunk_plan.hpp"
 #include "core/codec_detail.hpp"
+#include "core/diagnostics.hpp"
 
 #include <tenbin/codec.hpp>
 

@@ -2,6 +2,7 @@
 
 #include "core/chunk_plan.hpp"
 #include "core/codec_detail.hpp"
+#include "core/diagnostics.hpp"
 
 #include <algorithm>
 #include <array>
@@ -18,9 +19,10 @@ static_assert(std::endian::native == std::endian::little,
 
 namespace {
 
+using detail::get_i64;
+using detail::str;
 using detail::throw_error;
-
-std::string str(std::uint64_t n) { return std::to_string(n); }
+using detail::with_context;
 
 // An str64: up to 8 characters, NUL padded, as its little-endian word.
 constexpr std::uint64_t str64_word(std::string_view s) noexcept {
@@ -31,12 +33,6 @@ constexpr std::uint64_t str64_word(std::string_view s) noexcept {
 }
 
 void put_u64(std::byte* p, std::uint64_t v) noexcept { std::memcpy(p, &v, 8); }
-
-std::int64_t get_i64(const std::byte* p) noexcept {
-    std::int64_t v;
-    std::memcpy(&v, p, 8);
-    return v;
-}
 
 // The dtype whose code is the str64 at `p`, or nothing. One word compare
 // per dtype (perf: parsing the text cost about 100 instructions a header):
@@ -65,18 +61,6 @@ std::string_view str64_text(const std::byte* p) noexcept {
     return {reinterpret_cast<const char*>(p), static_cast<std::size_t>(64 - std::countl_zero(w) + 7) / 8};
 }
 
-// Runs `f`; an error it throws gets `where()` in front of its message.
-// `where` is called only then: decode_list runs this once per received
-// tensor, and building the text there cost several allocations each.
-template <class W, class F>
-auto with_context(W&& where, F&& f) {
-    try {
-        return f();
-    } catch (const error& e) {
-        throw error(e.code(), where() + ": " + e.what());
-    }
-}
-
 }  // namespace
 
 // ---- headers --------------------------------------------------------------
@@ -98,14 +82,8 @@ void write_header(const tensor_view& t, std::byte* p) noexcept {
 void encode_header_into(const tensor_view& t, mutable_bytes out) {
     detail::check_dtype(t.dtype);
     detail::check_info(t.info);
-    if (t.ndim() > max_supported_rank)
-        throw_error(errc::bad_argument, "rank " + str(t.ndim()) + " exceeds the supported maximum of " +
-                                            str(max_supported_rank));
-    const std::uint64_t n = t.count();
-    if (n > UINT64_MAX / itemsize(t.dtype) || n * itemsize(t.dtype) != t.data.size())
-        throw_error(errc::bad_argument, "shape needs " + str(n) + " elements of " +
-                                            std::string(code(t.dtype)) + " but the data holds " +
-                                            str(t.data.size()) + " bytes");
+    detail::check_rank(t.ndim());
+    detail::check_data_size(t.dtype, t.count(), t.data.size());
     if (out.size() != header_size(t.ndim()))
         throw_error(errc::bad_argument, "header space of " + str(out.size()) + " bytes; rank " +
                                             str(t.ndim()) + " needs " + str(header_size(t.ndim())));
@@ -160,16 +138,7 @@ std::uint64_t decode_header_into(bytes_view h, const limits& lim, dtype& dtype_o
     while (!info.empty() && info.front() == '\0') info.remove_prefix(1);
     set_info(info);
 
-    const std::int64_t ndim = get_i64(p + 16);
-    const std::uint64_t words = (h.size() - 24) / 8;
-    if (ndim < 0 || static_cast<std::uint64_t>(ndim) != words)
-        throw_error(errc::bad_header, "ndim is " + std::to_string(ndim) + " but the header of " +
-                                          str(h.size()) + " bytes holds " + str(words) + " dims");
-    if (words > lim.max_rank || words > max_supported_rank)
-        throw_error(errc::limit_exceeded,
-                    "rank " + str(words) + " exceeds " +
-                        (words > lim.max_rank ? "limits::max_rank = " + str(lim.max_rank)
-                                              : "the supported maximum of " + str(max_supported_rank)));
+    const std::size_t words = detail::check_header_rank(get_i64(p + 16), h.size(), lim);
 
     shape.resize(words);
     std::uint64_t count = 1;
@@ -196,6 +165,19 @@ std::uint64_t decode_header_into(bytes_view h, const limits& lim, dtype& dtype_o
 }
 
 }  // namespace
+
+std::size_t detail::check_header_rank(std::int64_t ndim, std::uint64_t header_bytes, const limits& lim) {
+    const std::uint64_t words = (header_bytes - 24) / 8;
+    if (ndim < 0 || static_cast<std::uint64_t>(ndim) != words)
+        throw_error(errc::bad_header, "ndim is " + std::to_string(ndim) + " but the header of " +
+                                          str(header_bytes) + " bytes holds " + str(words) + " dims");
+    if (words > lim.max_rank || words > max_supported_rank)
+        throw_error(errc::limit_exceeded,
+                    "rank " + str(words) + " exceeds " +
+                        (words > lim.max_rank ? "limits::max_rank = " + str(lim.max_rank)
+                                              : "the supported maximum of " + str(max_supported_rank)));
+    return static_cast<std::size_t>(words);
+}
 
 tensor_header decode_header(bytes_view h, const limits& lim) {
     tensor_header out;

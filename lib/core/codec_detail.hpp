@@ -28,6 +28,11 @@ struct tensor_access {
     }
 };
 
+// The rank checks of a header of `header_bytes` bytes whose ndim field
+// reads `ndim`: the field matches the size, and the rank is within
+// `lim.max_rank` and max_supported_rank. Returns the rank.
+std::size_t check_header_rank(std::int64_t ndim, std::uint64_t header_bytes, const limits& lim);
+
 // Writes tensor i's header into `out` (header_size(ndim) bytes). A
 // `tensor` was checked when it was made (info, rank, size), so only views
 // are checked again (perf: re-checking cost about 150 instructions a

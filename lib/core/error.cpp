@@ -1,5 +1,6 @@
 #include <tenbin/error.hpp>
-#include <tenbin/tensor.hpp>
+
+#include "core/diagnostics.hpp"
 
 namespace tenbin {
 

@@ -2,6 +2,8 @@
 
 #include <tenbin/error.hpp>
 
+#include "core/diagnostics.hpp"
+
 #include <condition_variable>
 #include <cstdint>
 #include <cstdlib>

@@ -1,5 +1,7 @@
 #include <tenbin/tensor.hpp>
 
+#include "core/diagnostics.hpp"
+
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -32,11 +34,22 @@ void check_dtype(tenbin::dtype t) {
                     "dtype value " + std::to_string(static_cast<unsigned>(t)) + " is not one of the format's");
 }
 
+void check_rank(std::size_t ndim) {
+    if (ndim > max_supported_rank)
+        throw_error(errc::bad_argument, "rank " + str(ndim) + " exceeds the supported maximum of " +
+                                            str(max_supported_rank));
+}
+
+void check_data_size(tenbin::dtype t, std::uint64_t count, std::size_t bytes) {
+    if (count > UINT64_MAX / itemsize(t) || count * itemsize(t) != bytes)
+        throw_error(errc::bad_argument, "shape needs " + str(count) + " elements of " + std::string(code(t)) +
+                                            " but the data holds " + str(bytes) + " bytes");
+}
+
 std::uint64_t element_count(std::span<const std::int64_t> shape) {
     // A zero dimension anywhere makes the count 0 whatever the others say,
-    // as decode_header computes it: without this, a decoded header such as
-    // [2^62, 2^62, 0] made the tensor constructor throw bad_argument from
-    // inside the decoders (found by fuzz/fuzz_decode_header, _buffer, _list).
+    // as decode_header computes it, so that a decoded header such as
+    // [2^62, 2^62, 0] makes a tensor rather than overflowing here.
     bool has_zero = false;
     for (std::size_t i = 0; i < shape.size(); ++i) {
         if (shape[i] < 0)
@@ -93,16 +106,8 @@ tensor::tensor(tenbin::dtype t, shape_t shape, buffer data, std::string_view inf
     detail::check_dtype(t);
     detail::check_info(info);
     set_info(info);
-    if (shape_.size() > max_supported_rank)
-        detail::throw_error(errc::bad_argument, "rank " + std::to_string(shape_.size()) +
-                                                    " exceeds the supported maximum of " +
-                                                    std::to_string(max_supported_rank));
-    const std::uint64_t n = detail::element_count(shape_);
-    if (n > UINT64_MAX / itemsize(t) || n * itemsize(t) != data_.size())
-        detail::throw_error(errc::bad_argument,
-                            "shape needs " + std::to_string(n) + " elements of " +
-                                std::string(code(t)) + " but the data holds " +
-                                std::to_string(data_.size()) + " bytes");
+    detail::check_rank(shape_.size());
+    detail::check_data_size(t, detail::element_count(shape_), data_.size());
 }
 
 tensor tensor::zeros(tenbin::dtype t, shape_t shape, std::string_view info) {

@@ -1,6 +1,8 @@
 // DLPack export and import over tensor and buffer; no copy of tensor data.
 #include <tenbin/dlpack.hpp>
 
+#include "core/diagnostics.hpp"
+
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -154,12 +156,8 @@ tensor from_dlpack(DLManagedTensor* mt, std::string info) {
                                            std::to_string(max_supported_rank));
     if (dl.ndim > 0 && !dl.shape) throw_error(errc::bad_argument, "from_dlpack: null shape");
     shape_t shape(dl.shape, dl.shape + dl.ndim);
-    std::uint64_t count = 0;
-    try {
-        count = detail::element_count(shape);  // negative dimensions, overflow
-    } catch (const error& e) {
-        throw_error(e.code(), std::string("from_dlpack: ") + e.what());
-    }
+    // Negative dimensions, overflow.
+    const std::uint64_t count = detail::with_context("from_dlpack", [&] { return detail::element_count(shape); });
     // No object is larger than PTRDIFF_MAX bytes; checked before the
     // strides, whose running products then cannot overflow.
     if (count > static_cast<std::uint64_t>(PTRDIFF_MAX) / itemsize(t))

@@ -6,7 +6,8 @@
 #endif
 
 #include "core/chunk_plan.hpp"
-#include "io/sys_error.hpp"
+#include "core/diagnostics.hpp"
+#include "io/io_detail.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -31,8 +32,7 @@ namespace {
 using detail::throw_error;
 using detail::throw_io_error;
 using detail::in_quotes;
-
-std::string str(std::uint64_t n) { return std::to_string(n); }
+using detail::str;
 
 // Closes on every path out; close errors matter only after writing, where
 // save() closes explicitly.
@@ -100,11 +100,7 @@ bool compressed(const std::filesystem::path& p, const file_options& opt) {
 // Runs `f`; a tenbin error it throws gets the file name in front.
 template <class F>
 auto about_file(const std::filesystem::path& p, F&& f) {
-    try {
-        return f();
-    } catch (const error& e) {
-        throw error(e.code(), in_quotes(p) + ": " + e.what());
-    }
+    return detail::with_context([&] { return in_quotes(p); }, f);
 }
 
 std::uint64_t saturating_add(std::uint64_t a, std::uint64_t b) noexcept {

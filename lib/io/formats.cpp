@@ -1,6 +1,6 @@
 // What the conversion formats share, and load_any/save_any.
 #include "io/formats_detail.hpp"
-#include "io/sys_error.hpp"
+#include "io/io_detail.hpp"
 
 #include <algorithm>
 #include <set>
@@ -30,16 +30,14 @@ std::vector<std::byte> byte_plan::concat() const {
 
 void write_plan(const std::filesystem::path& path, const byte_plan& plan) {
     write_file(path, [&](int fd) {
-        try {
+        with_context([&] { return in_quotes(path); }, [&] {
             fd_sink out(fd);
             // writev takes at most IOV_MAX pieces at a time; fd_sink handles
             // any number, but hand it bounded batches all the same.
             const auto pieces = plan.pieces();
             for (std::size_t i = 0; i < pieces.size(); i += 512)
                 out.write(pieces.subspan(i, std::min<std::size_t>(512, pieces.size() - i)));
-        } catch (const error& e) {
-            throw error(e.code(), in_quotes(path) + ": " + e.what());
-        }
+        });
     });
 }
 

@@ -4,7 +4,8 @@
 
 #include <tenbin/formats.hpp>
 
-#include "sys_error.hpp"  // beside this header: tests include it by path
+#include "core/diagnostics.hpp"
+#include "io/io_detail.hpp"
 
 #include <cstdint>
 #include <cstring>
@@ -64,16 +65,6 @@ bool valid_utf8(std::string_view s) noexcept;
 bool fits_info(std::string_view name) noexcept;
 // A named_tensor whose tensor's info is its name when that fits.
 named_tensor make_named(std::string name, tensor t);
-
-// Runs `f`; a tenbin error it throws gets `where: ` in front.
-template <class F>
-auto with_context(const std::string& where, F&& f) {
-    try {
-        return f();
-    } catch (const error& e) {
-        throw error(e.code(), where + ": " + e.what());
-    }
-}
 
 // Little-endian fields, read from bytes the caller has bounds-checked.
 inline std::uint64_t get_le(const std::byte* p, std::size_t n) noexcept {

@@ -14,11 +14,11 @@ namespace tenbin {
 namespace {
 
 using detail::in_quotes;
+using detail::str;
 using detail::throw_error;
 
 constexpr char npy_magic[6] = {'\x93', 'N', 'U', 'M', 'P', 'Y'};
 
-std::string str(std::uint64_t n) { return std::to_string(n); }
 
 // NumPy's descr of each dtype, little endian ('|' for single bytes).
 constexpr std::array<std::string_view, 11> descrs = {"<f2", "<f4", "<f8", "|i1", "<i2", "<i4",
@@ -325,13 +325,8 @@ tensor decode_npy_part(const buffer& bytes, const format_options& opt) {
 namespace {
 
 detail::byte_plan plan_npy(const tensor_view& t) {
-    if (t.ndim() > max_supported_rank)
-        throw_error(errc::bad_argument, "rank " + str(t.ndim()) + " exceeds the supported maximum of " +
-                                            str(max_supported_rank));
-    const std::uint64_t n = t.count();
-    if (n > UINT64_MAX / itemsize(t.dtype) || n * itemsize(t.dtype) != t.data.size())
-        throw_error(errc::bad_argument, "shape needs " + str(n) + " elements of " + std::string(code(t.dtype)) +
-                                            " but the data holds " + str(t.data.size()) + " bytes");
+    detail::check_rank(t.ndim());
+    detail::check_data_size(t.dtype, t.count(), t.data.size());
     detail::byte_plan plan;
     plan.add_owned(detail::npy_header(t));
     plan.add_view(t.data);

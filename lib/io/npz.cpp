@@ -23,9 +23,8 @@ namespace {
 using detail::get_le;
 using detail::put_le;
 using detail::in_quotes;
+using detail::str;
 using detail::throw_error;
-
-std::string str(std::uint64_t n) { return std::to_string(n); }
 
 constexpr std::uint32_t local_sig = 0x04034b50;
 constexpr std::uint32_t central_sig = 0x02014b50;

@@ -16,8 +16,8 @@ namespace tenbin {
 namespace {
 
 using detail::in_quotes;
+using detail::str;
 using detail::throw_error;
-std::string str(std::uint64_t n) { return std::to_string(n); }
 
 constexpr std::string_view metadata_key = "__metadata__";
 

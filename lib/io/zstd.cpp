@@ -1,6 +1,8 @@
 // zstd layers over sinks and sources (zstd's streaming API).
 #include <tenbin/zstd.hpp>
 
+#include "core/diagnostics.hpp"
+
 #include <zstd.h>
 
 #include <string>

@@ -1,6 +1,7 @@
 #include <tenbin/sctp.hpp>
 
 #include "core/chunk_plan.hpp"
+#include "core/diagnostics.hpp"
 #include "transport/sctp_parts.hpp"
 
 #include <netinet/in.h>
@@ -20,6 +21,7 @@ namespace tenbin {
 
 namespace {
 
+using detail::str;
 using detail::throw_error;
 
 // RFC 6458's flag for an event delivered in place of data. Linux's value;
@@ -33,8 +35,6 @@ constexpr int notification_flag = 0;
 #endif
 
 constexpr std::size_t default_first_part = 64 * 1024;
-
-std::string str(std::uint64_t n) { return std::to_string(n); }
 
 [[noreturn]] void throw_errno(const char* what, int e) {
     if (e == EAGAIN || e == EWOULDBLOCK)

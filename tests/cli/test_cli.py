@@ -282,6 +282,14 @@ class Arguments(unittest.TestCase):
             self.assertEqual(r.returncode, 0)
             self.assertIn(b"Usage: tenbin " + cmd.encode(), r.stdout)
 
+    def test_version_is_the_projects(self):
+        # The version meson.build declares, not one written into the tool.
+        with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "meson.build")) as f:
+            version = re.search(r"version:\s*'([^']+)'", f.read()).group(1)
+        r = run("--version")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout.strip(), b"tenbin " + version.encode())
+
     def test_bad_arguments_fail_with_a_message(self):
         for args in ([], ["info"], ["nonsense"], ["send", "tcp://127.0.0.1:1"],
                      ["recv", "tcp://127.0.0.1:1", "--count", "0"],

@@ -167,7 +167,8 @@ int run_pub(const args& a) {
     tenbin::connection c(a.url, o);
     std::cout << "endpoint " << c.endpoints().at(0).address << std::endl;
     std::this_thread::sleep_for(std::chrono::milliseconds(a.delay_ms));
-    for (std::uint64_t i = 0; i < a.count; ++i) c.send(faults::make_message(a.tag, a.from + i, a.bytes));
+    for (std::uint64_t i = 0; i < a.count; ++i)
+        if (!c.send(faults::make_message(a.tag, a.from + i, a.bytes))) return 1;
     std::cout << "published " << a.count << std::endl;
     return 0;
 }

@@ -275,7 +275,7 @@ std::vector<tensor> read_fd(int fd, const limits& lim) {
 
 }  // namespace
 
-std::vector<tensor> load_any(const std::string& path, const limits& lim) {
+std::vector<tensor> load_message(const std::string& path, const limits& lim) {
     if (path == "-") return read_fd(STDIN_FILENO, lim);
     // Their names need not fit a tenbin info: say what to do, not bad_magic.
     if (const auto f = format_of(path); f && *f != file_format::ten)
@@ -304,7 +304,7 @@ std::vector<tensor> load_any(const std::string& path, const limits& lim) {
 std::vector<std::vector<tensor>> load_messages(const std::string& path, std::vector<std::string>* names) {
     std::vector<std::vector<tensor>> out;
     if (!is_shard(path)) {
-        out.push_back(load_any(path));
+        out.push_back(load_message(path));
         if (names) names->push_back(path);
         return out;
     }

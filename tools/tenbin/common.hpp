@@ -120,10 +120,10 @@ std::string printable(std::string_view text);
 /// no copy); "-" reads standard input as a stream. Throws tenbin::error, a
 /// usage_error for a name of another format (.npy, .npz, .safetensors).
 /// `lim` bounds what the file may make the tool allocate (--max-bytes).
-std::vector<tensor> load_any(const std::string& path, const limits& lim = {});
+std::vector<tensor> load_message(const std::string& path, const limits& lim = {});
 
 /// The messages a file holds: each .ten member of a .tar shard, in order
-/// (see shard.hpp), or the one message of any other file (load_any). With
+/// (see shard.hpp), or the one message of any other file (load_message). With
 /// `names`, one name per message: "FILE:MEMBER" for a shard, FILE otherwise.
 std::vector<std::vector<tensor>> load_messages(const std::string& path, std::vector<std::string>* names = nullptr);
 

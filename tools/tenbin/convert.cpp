@@ -46,7 +46,7 @@ safetensors_metadata merged(safetensors_metadata from_input, const std::vector<s
 
 bool fits_info(const std::string& name) {
     try {
-        detail::check_info(name);
+        (void)tensor().with_info(name);  // the library's info check
         return true;
     } catch (const tenbin::error&) {
         return false;

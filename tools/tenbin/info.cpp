@@ -29,7 +29,7 @@ struct contents {
 
 contents read_contents(const std::string& file, const limits& lim) {
     const std::optional<file_format> format = file == "-" ? std::nullopt : format_of(file);
-    if (!format || *format == file_format::ten) return {load_any(file, lim), std::nullopt, {}};
+    if (!format || *format == file_format::ten) return {load_message(file, lim), std::nullopt, {}};
     named_file named = load_named(file, lim);
     contents out;
     out.metadata = std::move(named.metadata);

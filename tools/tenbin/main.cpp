@@ -2,6 +2,8 @@
 // (.ten files, ZeroMQ messages), compatible with Python tensorcom/webdataset.
 #include "common.hpp"
 
+#include <tenbin/config.hpp>
+
 #include <exception>
 #include <iostream>
 #include <sstream>
@@ -41,7 +43,7 @@ int main(int argc, char** argv) {
         "tenbin: lists of tensors in the tenbin format of Python tensorcom and webdataset,\n"
         "in .ten files and over ZeroMQ.",
         "tenbin"};
-    app.set_version_flag("--version", "tenbin 0.1.0");
+    app.set_version_flag("--version", "tenbin " TENBIN_VERSION);  // the project's, from config.hpp
     app.require_subcommand(1);
 
     // One line per subcommand; each lives in its own file.

@@ -7,6 +7,8 @@
 #include <tenbin/io.hpp>
 
 #include "core/chunk_plan.hpp"
+#include "core/codec_detail.hpp"
+#include "core/diagnostics.hpp"
 
 #include <algorithm>
 #include <array>
@@ -17,21 +19,16 @@ namespace tenbin {
 
 namespace {
 
+using detail::get_i64;
+using detail::str;
 using detail::throw_error;
-
-std::string str(std::uint64_t n) { return std::to_string(n); }
+using detail::with_context;
 
 // The first block for a payload whose size the source cannot vouch for;
 // storage then doubles as bytes arrive, so memory follows the real input.
 constexpr std::size_t first_block = std::size_t{64} << 20;
 // Scratch used to read past bytes that are checked but not kept.
 constexpr std::size_t skip_block = std::size_t{64} << 10;
-
-std::int64_t get_i64(const std::byte* p) noexcept {
-    std::int64_t v;
-    std::memcpy(&v, p, 8);
-    return v;
-}
 
 // A chunk whose preamble has been read: where it starts and its length.
 struct chunk_info {
@@ -144,11 +141,7 @@ tensor_header read_header(chunk_reader& r, const chunk_info& c, const limits& li
         const auto n = static_cast<std::size_t>(c.length);
         if (r.read_full({h.data(), n}) < n) r.truncated(c);
         r.skip_padding(c);
-        try {
-            return decode_header({h.data(), n}, lim);
-        } catch (const error& e) {
-            throw error(e.code(), where + ": " + e.what());
-        }
+        return with_context(where, [&] { return decode_header({h.data(), n}, lim); });
     }
     if (c.length % 8 != 0)
         throw_error(errc::bad_header, where + ": header of " + str(c.length) +
@@ -157,20 +150,12 @@ tensor_header read_header(chunk_reader& r, const chunk_info& c, const limits& li
     const std::int64_t ndim = get_i64(h.data() + 16);
     // Check dtype and info the way decode_header does, as a rank-0 header.
     std::memset(h.data() + 16, 0, 8);
-    try {
+    with_context(where, [&] {
         (void)decode_header({h.data(), 24}, lim);
-    } catch (const error& e) {
-        throw error(e.code(), where + ": " + e.what());
-    }
-    const std::uint64_t words = (c.length - 24) / 8;
-    if (ndim < 0 || static_cast<std::uint64_t>(ndim) != words)
-        throw_error(errc::bad_header, where + ": ndim is " + std::to_string(ndim) + " but the header of " +
-                                          str(c.length) + " bytes holds " + str(words) + " dims");
-    if (words > lim.max_rank)
-        throw_error(errc::limit_exceeded, where + ": rank " + str(words) +
-                                              " exceeds limits::max_rank = " + str(lim.max_rank));
-    throw_error(errc::bad_header, where + ": rank " + str(words) + " exceeds the supported maximum of " +
-                                      str(max_supported_rank));
+        // The length is past the largest allowed header: this throws.
+        (void)detail::check_header_rank(ndim, c.length, lim);
+    });
+    throw_error(errc::bad_header, where + ": header of " + str(c.length) + " bytes exceeds the largest allowed");
 }
 
 }  // namespace

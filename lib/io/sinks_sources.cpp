@@ -1,7 +1,8 @@
 // The sink and source adapters of io.hpp.
 #include <tenbin/io.hpp>
 
-#include "io/sys_error.hpp"
+#include "core/diagnostics.hpp"
+#include "io/io_detail.hpp"
 
 #include <algorithm>
 #include <cerrno>
@@ -42,9 +43,8 @@ std::string in_quotes(const std::filesystem::path& p) { return in_quotes(p.strin
 
 namespace {
 
+using detail::str;
 using detail::throw_io_error;
-
-std::string str(std::uint64_t n) { return std::to_string(n); }
 
 // Linux reads and writes at most this much per call anyway; asking for more
 // only risks ssize_t overflow on other systems.
