@@ -19,6 +19,7 @@ import shlex
 import subprocess
 import sys
 import tempfile
+import textwrap
 
 PRELUDE = """
 #include <zmq.hpp>
@@ -29,7 +30,7 @@ template <class... Args> void fill(Args&&...) {}
 template <class... Args> void train(Args&&...) {}
 """
 
-FENCE = re.compile(r"^```(\w*)\s*$")
+FENCE = re.compile(r"^\s*```(\w*)\s*$")  # indented too (blocks in lists)
 
 
 def blocks(path):
@@ -40,7 +41,7 @@ def blocks(path):
             m = FENCE.match(line.rstrip("\n"))
             if lang is None and m:
                 lang, start, body = m.group(1), number + 1, []
-            elif lang is not None and line.rstrip("\n") == "```":
+            elif lang is not None and line.strip() == "```":
                 found.append((lang, start, body))
                 lang = None
             elif lang is not None:
@@ -106,7 +107,7 @@ def main():
             ok, err = run.returncode == 0, run.stderr
         elif lang == "python":
             try:
-                compile("".join(body), f"{readme}:{start}", "exec")
+                compile(textwrap.dedent("".join(body)), f"{readme}:{start}", "exec")
                 ok, err = True, ""
             except SyntaxError as e:
                 ok, err = False, f"{readme}:{start - 1 + (e.lineno or 1)}: {e.msg}"
