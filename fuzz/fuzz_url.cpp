@@ -1,9 +1,16 @@
 // libFuzzer target: connection URLs. Each input line is brace-expanded and
 // parsed alone and with explicit options; then all lines are parsed as the
 // URLs of one socket. Only bad_url may be thrown; expansions stay within
-// their documented bound; an accepted URL gives a tcp, ipc or inproc
-// endpoint.
+// their bound; an accepted URL gives a tcp, ipc or inproc endpoint.
+//
+// Expansion runs under a bound of 1,024 (the library's is 65,536, tested in
+// test_url.cpp): the same code, but an input that reaches the bound costs
+// microseconds, not the milliseconds of 65,536 strings, which held the
+// target to a few thousand executions a second. Lines over it are left out
+// of parse_urls, which would expand them to 65,536.
 #include "common.hpp"
+
+#include "connect/url_detail.hpp"
 
 #include <tenbin/url.hpp>
 
@@ -11,6 +18,8 @@
 #include <string_view>
 
 namespace {
+
+constexpr std::size_t fuzz_max_expansions = 1024;
 
 void check_url_error(const tenbin::error& e) {
     if (e.code() != tenbin::errc::bad_url) fuzz::fail("URL code threw a class other than bad_url:", e.what());
@@ -37,15 +46,19 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
 
     const tenbin::url_options options[] = {
         {}, {.kind = tenbin::socket_kind::pull}, {.kind = tenbin::socket_kind::sub, .bind = true}};
+    std::vector<std::string> within;  // the lines that expand within the fuzz bound
     for (const std::string& line : lines) {
         try {
-            const auto expanded = tenbin::brace_expand(line);
-            if (expanded.size() > 65536) fuzz::fail("brace expansion above its bound");
+            const auto expanded = tenbin::detail::brace_expand(line, fuzz_max_expansions);
+            if (expanded.size() > fuzz_max_expansions) fuzz::fail("brace expansion above its bound");
             if (line.find_first_of("{}") == std::string::npos &&
                 (expanded.size() != 1 || expanded[0] != line))
                 fuzz::fail("text without braces did not come back as it was");
+            within.push_back(line);
         } catch (const tenbin::error& e) {
             check_url_error(e);
+            // Refused for another reason than its size: as cheap to refuse again.
+            if (std::string_view(e.what()).find("more than") == std::string_view::npos) within.push_back(line);
         }
         for (const auto& o : options) {
             try {
@@ -59,7 +72,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         }
     }
     try {
-        const auto eps = tenbin::parse_urls(lines, {});
+        if (within.empty()) return 0;
+        const auto eps = tenbin::parse_urls(within, {});
         if (eps.empty()) fuzz::fail("parse_urls returned no endpoint");
         for (const auto& ep : eps) {
             check_endpoint(ep);

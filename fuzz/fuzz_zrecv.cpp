@@ -16,6 +16,7 @@
 
 #include <tenbin/zmq.hpp>
 
+#include <cerrno>
 #include <cstring>
 #include <optional>
 #include <string>
@@ -39,6 +40,20 @@ struct pair_of_sockets {
         tx.set(zmq::sockopt::sndtimeo, 2000);
     }
 };
+
+// libFuzzer's timer signal (-timeout) can interrupt a send (EINTR, which
+// cppzmq throws) on a busy machine; the library's sends start again, and so
+// does this one. A frame interrupted was not sent.
+void send_frame(zmq::socket_t& tx, const std::string& frame, zmq::send_flags flags) {
+    for (;;) {
+        try {
+            (void)tx.send(zmq::buffer(frame), flags);
+            return;
+        } catch (const zmq::error_t& e) {
+            if (e.num() != EINTR) throw;
+        }
+    }
+}
 
 pair_of_sockets& sockets() {
     static pair_of_sockets* s = new pair_of_sockets;  // never destroyed: libFuzzer exits without unwinding
@@ -186,7 +201,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
 
     pair_of_sockets& s = sockets();
     for (std::size_t i = 0; i < frames.size(); ++i)
-        s.tx.send(zmq::buffer(frames[i]), i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+        send_frame(s.tx, frames[i], i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
     static const std::vector<tenbin::tensor> sentinel = {
         tenbin::tensor::from_vector(std::vector<float>{1, 2, 3, 4, 5, 6}, {2, 3}, "sentinel"),
         tenbin::tensor::from_vector(std::vector<std::int16_t>{7}, {}, "tail")};

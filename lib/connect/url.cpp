@@ -1,6 +1,8 @@
 #include <tenbin/error.hpp>
 #include <tenbin/url.hpp>
 
+#include "connect/url_detail.hpp"
+
 #include <algorithm>
 #include <cctype>
 #include <charconv>
@@ -12,7 +14,7 @@ namespace {
 
 // Expansion stops here: a URL list is for a few dozen endpoints, and a
 // hostile pattern like "{1..99999}{1..99999}" must not eat memory.
-constexpr std::size_t max_expansions = 65536;
+constexpr std::size_t default_max_expansions = 65536;
 
 [[noreturn]] void bad_url(std::string_view url, const std::string& why) {
     throw error(errc::bad_url, "'" + std::string(url) + "': " + why);
@@ -70,7 +72,8 @@ std::optional<long long> to_number(std::string_view s) {
 // to int 0 (an endless loop filling memory) and a step or bound of
 // -9223372036854775808 was negated (undefined). Fixed for the fuzz target
 // fuzz/fuzz_url.cpp; see tests/test_hostile.cpp.
-std::optional<std::vector<std::string>> expand_range(std::string_view inner, std::string_view whole) {
+std::optional<std::vector<std::string>> expand_range(std::string_view inner, std::string_view whole,
+                                                     std::size_t max_expansions) {
     using u64 = unsigned long long;
     const auto magnitude = [](long long v) { return v < 0 ? 0ULL - static_cast<u64>(v) : static_cast<u64>(v); };
     const std::size_t dots = inner.find("..");
@@ -99,7 +102,8 @@ std::optional<std::vector<std::string>> expand_range(std::string_view inner, std
     const bool up = a <= b;
     const u64 span = up ? static_cast<u64>(b) - static_cast<u64>(a) : static_cast<u64>(a) - static_cast<u64>(b);
     if (span / step >= max_expansions)
-        bad_url(whole, "range {" + std::string(inner) + "} has more than 65536 items");
+        bad_url(whole, "range {" + std::string(inner) + "} has more than " + std::to_string(max_expansions) +
+                           " items");
     const u64 count = span / step + 1;
     // Zero padding: "{08..11}" gives 08 09 10 11, as Python's braceexpand does.
     const bool padded = numeric && ((from.size() > 1 && from[0] == '0') || (to.size() > 1 && to[0] == '0'));
@@ -121,7 +125,8 @@ std::optional<std::vector<std::string>> expand_range(std::string_view inner, std
     return out;
 }
 
-void expand_into(std::string_view pattern, std::string_view whole, std::vector<std::string>& out) {
+void expand_into(std::string_view pattern, std::string_view whole, std::vector<std::string>& out,
+                 std::size_t max_expansions) {
     const std::size_t open = pattern.find('{');
     if (open == std::string_view::npos) {
         if (pattern.find('}') != std::string_view::npos) bad_url(whole, "unbalanced '}'");
@@ -138,19 +143,19 @@ void expand_into(std::string_view pattern, std::string_view whole, std::vector<s
     std::vector<std::string> middles;
     const auto alternatives = top_level_alternatives(inner);
     if (alternatives.size() > 1) {
-        for (std::string_view alt : alternatives) expand_into(alt, whole, middles);
-    } else if (auto range = expand_range(inner, whole)) {
+        for (std::string_view alt : alternatives) expand_into(alt, whole, middles, max_expansions);
+    } else if (auto range = expand_range(inner, whole, max_expansions)) {
         middles = std::move(*range);
     } else {
         // A group with neither commas nor a range stays literal, braces and all.
         std::vector<std::string> inside;
-        expand_into(inner, whole, inside);
+        expand_into(inner, whole, inside, max_expansions);
         for (auto& s : inside) middles.push_back("{" + s + "}");
     }
     std::vector<std::string> tails;
-    expand_into(suffix, whole, tails);
+    expand_into(suffix, whole, tails, max_expansions);
     if (middles.size() * tails.size() + out.size() > max_expansions)
-        bad_url(whole, "expands to more than 65536 URLs");
+        bad_url(whole, "expands to more than " + std::to_string(max_expansions) + " URLs");
     for (const auto& m : middles)
         for (const auto& t : tails) out.push_back(std::string(prefix) + m + t);
 }
@@ -188,10 +193,14 @@ bool binds_by_default(socket_kind kind) noexcept {
 }
 
 std::vector<std::string> brace_expand(std::string_view pattern) {
+    return detail::brace_expand(pattern, default_max_expansions);
+}
+
+std::vector<std::string> detail::brace_expand(std::string_view pattern, std::size_t max_expansions) {
     if (std::count(pattern.begin(), pattern.end(), '{') > static_cast<std::ptrdiff_t>(max_brace_groups))
         bad_url(pattern, "more than 256 brace groups");
     std::vector<std::string> out;
-    expand_into(pattern, pattern, out);
+    expand_into(pattern, pattern, out, max_expansions);
     return out;
 }
 
