@@ -87,6 +87,22 @@ private:
     std::size_t step_;
 };
 
+// Returns the first `first` bytes in one read, then the rest.
+class split_source final : public source {
+public:
+    split_source(source& inner, std::size_t first) : inner_(inner), first_(first) {}
+    std::size_t read_some(mutable_bytes out) override {
+        if (first_ == 0) return inner_.read_some(out);
+        const std::size_t n = inner_.read_some(out.first(std::min(out.size(), first_)));
+        first_ -= n;
+        return n;
+    }
+
+private:
+    source& inner_;
+    std::size_t first_;
+};
+
 // Writes each piece byte by byte, to check that the sink does not depend on
 // how writes are cut.
 void write_in_bytes(sink& s, bytes_view all) {
@@ -305,6 +321,27 @@ TEST_CASE("corrupt compressed input is an io_error naming zstd's reason; the sou
         bad.back() ^= std::byte{0x40};
         const std::string text = error_text_of([&] { (void)decompress(bad); });
         CHECK(text.find("checksum") != std::string::npos);
+    }
+    SUBCASE("a frame that is not zstd, whatever the reads' sizes") {
+        // libzstd alone, given this one byte and then the rest, ends an
+        // empty legacy frame; the source checks the magic number first.
+        const std::vector<std::uint8_t> raw = {0x28, 0x27, 0xb5, 0x2f, 0xfd, 0x01, 0x00, 0x00, 0xe9, 0xd8, 0x51};
+        std::vector<std::byte> bytes(raw.size());
+        std::transform(raw.begin(), raw.end(), bytes.begin(), [](std::uint8_t b) { return std::byte(b); });
+        for (std::size_t split = 1; split <= bytes.size(); ++split) {
+            CAPTURE(split);
+            memory_source ms(bytes);
+            split_source cut(ms, split);
+            zstd_source z(cut);
+            std::vector<std::byte> buf(64);
+            const std::string text = error_text_of([&] { while (z.read_some(buf) > 0) {} });
+            CHECK(text.find("Unknown frame descriptor") != std::string::npos);
+        }
+        // A good stream read one byte at a time still passes its magic.
+        memory_source ms(good);
+        trickle_source one(ms, 1);
+        zstd_source z(one);
+        check_same(read(z), in);
     }
     SUBCASE("garbage after the last frame") {
         auto bad = good;
