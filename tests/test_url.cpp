@@ -97,6 +97,17 @@ TEST_CASE("malformed URLs say what is wrong") {
     }
 }
 
+TEST_CASE("a refused URL is quoted with its control bytes escaped and its length bounded") {
+    // what() is read as a C string: a NUL in the URL must not cut the reason off.
+    const std::string with_nul("//{0\0}{1..99999}", 16);
+    const std::string text = error_text([&] { (void)brace_expand(with_nul); });
+    CHECK(text.find("'//{0\\x00}{1..99999}'") != std::string::npos);
+    CHECK(text.find("more than 65536") != std::string::npos);
+    const std::string text2 = error_text([&] { (void)parse_url(std::string(5000, 'z') + "\n"); });
+    CHECK(text2.size() < 400);
+    CHECK(text2.find("(5001 bytes)") != std::string::npos);
+}
+
 TEST_CASE("URLs read as tensorcom's urlparse reads them: scheme case, #topic, path and query") {
     // urlparse lowercases the scheme; the address keeps its case.
     const endpoint upper = parse_url("ZPULL://Host:7880");

@@ -16,8 +16,26 @@ namespace {
 // hostile pattern like "{1..99999}{1..99999}" must not eat memory.
 constexpr std::size_t default_max_expansions = 65536;
 
+// The URL as a message quotes it: control bytes escaped (a NUL would end
+// the message where what() is read as a C string), long ones cut.
+std::string quoted_url(std::string_view url) {
+    constexpr std::size_t max_shown = 256;
+    std::string out = "'";
+    for (char c : url.substr(0, max_shown)) {
+        const auto u = static_cast<unsigned char>(c);
+        if (u >= 0x20 && u != 0x7f) {
+            out += c;
+            continue;
+        }
+        constexpr char hex[] = "0123456789abcdef";
+        out += {'\\', 'x', hex[u >> 4], hex[u & 15]};
+    }
+    out += url.size() > max_shown ? "'... (" + std::to_string(url.size()) + " bytes)" : "'";
+    return out;
+}
+
 [[noreturn]] void bad_url(std::string_view url, const std::string& why) {
-    throw error(errc::bad_url, "'" + std::string(url) + "': " + why);
+    throw error(errc::bad_url, quoted_url(url) + ": " + why);
 }
 
 // Expansion recurses per group: patterns with deeper nesting or more
