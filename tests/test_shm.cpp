@@ -326,7 +326,11 @@ namespace {
 struct tap {
     zmq::context_t ctx{1};
     std::string name = fresh_name();
-    connection push{"zpush+shm://" + name, timeouts()};
+    connection push{"zpush+shm://" + name, [] {
+        connection_options o = timeouts();
+        o.linger = 100ms;  // messages refused before their claim are never claimed
+        return o;
+    }()};
     zmq::socket_t in{ctx, zmq::socket_type::pull};
     tap() { in.bind("ipc://" + name); }
     std::vector<zmq::message_t> next(tensor_span t) {
