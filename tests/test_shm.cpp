@@ -136,6 +136,25 @@ TEST_CASE("PUSH/PULL across processes: pool tensors and copied-in ones arrive in
     for (std::size_t i = 0; i < kept.size(); ++i) CHECK(check_batch(kept[i]) == static_cast<std::int32_t>(10 * (i + 1)));
 }
 
+TEST_CASE("a loader receives +shm batches on its thread; the consumer releases them") {
+    const std::string name = fresh_name();
+    loader_options lo;
+    lo.connection = timeouts();
+    loader l("zpull+shm://" + name, lo);
+    const pid_t child = spawn([&] {
+        connection push("zpush+shm://" + name, timeouts());
+        for (std::int32_t k = 1; k <= 30; ++k)
+            if (!push.send(batch(push, k))) throw std::runtime_error("send timed out");
+        push.close();
+    });
+    for (std::int32_t k = 1; k <= 30; ++k) {
+        auto m = l.next(10s);
+        REQUIRE(m);
+        CHECK(check_batch(*m) == k);
+    }
+    CHECK(wait_exit(child) == 0);
+}
+
 TEST_CASE("PAIR both ways across processes") {
     const std::string name = fresh_name();
     connection_options o = timeouts();
@@ -241,6 +260,9 @@ TEST_CASE("a receiver killed while holding tensors does not pin the pool") {
     const std::string name = fresh_name();
     connection_options o = timeouts();
     o.shm_pool_bytes = 5u << 20;  // three messages of 1.5 MiB, and not a fourth
+    // Messages ZeroMQ queued to the dead peer before it noticed are lost
+    // unclaimed: the lease gives them up.
+    o.shm_lease = 2s;
     connection push("zrpush+shm://" + name, o);
     int ready[2];
     REQUIRE(::pipe(ready) == 0);
