@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -33,21 +34,22 @@ std::string fresh_name() {
     return "/tmp/tenbin-test-shm-" + std::to_string(::getpid()) + "-" + std::to_string(n++);
 }
 
-// Runs `body` in a child process; its exit code is 0 when it returned
-// normally, 1 when it threw.
-pid_t spawn(const std::function<void()>& body) {
+// Runs peer `role` (see the "shm peer" case below) in a child process: a
+// fresh exec of this binary, since a forked copy of a threaded process
+// cannot start threads of its own under ThreadSanitizer. Its exit code is
+// 0 when the role succeeded, 1 when it threw.
+pid_t spawn(const std::string& role) {
+    const std::string env = "TENBIN_SHM_PEER=" + role;
+    std::vector<char*> envp;
+    for (char** e = environ; *e; ++e) envp.push_back(*e);
+    envp.push_back(const_cast<char*>(env.c_str()));
+    envp.push_back(nullptr);
     const pid_t pid = ::fork();
     REQUIRE(pid >= 0);
     if (pid == 0) {
-        int code = 0;
-        try {
-            body();
-        } catch (const std::exception& e) {
-            std::fprintf(stderr, "child: %s\n", e.what());
-            code = 1;
-        }
-        std::fflush(stderr);
-        ::_exit(code);
+        ::execle("/proc/self/exe", "test-shm", "--test-case=shm peer", "--no-intro", static_cast<char*>(nullptr),
+                 envp.data());
+        ::_exit(127);
     }
     return pid;
 }
@@ -104,6 +106,77 @@ connection_options timeouts() {
 
 }  // namespace
 
+// The far ends, in processes of their own (see spawn); nothing unless
+// TENBIN_SHM_PEER names a role: ROLE NAME COUNT [FD].
+//   push: sends COUNT batches (0: for ever), then closes
+//   pull: receives COUNT batches (connecting), checking each
+//   pair: answers COUNT batches with batches of k + 1000 from its own pool
+//   sub:  keeps COUNT increasing batches, then checks them all again
+//   hold: receives COUNT batches (connecting), writes to FD, holds them
+TEST_CASE("shm peer") {
+    const char* spec = std::getenv("TENBIN_SHM_PEER");
+    if (!spec) return;
+    std::istringstream in(spec);
+    std::string role, name;
+    int count = 0, fd = -1;
+    in >> role >> name >> count >> fd;
+    int code = 0;
+    try {
+        auto next = [](connection& c) {
+            auto m = c.recv();
+            if (!m) throw std::runtime_error("timed out");
+            const std::int32_t k = check_batch(*m);
+            if (k < 0) throw std::runtime_error("corrupt message");
+            return std::pair{k, std::move(*m)};
+        };
+        if (role == "push") {
+            connection push("zpush+shm://" + name, timeouts());
+            for (std::int32_t k = 1; count == 0 || k <= count; ++k)
+                if (!push.send(batch(push, k, count == 0 ? 1 << 16 : 4096))) throw std::runtime_error("send timed out");
+            push.close();  // waits until the receiver claimed every message
+        } else if (role == "pull" || role == "hold") {
+            connection pull("zrpull+shm://" + name, timeouts());
+            std::vector<std::vector<tensor>> held;
+            for (int i = 0; i < count; ++i) {
+                auto m = next(pull);
+                if (role == "hold") held.push_back(std::move(m.second));
+            }
+            if (role == "hold") {
+                [[maybe_unused]] const auto w = ::write(fd, "x", 1);
+                ::pause();  // holding them until killed
+            }
+        } else if (role == "pair") {
+            connection_options oc = timeouts();
+            oc.kind = socket_kind::pair;
+            oc.bind = false;
+            connection b("shm://" + name, oc);
+            for (int i = 0; i < count; ++i)
+                if (!b.send(batch(b, next(b).first + 1000))) throw std::runtime_error("send timed out");
+            b.close();
+        } else if (role == "sub") {
+            connection sub("zsub+shm://" + name, timeouts());
+            std::vector<std::vector<tensor>> held;
+            std::int32_t last = -1;
+            while (held.size() < static_cast<std::size_t>(count)) {
+                auto [k, m] = next(sub);
+                if (k <= last) throw std::runtime_error("out-of-order message");
+                last = k;
+                held.push_back(std::move(m));
+            }
+            // Nothing we hold was reused by the publisher meanwhile.
+            for (auto& m : held)
+                if (check_batch(m) < 0) throw std::runtime_error("a held message changed");
+        } else {
+            throw std::runtime_error("unknown role " + role);
+        }
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "shm peer %s: %s\n", spec, e.what());
+        code = 1;
+    }
+    std::fflush(stderr);
+    ::_exit(code);
+}
+
 TEST_CASE("+shm URLs are ipc carrying shared memory; mixing transports is refused") {
     const endpoint e = parse_url("zpush+shm:///tmp/x");
     CHECK(e.shm);
@@ -117,12 +190,7 @@ TEST_CASE("+shm URLs are ipc carrying shared memory; mixing transports is refuse
 TEST_CASE("PUSH/PULL across processes: pool tensors and copied-in ones arrive intact") {
     const std::string name = fresh_name();
     connection pull("zpull+shm://" + name, timeouts());
-    const pid_t child = spawn([&] {
-        connection push("zpush+shm://" + name, timeouts());
-        for (std::int32_t k = 1; k <= 50; ++k)
-            if (!push.send(batch(push, k))) throw std::runtime_error("send timed out");
-        push.close();  // waits until the receiver claimed every message
-    });
+    const pid_t child = spawn("push " + name + " 50");
     std::vector<std::vector<tensor>> kept;
     for (std::int32_t k = 1; k <= 50; ++k) {
         auto m = pull.recv();
@@ -141,12 +209,7 @@ TEST_CASE("a loader receives +shm batches on its thread; the consumer releases t
     loader_options lo;
     lo.connection = timeouts();
     loader l("zpull+shm://" + name, lo);
-    const pid_t child = spawn([&] {
-        connection push("zpush+shm://" + name, timeouts());
-        for (std::int32_t k = 1; k <= 30; ++k)
-            if (!push.send(batch(push, k))) throw std::runtime_error("send timed out");
-        push.close();
-    });
+    const pid_t child = spawn("push " + name + " 30");
     for (std::int32_t k = 1; k <= 30; ++k) {
         auto m = l.next(10s);
         REQUIRE(m);
@@ -161,20 +224,7 @@ TEST_CASE("PAIR both ways across processes") {
     o.kind = socket_kind::pair;
     o.bind = true;
     connection a("shm://" + name, o);
-    const pid_t child = spawn([&] {
-        connection_options oc = timeouts();
-        oc.kind = socket_kind::pair;
-        oc.bind = false;
-        connection b("shm://" + name, oc);
-        for (int i = 0; i < 20; ++i) {
-            auto m = b.recv();
-            if (!m) throw std::runtime_error("no message");
-            const std::int32_t k = check_batch(*m);
-            if (k < 0) throw std::runtime_error("corrupt message");
-            b.send(batch(b, k + 1000));  // answers from its own pool
-        }
-        b.close();
-    });
+    const pid_t child = spawn("pair " + name + " 20");
     for (std::int32_t k = 0; k < 20; ++k) {
         REQUIRE(a.send(batch(a, k)));
         auto m = a.recv();
@@ -191,22 +241,7 @@ TEST_CASE("PUB/SUB fans out to 3 subscriber processes, and held messages stay in
     connection pub("zpub+shm://" + name, po);
     std::vector<pid_t> subs;
     for (int s = 0; s < 3; ++s)
-        subs.push_back(spawn([&] {
-            connection sub("zsub+shm://" + name, timeouts());
-            std::vector<std::vector<tensor>> held;
-            std::int32_t last = -1;
-            while (held.size() < 30) {
-                auto m = sub.recv();
-                if (!m) throw std::runtime_error("subscriber timed out");
-                const std::int32_t k = check_batch(*m);
-                if (k <= last) throw std::runtime_error("corrupt or out-of-order message");
-                last = k;
-                held.push_back(std::move(*m));
-            }
-            // Nothing we hold was reused by the publisher meanwhile.
-            for (auto& m : held)
-                if (check_batch(m) < 0) throw std::runtime_error("a held message changed");
-        }));
+        subs.push_back(spawn("sub " + name + " 30"));
     std::vector<int> codes(3, -1);
     std::size_t done = 0;
     const auto deadline = std::chrono::steady_clock::now() + 30s;
@@ -233,10 +268,7 @@ TEST_CASE("PUB/SUB fans out to 3 subscriber processes, and held messages stay in
 TEST_CASE("a sender killed mid-stream leaves received tensors valid") {
     const std::string name = fresh_name();
     connection pull("zpull+shm://" + name, timeouts());
-    const pid_t child = spawn([&] {
-        connection push("zpush+shm://" + name, timeouts());
-        for (std::int32_t k = 1;; ++k) push.send(batch(push, k, 1 << 16));
-    });
+    const pid_t child = spawn("push " + name + " 0");  // for ever
     std::vector<std::vector<tensor>> kept;
     for (int i = 0; i < 5; ++i) {
         auto m = pull.recv();
@@ -266,13 +298,7 @@ TEST_CASE("a receiver killed while holding tensors does not pin the pool") {
     connection push("zrpush+shm://" + name, o);
     int ready[2];
     REQUIRE(::pipe(ready) == 0);
-    const auto holder = spawn([&] {
-        connection pull("zrpull+shm://" + name, timeouts());
-        std::vector<std::vector<tensor>> held;
-        for (int i = 0; i < 3; ++i) held.push_back(pull.recv().value());
-        [[maybe_unused]] const auto w = ::write(ready[1], "x", 1);
-        ::pause();  // holding them until killed
-    });
+    const auto holder = spawn("hold " + name + " 3 " + std::to_string(ready[1]));
     for (std::int32_t k = 1; k <= 3; ++k) REQUIRE(push.send(batch(push, k, 1 << 18)));
     char x;
     REQUIRE(::read(ready[0], &x, 1) == 1);
@@ -283,11 +309,7 @@ TEST_CASE("a receiver killed while holding tensors does not pin the pool") {
     wait_exit(holder);
     // Its side channel closed: everything it held comes back.
     CHECK(push.pool().try_acquire(dtype::i4, {1 << 18}, "", 10s));
-    const auto reader = spawn([&] {
-        connection pull("zrpull+shm://" + name, timeouts());
-        for (int i = 0; i < 100; ++i)
-            if (check_batch(pull.recv().value()) < 0) throw std::runtime_error("corrupt");
-    });
+    const auto reader = spawn("pull " + name + " 100");
     for (std::int32_t k = 4; k < 104; ++k) REQUIRE(push.send(batch(push, k, 1 << 18)));
     CHECK(wait_exit(reader) == 0);
 }

@@ -43,6 +43,7 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <unistd.h>
 #endif
@@ -135,6 +136,8 @@ namespace {
 enum : std::uint32_t { msg_claim = 1, msg_release = 2, msg_fds = 10, msg_ok = 11, msg_gone = 12 };
 // Descriptors per SCM_RIGHTS packet (the kernel allows 253).
 constexpr std::size_t fds_per_packet = 64;
+// Seconds a receiver waits for the sender's answer to a claim.
+constexpr long claim_timeout_s = 30;
 // Closed segment ids per reply; more wait for the next one.
 constexpr std::size_t closed_per_reply = 256;
 
@@ -543,8 +546,9 @@ private:
                 store_u64(body.data() + 8 + 8 * k, segs[at + k]);
             }
             if (!ok) break;
-            send_packet(fd, body, fds);
+            const bool sent = send_packet(fd, body, fds);
             for (int x : fds) ::close(x);
+            if (!sent) return drop_peer(fd);
         }
         if (!ok) on_release(fd, p, seq);
         // Segments gone since: the receiver drops its mappings of them.
@@ -556,7 +560,7 @@ private:
         store_u32(reply.data(), ok ? msg_ok : msg_gone);
         store_u32(reply.data() + 4, static_cast<std::uint32_t>(gone.size()));
         for (std::size_t k = 0; k < gone.size(); ++k) store_u64(reply.data() + 8 + 8 * k, gone[k]);
-        send_packet(fd, reply);
+        if (!send_packet(fd, reply)) drop_peer(fd);
     }
 
     void on_release(int fd, peer& p, std::uint64_t seq) {
@@ -636,6 +640,9 @@ private:
                 ::close(fd);
                 continue;
             }
+            // A peer that stops reading its replies is dropped, not waited for.
+            const timeval limit{1, 0};
+            ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof limit);
             std::lock_guard lock(mutex_);
             peers_[fd];
         }
@@ -697,6 +704,10 @@ public:
         if (::connect(fd_.fd, reinterpret_cast<const sockaddr*>(&a), len) != 0)
             throw error(errc::io_error, "cannot reach the shm sender's side channel '" + name +
                                             "' (the sender is gone?): " + std::strerror(errno));
+        // A sender that stopped (SIGSTOP, a debugger) fails the claim rather than hang it.
+        const timeval limit{claim_timeout_s, 0};
+        ::setsockopt(fd_.fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
+        ::setsockopt(fd_.fd, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof limit);
     }
 
     bool dead() const { return dead_.load(); }
