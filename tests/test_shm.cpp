@@ -335,6 +335,28 @@ TEST_CASE("fds and mappings stay bounded over 10,000 messages") {
     CHECK(count_maps() <= maps + 8);
 }
 
+TEST_CASE("a receiver forgets senders that are gone: fds and mappings stay bounded") {
+    const std::string name = fresh_name();
+    connection pull("zpull+shm://" + name, timeouts());
+    std::size_t fds = 0, maps = 0;
+    for (int s = 0; s < 60; ++s) {
+        connection_options o = timeouts();
+        o.shm_pool_bytes = 1u << 20;
+        connection push("zpush+shm://" + name, o);
+        for (std::int32_t k = 1; k <= 5; ++k) {
+            REQUIRE(push.send(batch(push, k, 256)));
+            REQUIRE(check_batch(pull.recv().value()) == k);
+        }
+        push.close();
+        if (s == 10) {
+            fds = count_fds();
+            maps = count_maps();
+        }
+    }
+    CHECK(count_fds() <= fds + 4);
+    CHECK(count_maps() <= maps + 8);
+}
+
 TEST_CASE("a full pool makes send wait, and time out") {
     const std::string name = fresh_name();
     connection_options o = timeouts();

@@ -712,6 +712,16 @@ public:
 
     bool dead() const { return dead_.load(); }
 
+    // Whether the sender closed its end (it writes nothing unasked, so
+    // anything readable between claims is its end of file). Receiving
+    // thread only.
+    bool closed() {
+        if (dead()) return true;
+        pollfd p{fd_.fd, POLLIN, 0};
+        if (::poll(&p, 1, 0) > 0) dead_ = true;
+        return dead();
+    }
+
     // CLAIMs `seq`: the mappings it needs are then in `maps()`. False for GONE.
     bool claim(std::uint64_t seq) {
         std::lock_guard lock(mutex_);
@@ -898,8 +908,9 @@ private:
             links_.erase(it);
         }
         auto link = std::make_shared<side_link>(side);
-        // Senders come and go: forget the dead ones.
-        for (auto it = links_.begin(); it != links_.end();) it = it->second->dead() ? links_.erase(it) : std::next(it);
+        // Senders come and go: forget those gone, and their mappings (the
+        // tensors still alive keep theirs).
+        for (auto it = links_.begin(); it != links_.end();) it = it->second->closed() ? links_.erase(it) : std::next(it);
         links_[side] = link;
         return link;
     }
