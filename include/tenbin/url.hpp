@@ -7,8 +7,9 @@
 //
 // A transport suffix picks ipc or inproc instead of tcp: `zpub+ipc:///tmp/x`,
 // `zpush+inproc://name`; `+shm` (`zpush+shm://name`) is ipc carrying tensor
-// bytes in shared memory (Linux, see connect.hpp). Plain ZeroMQ endpoints (`tcp://...`, `ipc://...`,
-// `inproc://...`) work too when the socket kind is given. Braces expand into
+// bytes in shared memory (Linux, see connect.hpp). Plain ZeroMQ endpoints
+// (`tcp://...`, `ipc://...`, `inproc://...`, and `shm://NAME` for ipc with
+// shared memory) work too when the socket kind is given. Braces expand into
 // several endpoints of ONE socket: `zsub://host:78{80..83}`, `{a,b}`.
 //
 // As Python's urlparse reads them for tensorcom: the scheme's case is
