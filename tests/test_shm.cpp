@@ -265,6 +265,16 @@ TEST_CASE("PUB/SUB fans out to 3 subscriber processes, and held messages stay in
     }
 }
 
+TEST_CASE("a burst published before the first subscriber claims anything reaches it whole") {
+    const std::string name = fresh_name();
+    connection pub("zpub+shm://" + name, timeouts());
+    connection sub("zsub+shm://" + name, timeouts());
+    std::this_thread::sleep_for(300ms);  // subscribed (ZeroMQ), not yet on the side channel
+    for (std::int32_t k = 1; k <= 5; ++k) REQUIRE(pub.send(batch(pub, k, 1024)));
+    std::this_thread::sleep_for(100ms);
+    for (std::int32_t k = 1; k <= 5; ++k) CHECK(check_batch(sub.recv().value()) == k);
+}
+
 TEST_CASE("a sender killed mid-stream leaves received tensors valid") {
     const std::string name = fresh_name();
     connection pull("zpull+shm://" + name, timeouts());

@@ -14,7 +14,8 @@
 //   once every receiver on the side channel has claimed a later message or
 //   claimed and released this one (a receiver not yet on the side channel
 //   gets GONE for what was already given up: a late joiner's first
-//   messages are skipped, as PUB/SUB may).
+//   messages are skipped, as PUB/SUB may). While no subscriber is on the
+//   side channel, a message waits up to a second for the first to claim.
 // - Lease: a message not done with `lease` after its send is given up. If a
 //   receiver still holds it, its segments are retired: the bytes move to a
 //   fresh memfd mapped over the same addresses (the pool keeps its block),
@@ -136,6 +137,8 @@ namespace {
 enum : std::uint32_t { msg_claim = 1, msg_release = 2, msg_fds = 10, msg_ok = 11, msg_gone = 12 };
 // Descriptors per SCM_RIGHTS packet (the kernel allows 253).
 constexpr std::size_t fds_per_packet = 64;
+// How long a PUB message waits for a first subscriber on the side channel.
+constexpr std::chrono::milliseconds fan_out_grace{1000};
 // Seconds a receiver waits for the sender's answer to a claim.
 constexpr long claim_timeout_s = 30;
 // Closed segment ids per reply; more wait for the next one.
@@ -473,9 +476,12 @@ private:
     }
 
     // Whether message `seq` is done with (under the lock).
-    bool finished(std::uint64_t seq, const flight& f) const {
+    bool finished(std::uint64_t seq, const flight& f, std::chrono::steady_clock::time_point now) const {
         if (!f.claimers.empty()) return false;
         if (!fan_out_) return f.claimed;
+        // No subscriber on the side channel yet: the first ones get a
+        // moment to claim (the rest of the late-joiner rule is below).
+        if (peers_.empty()) return now - f.sent >= fan_out_grace;
         // Fan-out: done once every subscriber on the side channel is past
         // it; one not there yet gets GONE (a late joiner's first message).
         return std::all_of(peers_.begin(), peers_.end(), [&](auto& p) { return p.second.last >= seq; });
@@ -489,7 +495,7 @@ private:
             std::lock_guard lock(mutex_);
             const auto now = std::chrono::steady_clock::now();
             for (auto it = flights_.begin(); it != flights_.end();) {
-                if (finished(it->first, it->second)) {
+                if (finished(it->first, it->second, now)) {
                     dropped.push_back(std::move(it->second));
                     it = flights_.erase(it);
                 } else if (now - it->second.sent >= lease_) {
@@ -501,7 +507,7 @@ private:
                     dropped.push_back(std::move(it->second));
                     it = flights_.erase(it);
                 } else {
-                    next = std::min(next, it->second.sent + lease_);
+                    next = std::min(next, it->second.sent + (peers_.empty() && fan_out_ ? fan_out_grace : lease_));
                     ++it;
                 }
             }
