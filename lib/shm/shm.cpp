@@ -27,6 +27,7 @@
 #include <tenbin/error.hpp>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cerrno>
 #include <condition_variable>
