@@ -74,6 +74,7 @@ int run_send(const send_cli_options& opt) {
             throw usage_error("+shm sends from push, pub or pair sockets");
         if (opt.single) throw usage_error("--single has no +shm form: shared memory replaces the data frames");
         connection_options co = connection_options_for(opt.socket, opt.url);
+        co.allow64 = true;  // the file's tensors as they are, as the plain path sends them
         co.linger = std::chrono::milliseconds(static_cast<std::int64_t>(opt.linger * 1000.0));
         if (const int ms = timeout_ms(opt.timeout); ms >= 0) co.send_timeout = std::chrono::milliseconds(ms);
         shm.emplace(open_connection(opt.socket, {opt.url}, co, "tenbin send"));
