@@ -290,7 +290,7 @@ private:
     connection_options opt_;
     std::vector<endpoint> endpoints_;
     statistics stats_;
-    // `+shm` (see lib/shm/shm.cpp): after the socket, so that they go first.
+    // `+shm` (see lib/shm/): after the socket, so that they go first.
     std::shared_ptr<detail::shm_sender> shm_sender_;
     std::shared_ptr<detail::shm_receiver> shm_receiver_;
 };
