@@ -174,17 +174,7 @@ public:
             headers[i] = decode_header({h.data<std::byte>(), h.size()}, opt.limits);
             const zmq::message_t& d = frames[2 + 2 * i];
             descs[i] = parse_shm_descriptor({d.data<std::byte>(), d.size()});
-            const std::string which = "tensor " + std::to_string(i) + ": ";
-            if (descs[i].length != headers[i].nbytes)
-                throw error(errc::data_size_mismatch, which + "descriptor of " + std::to_string(descs[i].length) +
-                                                          " bytes for a header needing " +
-                                                          std::to_string(headers[i].nbytes));
-            if (descs[i].length != 0 && descs[i].generation != first.seq)
-                throw error(errc::bad_header, which + "stale descriptor (generation " +
-                                                  std::to_string(descs[i].generation) + " in message " +
-                                                  std::to_string(first.seq) + ")");
-            if ((descs[i].length == 0) != (descs[i].segment == 0))
-                throw error(errc::bad_header, which + "descriptor names segment 0 for bytes, or a segment for none");
+            check_shm_descriptor(descs[i], headers[i], first.seq, i);
             total += headers[i].nbytes;
             if (total > opt.limits.max_bytes)
                 throw error(errc::limit_exceeded, "message of more than limits::max_bytes");
@@ -217,15 +207,10 @@ public:
             const shm_descriptor& d = descs[i];
             if (d.length == 0) continue;
             std::shared_ptr<const mapping> m = link->segment(d.segment);
-            const std::string which = "tensor " + std::to_string(i) + ": ";
-            if (!m) throw error(errc::bad_header, which + "unknown shm segment " + std::to_string(d.segment));
-            if (d.offset > m->size || d.length > m->size - d.offset)
-                throw error(errc::length_beyond_end, which + "bytes [" + std::to_string(d.offset) + ", +" +
-                                                         std::to_string(d.length) + ") past the segment's " +
-                                                         std::to_string(m->size));
-            if (d.offset % itemsize(headers[i].dtype) != 0)
-                throw error(errc::bad_header, which + "offset " + std::to_string(d.offset) + " not aligned for " +
-                                                  std::string(code(headers[i].dtype)));
+            if (!m)
+                throw error(errc::bad_header, "tensor " + std::to_string(i) + ": unknown shm segment " +
+                                                  std::to_string(d.segment));
+            check_shm_extent(d, m->size, headers[i].dtype, i);
             where[i] = {m->base + d.offset, static_cast<std::size_t>(d.length)};
             if (std::find(keeper->maps.begin(), keeper->maps.end(), m) == keeper->maps.end())
                 keeper->maps.push_back(std::move(m));

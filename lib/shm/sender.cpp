@@ -148,13 +148,8 @@ public:
             zmq::message_t h(header_size(v.ndim()));
             encode_header_into(v, {static_cast<std::byte*>(h.data()), h.size()});
             frames.push_back(std::move(h));
-            zmq::message_t d(shm_descriptor_size);
-            auto* p = static_cast<std::byte*>(d.data());
-            store_u64(p, descs[i].segment);
-            store_u64(p + 8, descs[i].generation);
-            store_u64(p + 16, descs[i].offset);
-            store_u64(p + 24, descs[i].length);
-            frames.push_back(std::move(d));
+            const auto d = encode_shm_descriptor(descs[i]);
+            frames.emplace_back(d.data(), d.size());
         }
         f.sent = std::chrono::steady_clock::now();
         {

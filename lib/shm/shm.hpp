@@ -13,6 +13,7 @@
 
 #include <zmq.hpp>
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -48,6 +49,14 @@ struct shm_first {
 shm_first parse_shm_first(bytes_view frame);
 shm_descriptor parse_shm_descriptor(bytes_view frame);
 std::vector<std::byte> encode_shm_first(const shm_first& f);
+std::array<std::byte, shm_descriptor_size> encode_shm_descriptor(const shm_descriptor& d);
+// Descriptor `d` of tensor `index` against its header and its message's
+// sequence number `seq`, before anything is claimed: data_size_mismatch,
+// bad_header.
+void check_shm_descriptor(const shm_descriptor& d, const tensor_header& h, std::uint64_t seq, std::size_t index);
+// Whether `d`'s bytes lie inside a mapped segment of `segment_size` bytes,
+// aligned for `type`: length_beyond_end, bad_header.
+void check_shm_extent(const shm_descriptor& d, std::size_t segment_size, dtype type, std::size_t index);
 
 class shm_sender;
 class shm_receiver;

@@ -42,4 +42,36 @@ shm_descriptor parse_shm_descriptor(bytes_view f) {
     return {load_u64(f.data()), load_u64(f.data() + 8), load_u64(f.data() + 16), load_u64(f.data() + 24)};
 }
 
+std::array<std::byte, shm_descriptor_size> encode_shm_descriptor(const shm_descriptor& d) {
+    std::array<std::byte, shm_descriptor_size> out{};
+    store_u64(out.data(), d.segment);
+    store_u64(out.data() + 8, d.generation);
+    store_u64(out.data() + 16, d.offset);
+    store_u64(out.data() + 24, d.length);
+    return out;
+}
+
+void check_shm_descriptor(const shm_descriptor& d, const tensor_header& h, std::uint64_t seq, std::size_t index) {
+    const std::string which = "tensor " + std::to_string(index) + ": ";
+    if (d.length != h.nbytes)
+        throw error(errc::data_size_mismatch, which + "descriptor of " + std::to_string(d.length) +
+                                                  " bytes for a header needing " + std::to_string(h.nbytes));
+    if (d.length != 0 && d.generation != seq)
+        throw error(errc::bad_header, which + "stale descriptor (generation " + std::to_string(d.generation) +
+                                          " in message " + std::to_string(seq) + ")");
+    if ((d.length == 0) != (d.segment == 0))
+        throw error(errc::bad_header, which + "descriptor names segment 0 for bytes, or a segment for none");
+}
+
+void check_shm_extent(const shm_descriptor& d, std::size_t segment_size, dtype type, std::size_t index) {
+    const std::string which = "tensor " + std::to_string(index) + ": ";
+    if (d.offset > segment_size || d.length > segment_size - d.offset)
+        throw error(errc::length_beyond_end, which + "bytes [" + std::to_string(d.offset) + ", +" +
+                                                 std::to_string(d.length) + ") past the segment's " +
+                                                 std::to_string(segment_size));
+    if (d.offset % itemsize(type) != 0)
+        throw error(errc::bad_header, which + "offset " + std::to_string(d.offset) + " not aligned for " +
+                                          std::string(code(type)));
+}
+
 }  // namespace tenbin::detail
