@@ -34,7 +34,7 @@ fi
 # fuzz-zstd exists only in a build with libzstd.
 built=" $(ninja -C "$build" -t targets all 2>/dev/null | grep -o '^fuzz/fuzz-[a-z_]*:' | tr '\n' ' ') "
 targets=()
-for t in decode_buffer decode_list read decode_header url formats zrecv sctp_parts zstd; do
+for t in decode_buffer decode_list read decode_header url formats zrecv sctp_parts shm_wire zstd; do
   [[ "$built" == *" fuzz/fuzz-$t: "* ]] && targets+=("$t")
 done
 ninja -C "$build" -j "${TENBIN_FUZZ_NINJA_JOBS:-2}" $(printf 'fuzz/fuzz-%s ' "${targets[@]}") >/dev/null
@@ -48,7 +48,7 @@ export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:${UBSAN_OPTIONS:-}"
 export ASAN_OPTIONS="detect_leaks=1:${ASAN_OPTIONS:-}"
 
 declare -A max_len=([decode_buffer]=65536 [decode_list]=65536 [read]=65536 [decode_header]=1024 [url]=512
-                     [formats]=16384 [zrecv]=8192 [sctp_parts]=8192 [zstd]=65536)
+                     [formats]=16384 [zrecv]=8192 [sctp_parts]=8192 [shm_wire]=4096 [zstd]=65536)
 parallel=()
 [ "$jobs" -gt 1 ] && parallel=(-jobs="$jobs" -workers="$jobs")
 failed=0
