@@ -24,7 +24,6 @@
 
 namespace tenbin::detail {
 
-inline constexpr char shm_magic[8] = {'~', 'T', 'e', 'n', 'S', 'h', 'm', '~'};
 inline constexpr std::uint32_t shm_version = 1;
 inline constexpr std::size_t shm_descriptor_size = 32;
 
