@@ -117,7 +117,7 @@ def sctp_input(hint, max_size, messages, cut=180):
 def main():
     vectors, url_seeds, out = map(pathlib.Path, sys.argv[1:4])
     targets = ["decode_buffer", "decode_list", "read", "decode_header", "url", "formats", "zrecv", "sctp_parts",
-               "zstd"]
+               "shm_wire", "zstd"]
     for t in targets:
         shutil.rmtree(out / t, ignore_errors=True)
         (out / t).mkdir(parents=True)

@@ -60,6 +60,9 @@ struct tensor_header {
 };
 
 inline constexpr char chunk_magic[8] = {'~', 'T', 'e', 'n', 'B', 'i', 'n', '~'};
+/// First bytes of a `+shm` message (its first frame): a plain receiver
+/// names shared memory in its error.
+inline constexpr char shm_magic[8] = {'~', 'T', 'e', 'n', 'S', 'h', 'm', '~'};
 /// Magic plus length field in front of every chunk payload.
 inline constexpr std::size_t chunk_preamble = 16;
 /// Chunk payloads are zero-padded up to a multiple of this.

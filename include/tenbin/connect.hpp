@@ -7,6 +7,7 @@
 // overlap the consumer's work.
 #pragma once
 
+#include <tenbin/pool.hpp>
 #include <tenbin/security.hpp>
 #include <tenbin/url.hpp>
 #include <tenbin/zmq.hpp>
@@ -174,7 +175,20 @@ struct connection_options {
     /// Refused handshakes are counted (refused_handshakes()) and passed to
     /// `on_refused`.
     std::optional<curve_options> curve{};
+    /// `+shm` senders: bytes of shared memory the connection's pool may
+    /// hold (sent messages not yet given back included). A full pool makes
+    /// send() wait, at most `send_timeout`.
+    std::size_t shm_pool_bytes = std::size_t{1} << 30;
+    /// `+shm` senders: a sent message not given back this long after its
+    /// send is given up: a receiver still holding it keeps its bytes (they
+    /// move out of the pool), one that has not claimed it yet skips it.
+    std::chrono::milliseconds shm_lease{60000};
 };
+
+namespace detail {
+class shm_sender;
+class shm_receiver;
+}  // namespace detail
 
 /// One ZeroMQ socket on the endpoints of one or more URLs (brace-expanded):
 /// fan-in or fan-out. Not thread-safe: use a connection from one thread.
@@ -257,11 +271,17 @@ public:
     /// side's doing (thread-safe; 0 without `curve`). They go on until the
     /// connection closes: a refused client keeps reconnecting.
     std::uint64_t refused_handshakes() const noexcept { return curve_.refused_handshakes(); }
-    /// Closes the socket now (waiting at most `linger` for queued messages).
+    /// Closes the socket now (waiting at most `linger` for queued messages;
+    /// `+shm`: also for receivers to claim what was sent).
     void close();
+    /// `+shm` senders: the pool whose tensors send() hands over without a
+    /// copy (fill them, send, drop them). Throws bad_argument on other
+    /// connections.
+    tensor_pool& pool();
 
 private:
     std::optional<std::vector<tensor>> receive(zmq::recv_flags flags);
+    std::optional<std::vector<tensor>> receive_shm(zmq::recv_flags flags, const recv_options& ro, bool topic);
 
     std::shared_ptr<zmq::context_t> context_;
     // Between the two: its threads and sockets end after the socket closes
@@ -271,6 +291,9 @@ private:
     connection_options opt_;
     std::vector<endpoint> endpoints_;
     statistics stats_;
+    // `+shm` (see lib/shm/): after the socket, so that they go first.
+    std::shared_ptr<detail::shm_sender> shm_sender_;
+    std::shared_ptr<detail::shm_receiver> shm_receiver_;
 };
 
 /// The ZeroMQ socket type of a socket kind.

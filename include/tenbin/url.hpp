@@ -6,8 +6,10 @@
 //   zsub://host:port         SUB, connects       zrsub://...    SUB, binds
 //
 // A transport suffix picks ipc or inproc instead of tcp: `zpub+ipc:///tmp/x`,
-// `zpush+inproc://name`. Plain ZeroMQ endpoints (`tcp://...`, `ipc://...`,
-// `inproc://...`) work too when the socket kind is given. Braces expand into
+// `zpush+inproc://name`; `+shm` (`zpush+shm://name`) is ipc carrying tensor
+// bytes in shared memory (Linux, see connect.hpp). Plain ZeroMQ endpoints
+// (`tcp://...`, `ipc://...`, `inproc://...`, and `shm://NAME` for ipc with
+// shared memory) work too when the socket kind is given. Braces expand into
 // several endpoints of ONE socket: `zsub://host:78{80..83}`, `{a,b}`.
 //
 // As Python's urlparse reads them for tensorcom: the scheme's case is
@@ -48,6 +50,8 @@ struct endpoint {
     std::string address;  ///< what zmq_bind/zmq_connect take, e.g. "tcp://host:7880"
     /// The URL's `#fragment`: a topic for pub and sub sockets ("" = none).
     std::string topic{};
+    /// A `+shm` URL: `address` is ipc, the tensor bytes go in shared memory.
+    bool shm = false;
     /// Field-wise equality.
     friend bool operator==(const endpoint&, const endpoint&) = default;
 };

@@ -1,6 +1,7 @@
 #include <tenbin/connect.hpp>
 
 #include "connect/connect_detail.hpp"
+#include "shm/shm.hpp"
 #include "connect/security_detail.hpp"
 
 #include <algorithm>
@@ -169,6 +170,11 @@ connection::connection(std::shared_ptr<zmq::context_t> context, std::span<const 
     bound_receive(socket_, opt_.limits, opt_.recv_hwm);
     if (kind == socket_kind::sub) socket_.set(zmq::sockopt::subscribe, opt_.topic);
     if (kind == socket_kind::pub && opt_.pub_nodrop) socket_.set(zmq::sockopt::xpub_nodrop, 1);
+    if (endpoints_.front().shm) {
+        if (detail::can_send(kind))
+            shm_sender_ = detail::make_shm_sender(opt_.shm_pool_bytes, opt_.shm_lease, kind == socket_kind::pub);
+        if (detail::can_receive(kind)) shm_receiver_ = detail::make_shm_receiver();
+    }
     if (opt_.curve) {
         const bool serves = std::any_of(endpoints_.begin(), endpoints_.end(), [](const endpoint& e) { return e.bind; });
         const bool connects = std::any_of(endpoints_.begin(), endpoints_.end(), [](const endpoint& e) { return !e.bind; });
@@ -222,9 +228,19 @@ connection& connection::operator=(connection&& o) noexcept {
     opt_ = std::move(o.opt_);
     endpoints_ = std::move(o.endpoints_);
     stats_ = std::move(o.stats_);
+    shm_sender_ = std::move(o.shm_sender_);
+    shm_receiver_ = std::move(o.shm_receiver_);
     return *this;
 }
-connection::~connection() = default;
+connection::~connection() {
+    if (shm_sender_) detail::shm_close(*shm_sender_, opt_.linger);
+}
+
+tensor_pool& connection::pool() {
+    if (!shm_sender_)
+        throw error(errc::bad_argument, "connection::pool() is for +shm connections that send");
+    return detail::shm_pool(*shm_sender_);
+}
 
 bool connection::send(tensor_span tensors) {
     check_open(socket_, "send");
@@ -239,7 +255,8 @@ bool connection::send(tensor_span tensors) {
     send_options so;
     const zmq::const_buffer topic(opt_.topic.data(), opt_.topic.size());
     if (topic_applies(opt_, endpoints_.front().kind)) so.envelope = {&topic, 1};
-    const bool sent = opt_.multipart ? zsend_multipart(socket_, tensors, so) : zsend_single(socket_, tensors, so);
+    const bool sent = shm_sender_ ? detail::shm_send(*shm_sender_, socket_, tensors, so.envelope, opt_.send_timeout)
+                      : opt_.multipart ? zsend_multipart(socket_, tensors, so) : zsend_single(socket_, tensors, so);
     if (sent) {
         std::uint64_t bytes = 0;
         for (std::size_t i = 0; i < tensors.size(); ++i) bytes += tensors[i].data.size();
@@ -261,6 +278,7 @@ std::optional<std::vector<tensor>> connection::receive(zmq::recv_flags flags) {
     // A message has as many frames as tensors twice, the topic's beside.
     ro.max_frames = std::max(ro.max_frames, 2 * std::min<std::size_t>(opt_.limits.max_tensors, SIZE_MAX / 4) + 2);
     const bool topic = topic_applies(opt_, endpoints_.front().kind);
+    if (shm_receiver_) return receive_shm(flags, ro, topic);
     if (topic) ro.envelope = envelope_spec::topic();
     // Without a topic, straight from zrecv (perf: no move through a loop).
     std::optional<message> m = topic ? receive_of_topic(socket_, ro, opt_.topic, opt_.recv_timeout) : zrecv(socket_, ro);
@@ -271,7 +289,51 @@ std::optional<std::vector<tensor>> connection::receive(zmq::recv_flags flags) {
     return std::move(m->tensors);
 }
 
+// +shm: the frames as they come, then the shared-memory decoding. A
+// message the sender already gave up (a late subscriber's first) is skipped.
+std::optional<std::vector<tensor>> connection::receive_shm(zmq::recv_flags flags, const recv_options& ro, bool topic) {
+    std::vector<zmq::message_t> frames;
+    for (;;) {
+        frames.clear();
+        zmq::message_t first;
+        std::optional<std::size_t> got;
+        do {
+            try {
+                got = socket_.recv(first, flags);
+                break;
+            } catch (const zmq::error_t& e) {
+                if (e.num() != EINTR) throw;
+            }
+        } while (true);
+        if (!got) return std::nullopt;
+        bool more = first.more();
+        frames.push_back(std::move(first));
+        bool too_many = false;
+        while (more) {
+            zmq::message_t part;
+            (void)socket_.recv(part, zmq::recv_flags::none);  // the rest is there (whole messages)
+            more = part.more();
+            if (frames.size() < ro.max_frames) frames.push_back(std::move(part));
+            else too_many = true;
+        }
+        if (too_many) throw error(errc::limit_exceeded, "shm message of more than " + std::to_string(ro.max_frames) + " frames");
+        std::span<const zmq::message_t> body(frames);
+        if (topic) {
+            const std::string_view t(frames.front().data<char>(), frames.front().size());
+            if (t != opt_.topic) continue;  // a longer topic that ZeroMQ's prefix match let through
+            body = body.subspan(1);
+        }
+        std::optional<std::vector<tensor>> tensors = detail::shm_receive(*shm_receiver_, body, ro.decode);
+        if (!tensors) continue;
+        std::uint64_t bytes = 0;
+        for (const tensor& t : *tensors) bytes += t.nbytes();
+        stats_.add(bytes);
+        return tensors;
+    }
+}
+
 void connection::close() {
+    if (shm_sender_) detail::shm_close(*shm_sender_, opt_.linger);
     if (socket_) socket_.close();
 }
 

@@ -274,21 +274,26 @@ endpoint parse_url(std::string_view url, const url_options& opt) {
             bad_url(url, "a query ('" + std::string(rest.substr(q)) + "') is no part of a ZeroMQ address: tensorcom "
                          "would drop it silently and use " + std::string(transport) + "://" +
                          std::string(rest.substr(0, q)) + "; remove it");
-    } else if (scheme == "tcp" || scheme == "ipc" || scheme == "inproc") {
+    } else if (scheme == "tcp" || scheme == "ipc" || scheme == "inproc" || scheme == "shm") {
         if (transport != "tcp" || url.substr(0, sep).find('+') != std::string_view::npos)
             bad_url(url, "a plain ZeroMQ endpoint takes no '+transport'");
         if (!opt.kind)
             bad_url(url, "a plain ZeroMQ endpoint needs a socket kind (push, pull, pub, sub, ...), or use "
                          "zpush/zpull/zpub/zsub");
-        transport = scheme;
+        transport = scheme;  // shm: below
         ep.kind = *opt.kind;
         ep.bind = binds_by_default(*opt.kind);
     } else {
         bad_url(url, "unknown scheme '" + std::string(scheme) +
-                         "'; use zpush, zpull, zpub, zsub, zrpush, zrpull, zrpub, zrsub, tcp, ipc or inproc");
+                         "'; use zpush, zpull, zpub, zsub, zrpush, zrpull, zrpub, zrsub, tcp, ipc, inproc or shm");
+    }
+    // +shm: ZeroMQ carries the message over ipc, the bytes go in shared memory.
+    if (transport == "shm") {
+        ep.shm = true;
+        transport = "ipc";
     }
     if (transport != "tcp" && transport != "ipc" && transport != "inproc")
-        bad_url(url, "unknown transport '" + std::string(transport) + "'; use tcp, ipc or inproc");
+        bad_url(url, "unknown transport '" + std::string(transport) + "'; use tcp, ipc, inproc or shm");
     if (opt.bind) ep.bind = *opt.bind;
 
     std::string_view address = rest;
@@ -326,6 +331,9 @@ std::vector<endpoint> parse_urls(std::span<const std::string> urls, const url_op
                 bad_url(one, "makes a " + std::string(name(out.back().kind)) + " socket but '" + urls.front() +
                                  "' makes a " + std::string(name(out.front().kind)) +
                                  "; the URLs of one connection share one socket");
+            if (out.back().shm != out.front().shm)
+                bad_url(one, "mixes +shm with other transports in one connection; shared memory needs every "
+                             "endpoint on this host, each given as +shm");
             if (out.back().topic != out.front().topic)
                 bad_url(one, "has the topic '" + out.back().topic + "' but '" + urls.front() + "' has '" +
                                  out.front().topic + "'; the URLs of one connection share one topic");

@@ -214,9 +214,14 @@ template <class Frames>
 void fill_list(Frames& frames, const decode_options& opt, std::vector<tensor>& out) {
     const limits& lim = opt.limits;
     const std::size_t n = frames.size();
-    if (n % 2 != 0)
+    if (n % 2 != 0) {
+        const bytes_view first = frames.bytes(0);
+        if (first.size() >= 8 && std::memcmp(first.data(), shm_magic, 8) == 0)
+            throw_error(errc::odd_chunk_count, "a shared-memory (+shm) message, which only a receiver opened with "
+                                               "+shm can take (the sender's URL has +shm, this receiver's not)");
         throw_error(errc::odd_chunk_count,
                     "an odd frame count: the last frame (" + str(n - 1) + ", a header) has no data after it");
+    }
     if (n / 2 > lim.max_tensors)
         throw_error(errc::limit_exceeded, str(n / 2) + " tensors exceed limits::max_tensors = " +
                                               str(lim.max_tensors));

@@ -416,6 +416,19 @@ class Transfer(unittest.TestCase):
         self.transfer(free_ipc_endpoint(), "f4_matrix.ten", 1,
                       send_args=["--bind"], recv_args=["--connect"])
 
+    def test_shared_memory_push_pull_pub_sub_and_pair(self):
+        for name in self.FILES:
+            with self.subTest(file=name):
+                self.transfer(free_ipc_endpoint().replace("ipc://", "shm://"), name, 3)
+        self.transfer(free_ipc_endpoint().replace("ipc://", "shm://"), "i4_i8.ten", 2,
+                      send_args=["--socket", "pair"], recv_args=["--socket", "pair"])
+        self.transfer(free_ipc_endpoint().replace("ipc://", "shm://"), "i2_u2_pair.ten", 2,
+                      send_args=["--socket", "pub"], recv_args=["--socket", "sub"])
+        single = run("send", free_ipc_endpoint().replace("ipc://", "zpush+shm://"), "--file",
+                     vec("i4_i8.ten"), "--single")
+        self.assertNotEqual(single.returncode, 0)
+        self.assertIn("--single has no +shm form", single.stderr.decode())
+
     def test_readable_summary(self):
         endpoint = free_tcp_endpoint()
         receiver = start("recv", endpoint, "--timeout", "20")

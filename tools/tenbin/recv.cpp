@@ -80,6 +80,17 @@ int run_recv(const recv_cli_options& opt) {
         std::cerr << "tenbin recv: saved " << shard->members() << " messages to " << opt.save << "\n";
     };
 
+    // +shm: received through a connection, which maps the shared memory.
+    std::optional<connection> shm;
+    if (endpoints.front().shm) {
+        const tenbin::socket_kind kind = endpoints.front().kind;
+        if (kind != tenbin::socket_kind::pull && kind != tenbin::socket_kind::sub && kind != tenbin::socket_kind::pair)
+            throw usage_error("+shm receives on pull, sub or pair sockets");
+        connection_options co = connection_options_for(opt.socket, opt.url);
+        if (const int ms = timeout_ms(opt.timeout); ms >= 0) co.recv_timeout = std::chrono::milliseconds(ms);
+        shm.emplace(open_connection(opt.socket, {opt.url}, co, "tenbin recv"));
+    }
+
     recv_options ro;
     ro.decode.limits.max_bytes = opt.socket.max_bytes;
     zmq::context_t context;
@@ -94,8 +105,10 @@ int run_recv(const recv_cli_options& opt) {
     // A zsub URL's #topic: subscribed to, and taken off the front of each message.
     const std::string& topic = endpoints.front().topic;
     if (type == zmq::socket_type::sub) socket.set(zmq::sockopt::subscribe, topic);
-    curve = secure(context, socket, opt.socket, endpoints, "tenbin recv");
-    attach(socket, opt.socket, endpoints, "tenbin recv");
+    if (!shm) {
+        curve = secure(context, socket, opt.socket, endpoints, "tenbin recv");
+        attach(socket, opt.socket, endpoints, "tenbin recv");
+    }
 
     if (type == zmq::socket_type::router) ro.envelope = envelope_spec::router();
     if (type == zmq::socket_type::sub && !topic.empty()) ro.envelope = envelope_spec::topic();
@@ -110,7 +123,11 @@ int run_recv(const recv_cli_options& opt) {
     for (std::size_t i = 1; i <= opt.count; ++i) {
         std::optional<message> m;
         try {
-            m = zrecv(socket, ro);
+            if (shm) {
+                if (auto t = shm->recv()) m = message{std::move(*t), {}, false};
+            } else {
+                m = zrecv(socket, ro);
+            }
         } catch (const tenbin::error& e) {
             // zrecv drained the message: report it, answer it (a ROUTER
             // finds its envelope in the error) and go on with the next.

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <climits>
+#include <optional>
 #include <iostream>
 #include <memory>
 #include <sstream>
@@ -66,6 +67,19 @@ int run_send(const send_cli_options& opt) {
     const bool is_req = kind == tenbin::socket_kind::req;
     const double delay = opt.delay.value_or(kind == tenbin::socket_kind::pub ? 1.0 : 0.0);
 
+    // +shm: the bytes go through a connection's shared-memory pool.
+    std::optional<connection> shm;
+    if (endpoints.front().shm) {
+        if (kind != tenbin::socket_kind::push && kind != tenbin::socket_kind::pub && kind != tenbin::socket_kind::pair)
+            throw usage_error("+shm sends from push, pub or pair sockets");
+        if (opt.single) throw usage_error("--single has no +shm form: shared memory replaces the data frames");
+        connection_options co = connection_options_for(opt.socket, opt.url);
+        co.allow64 = true;  // the file's tensors as they are, as the plain path sends them
+        co.linger = std::chrono::milliseconds(static_cast<std::int64_t>(opt.linger * 1000.0));
+        if (const int ms = timeout_ms(opt.timeout); ms >= 0) co.send_timeout = std::chrono::milliseconds(ms);
+        shm.emplace(open_connection(opt.socket, {opt.url}, co, "tenbin send"));
+    }
+
     zmq::context_t context;
     // Before the socket: it outlives the socket, whose lingering messages
     // stay under its allow-list to the end.
@@ -82,8 +96,10 @@ int run_send(const send_cli_options& opt) {
     // reply anyway.
     if (!is_req) socket.set(zmq::sockopt::immediate, true);
     if (is_req) socket.set(zmq::sockopt::rcvtimeo, timeout_ms(opt.timeout));
-    curve = secure(context, socket, opt.socket, endpoints, "tenbin send");
-    attach(socket, opt.socket, endpoints, "tenbin send");
+    if (!shm) {
+        curve = secure(context, socket, opt.socket, endpoints, "tenbin send");
+        attach(socket, opt.socket, endpoints, "tenbin send");
+    }
 
     if (delay > 0) std::this_thread::sleep_for(std::chrono::duration<double>(delay));
 
@@ -97,7 +113,9 @@ int run_send(const send_cli_options& opt) {
     const std::size_t total = opt.count * messages.size();
     for (std::size_t i = 0; i < total; ++i) {
         const std::vector<tensor>& tensors = messages[i % messages.size()];
-        const bool sent = opt.single ? zsend_single(socket, tensors, so) : zsend_multipart(socket, tensors, so);
+        const bool sent = shm          ? shm->send(tensors)
+                          : opt.single ? zsend_single(socket, tensors, so)
+                                       : zsend_multipart(socket, tensors, so);
         if (!sent) {
             std::cerr << where << ": error: " << name(errc::timeout) << ": message " << i + 1
                       << " of " << total << " could not be sent within "

@@ -55,7 +55,8 @@ std::string what_it_did(tenbin::socket_kind kind, bool bind, const std::string& 
 }  // namespace
 
 bool is_plain_endpoint(const std::string& url) {
-    return url.starts_with("tcp://") || url.starts_with("ipc://") || url.starts_with("inproc://");
+    return url.starts_with("tcp://") || url.starts_with("ipc://") || url.starts_with("inproc://") ||
+           url.starts_with("shm://");
 }
 
 void add_socket_choice(CLI::App& app, socket_choice& choice, std::vector<std::string> kinds,

@@ -1,0 +1,106 @@
+// What the +shm transport's files share (private to lib/shm). How a
+// message's bytes stay valid:
+//
+// - The sender's pool draws every block from a memfd segment of its own
+//   (sealed against shrinking and growing), mapped read-write by the sender.
+// - ZeroMQ carries the headers and one descriptor per tensor. The receiver
+//   then CLAIMs the message's sequence number on the sender's side channel
+//   (a Unix seqpacket socket in the abstract namespace, named in the
+//   message). The sender answers with the segments this receiver has not
+//   had yet (read-only descriptors by SCM_RIGHTS) and OK, or GONE when it
+//   has given the message up; tensors are made only after OK.
+// - The sender keeps a copy of each sent block's buffer (so the pool cannot
+//   reuse it) until the message is done with: a PUSH/PAIR message once its
+//   claimer RELEASEs it (its last tensor is dropped) or dies; a PUB message
+//   once every receiver on the side channel has claimed a later message or
+//   claimed and released this one (a receiver not yet on the side channel
+//   gets GONE for what was already given up: a late joiner's first
+//   messages are skipped, as PUB/SUB may). While no subscriber is on the
+//   side channel, a message waits up to a second for the first to claim.
+// - Lease: a message not done with `lease` after its send is given up. If a
+//   receiver still holds it, its segments are retired: the bytes move to a
+//   fresh memfd mapped over the same addresses (the pool keeps its block),
+//   the old memfd is closed by the sender, and the holder's own mapping
+//   keeps the old pages until it unmaps them. A receiver that claims a
+//   given-up message gets GONE and skips it.
+#pragma once
+
+#include "shm/shm.hpp"
+
+#include <tenbin/error.hpp>
+
+#include <array>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <utility>
+
+#ifdef __linux__
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+#endif
+
+namespace tenbin::detail::shm_impl {
+
+// Little-endian integers of the wire and the side channel.
+inline std::uint64_t load_u64(const std::byte* p) {
+    std::uint64_t v = 0;
+    for (int i = 7; i >= 0; --i) v = (v << 8) | static_cast<std::uint8_t>(p[i]);
+    return v;
+}
+inline std::uint32_t load_u32(const std::byte* p) {
+    std::uint32_t v = 0;
+    for (int i = 3; i >= 0; --i) v = (v << 8) | static_cast<std::uint8_t>(p[i]);
+    return v;
+}
+inline void store_u64(std::byte* p, std::uint64_t v) {
+    for (int i = 0; i < 8; ++i) p[i] = static_cast<std::byte>(v >> (8 * i));
+}
+inline void store_u32(std::byte* p, std::uint32_t v) {
+    for (int i = 0; i < 4; ++i) p[i] = static_cast<std::byte>(v >> (8 * i));
+}
+
+// Longest abstract socket name (sun_path minus its leading NUL).
+inline constexpr std::size_t max_side_name = 100;
+
+#ifdef __linux__
+
+// The side channel's packets: a receiver's requests (type, seq) and the
+// sender's replies (type, count, count u64s; msg_fds with descriptors).
+enum : std::uint32_t { msg_claim = 1, msg_release = 2, msg_fds = 10, msg_ok = 11, msg_gone = 12 };
+// Descriptors per SCM_RIGHTS packet (the kernel allows 253).
+inline constexpr std::size_t fds_per_packet = 64;
+// How long a PUB message waits for a first subscriber on the side channel.
+inline constexpr std::chrono::milliseconds fan_out_grace{1000};
+// Seconds a receiver waits for the sender's answer to a claim.
+inline constexpr long claim_timeout_s = 30;
+// Closed segment ids per reply; more wait for the next one.
+inline constexpr std::size_t closed_per_reply = 256;
+
+// Throws errc::io_error with `what` and errno's message.
+[[noreturn]] void sys_fail(const std::string& what);
+
+struct fd_guard {
+    int fd = -1;
+    explicit fd_guard(int f = -1) : fd(f) {}
+    fd_guard(fd_guard&& o) noexcept : fd(std::exchange(o.fd, -1)) {}
+    fd_guard& operator=(fd_guard&&) = delete;
+    ~fd_guard() {
+        if (fd >= 0) ::close(fd);
+    }
+    int release() { return std::exchange(fd, -1); }
+};
+
+sockaddr_un abstract_address(const std::string& name, socklen_t& len);
+// One packet, with `fds` (at most fds_per_packet) by SCM_RIGHTS. False on
+// an error (errno says which).
+bool send_packet(int fd, std::span<const std::byte> bytes, std::span<const int> fds = {});
+// A receiver's request packet.
+std::array<std::byte, 16> request(std::uint32_t type, std::uint64_t seq);
+
+#endif
+
+}  // namespace tenbin::detail::shm_impl

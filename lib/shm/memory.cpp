@@ -1,0 +1,94 @@
+// The sender's memfd segments.
+#ifdef __linux__
+
+#include "shm/memory.hpp"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <string>
+
+namespace tenbin::detail::shm_impl {
+
+int new_segment_fd(std::size_t size) {
+    fd_guard fd(::memfd_create("tenbin-shm", MFD_CLOEXEC | MFD_ALLOW_SEALING));
+    if (fd.fd < 0) sys_fail("memfd_create");
+    if (::ftruncate(fd.fd, static_cast<off_t>(size)) != 0) sys_fail("ftruncate of a shm segment");
+    // Sealed: a receiver's mapping can never lose pages under it (SIGBUS).
+    if (::fcntl(fd.fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) sys_fail("sealing a shm segment");
+    return fd.release();
+}
+
+mutable_bytes shm_memory::allocate(std::size_t size) {
+    if (size == 0) size = buffer_alignment;
+    fd_guard fd(new_segment_fd(size));
+    void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd.fd, 0);
+    if (p == MAP_FAILED) sys_fail("mapping a shm segment");
+    std::lock_guard lock(mutex_);
+    segments_[static_cast<std::byte*>(p)] = {next_id_++, fd.release(), size};
+    return {static_cast<std::byte*>(p), size};
+}
+
+void shm_memory::deallocate(mutable_bytes block) noexcept {
+    std::lock_guard lock(mutex_);
+    const auto it = segments_.find(block.data());
+    if (it == segments_.end()) return;
+    ::munmap(block.data(), it->second.size);
+    ::close(it->second.fd);
+    closed_.push_back(it->second.id);
+    segments_.erase(it);
+}
+
+std::optional<std::pair<std::uint64_t, std::uint64_t>> shm_memory::find(const std::byte* p, std::size_t n) {
+    std::lock_guard lock(mutex_);
+    auto it = segments_.upper_bound(const_cast<std::byte*>(p));
+    if (it == segments_.begin()) return std::nullopt;
+    --it;
+    const auto off = static_cast<std::size_t>(p - it->first);
+    if (off > it->second.size || n > it->second.size - off) return std::nullopt;
+    return std::pair{it->second.id, std::uint64_t{off}};
+}
+
+int shm_memory::read_only_fd(std::uint64_t id) {
+    std::lock_guard lock(mutex_);
+    for (auto& [base, s] : segments_)
+        if (s.id == id) {
+            const std::string path = "/proc/self/fd/" + std::to_string(s.fd);
+            return ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+        }
+    return -1;
+}
+
+void shm_memory::retire(std::uint64_t id) noexcept {
+    std::lock_guard lock(mutex_);
+    for (auto& [base, s] : segments_) {
+        if (s.id != id) continue;
+        try {
+            fd_guard fd(new_segment_fd(s.size));
+            for (std::size_t done = 0; done < s.size;) {
+                const ssize_t w = ::pwrite(fd.fd, base + done, s.size - done, static_cast<off_t>(done));
+                if (w <= 0) return;  // keep the old segment: still correct, only not retired
+                done += static_cast<std::size_t>(w);
+            }
+            if (::mmap(base, s.size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd.fd, 0) == MAP_FAILED)
+                return;
+            ::close(s.fd);
+            closed_.push_back(s.id);
+            s.fd = fd.release();
+            s.id = next_id_++;
+            ++retired_;
+        } catch (...) {
+        }
+        return;
+    }
+}
+
+std::vector<std::uint64_t> shm_memory::take_closed() {
+    std::lock_guard lock(mutex_);
+    return std::exchange(closed_, {});
+}
+
+}  // namespace tenbin::detail::shm_impl
+
+#endif

@@ -1,0 +1,51 @@
+// The sender's pool memory: each block a memfd segment of its own (Linux).
+#pragma once
+
+#include "shm/internal.hpp"
+
+#include <tenbin/pool.hpp>
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <utility>
+#include <vector>
+
+namespace tenbin::detail::shm_impl {
+
+// A new memfd of `size` bytes, sealed against shrinking and growing.
+int new_segment_fd(std::size_t size);
+
+class shm_memory final : public pool_memory {
+public:
+    struct segment {
+        std::uint64_t id;
+        int fd;
+        std::size_t size;
+    };
+
+    mutable_bytes allocate(std::size_t size) override;
+    void deallocate(mutable_bytes block) noexcept override;
+
+    // The segment holding [p, p + n) and p's offset in it.
+    std::optional<std::pair<std::uint64_t, std::uint64_t>> find(const std::byte* p, std::size_t n);
+
+    // A read-only descriptor of segment `id` (-1 when it is gone).
+    int read_only_fd(std::uint64_t id);
+
+    // Moves segment `id`'s bytes to a fresh memfd mapped at the same
+    // address and closes the old one; holders' mappings keep the old pages.
+    void retire(std::uint64_t id) noexcept;
+
+    std::vector<std::uint64_t> take_closed();
+
+private:
+    std::mutex mutex_;
+    std::map<std::byte*, segment> segments_;
+    std::uint64_t next_id_ = 1;
+    std::vector<std::uint64_t> closed_;
+    std::uint64_t retired_ = 0;
+};
+
+}  // namespace tenbin::detail::shm_impl

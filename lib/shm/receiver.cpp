@@ -1,0 +1,255 @@
+// The +shm receiver: one side-channel link per sender, its segments mapped
+// read-only, tensors made from descriptors checked against them.
+#ifdef __linux__
+
+#include "shm/internal.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <map>
+#include <mutex>
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+namespace tenbin::detail {
+
+using namespace shm_impl;
+
+namespace {
+
+struct mapping {
+    const std::byte* base = nullptr;
+    std::size_t size = 0;
+    mapping(const std::byte* b, std::size_t n) : base(b), size(n) {}
+    mapping(const mapping&) = delete;
+    mapping& operator=(const mapping&) = delete;
+    ~mapping() { ::munmap(const_cast<std::byte*>(base), size); }
+};
+
+// One sender's side channel, as a receiver sees it.
+class side_link {
+public:
+    explicit side_link(const std::string& name) {
+        fd_.fd = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+        if (fd_.fd < 0) sys_fail("shm side channel socket");
+        socklen_t len = 0;
+        const sockaddr_un a = abstract_address(name, len);
+        if (::connect(fd_.fd, reinterpret_cast<const sockaddr*>(&a), len) != 0)
+            throw error(errc::io_error, "cannot reach the shm sender's side channel '" + name +
+                                            "' (the sender is gone?): " + std::strerror(errno));
+        // A sender that stopped (SIGSTOP, a debugger) fails the claim rather than hang it.
+        const timeval limit{claim_timeout_s, 0};
+        ::setsockopt(fd_.fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
+        ::setsockopt(fd_.fd, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof limit);
+    }
+
+    bool dead() const { return dead_.load(); }
+
+    // Whether the sender closed its end (it writes nothing unasked, so
+    // anything readable between claims is its end of file). Receiving
+    // thread only.
+    bool closed() {
+        if (dead()) return true;
+        pollfd p{fd_.fd, POLLIN, 0};
+        if (::poll(&p, 1, 0) > 0) dead_ = true;
+        return dead();
+    }
+
+    // CLAIMs `seq`: the mappings it needs are then in `maps()`. False for GONE.
+    bool claim(std::uint64_t seq) {
+        std::lock_guard lock(mutex_);
+        const auto req = request(msg_claim, seq);
+        if (!send_packet(fd_.fd, req)) return lost("cannot claim a message");
+        for (;;) {
+            std::array<std::byte, 8 + 8 * closed_per_reply> body{};
+            iovec iov{body.data(), body.size()};
+            alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * fds_per_packet)];
+            msghdr mh{};
+            mh.msg_iov = &iov;
+            mh.msg_iovlen = 1;
+            mh.msg_control = control;
+            mh.msg_controllen = sizeof control;
+            ssize_t n;
+            do n = ::recvmsg(fd_.fd, &mh, MSG_CMSG_CLOEXEC);
+            while (n < 0 && errno == EINTR);
+            // Take every descriptor first, so that none leaks on an error.
+            std::vector<fd_guard> fds;
+            for (cmsghdr* c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c))
+                if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+                    const std::size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+                    for (std::size_t j = 0; j < k; ++j) {
+                        int f;
+                        std::memcpy(&f, CMSG_DATA(c) + j * sizeof(int), sizeof f);
+                        fds.emplace_back(f);
+                    }
+                }
+            if (n <= 0) return lost("the shm sender closed its side channel");
+            if (n < 8 || (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC))) return lost("a malformed side-channel reply");
+            const std::uint32_t type = load_u32(body.data());
+            const std::uint32_t count = load_u32(body.data() + 4);
+            if (static_cast<std::size_t>(n) != 8 + std::size_t{count} * 8) return lost("a malformed side-channel reply");
+            if (type == msg_fds) {
+                if (fds.size() != count) return lost("a side-channel reply with the wrong number of descriptors");
+                for (std::size_t k = 0; k < count; ++k) add_segment(load_u64(body.data() + 8 + 8 * k), fds[k].fd);
+                continue;
+            }
+            if ((type != msg_ok && type != msg_gone) || !fds.empty()) return lost("a malformed side-channel reply");
+            for (std::size_t k = 0; k < count; ++k) maps_.erase(load_u64(body.data() + 8 + 8 * k));
+            return type == msg_ok;
+        }
+    }
+
+    void release(std::uint64_t seq) noexcept {
+        if (dead()) return;
+        std::lock_guard lock(mutex_);
+        send_packet(fd_.fd, request(msg_release, seq));
+    }
+
+    std::shared_ptr<const mapping> segment(std::uint64_t id) {
+        std::lock_guard lock(mutex_);
+        const auto it = maps_.find(id);
+        return it == maps_.end() ? nullptr : it->second;
+    }
+
+private:
+    [[noreturn]] bool lost(const std::string& why) {
+        dead_ = true;
+        throw error(errc::io_error, "shm side channel: " + why);
+    }
+
+    // Maps a segment read-only after checking it cannot shrink under us.
+    void add_segment(std::uint64_t id, int fd) {
+        const int seals = ::fcntl(fd, F_GET_SEALS);
+        struct stat st {};
+        if (seals < 0 || !(seals & F_SEAL_SHRINK) || ::fstat(fd, &st) != 0 || st.st_size <= 0)
+            lost("a shm segment that is not a sealed memfd");
+        const auto size = static_cast<std::size_t>(st.st_size);
+        void* p = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
+        if (p == MAP_FAILED) sys_fail("mapping a shm segment");
+        maps_[id] = std::make_shared<const mapping>(static_cast<const std::byte*>(p), size);
+    }
+
+    std::mutex mutex_;
+    fd_guard fd_;
+    std::atomic<bool> dead_{false};
+    std::map<std::uint64_t, std::shared_ptr<const mapping>> maps_;
+};
+
+// Keeps one message's mappings; gives the message back when its last
+// tensor is dropped.
+struct message_keeper {
+    std::shared_ptr<side_link> link;
+    std::uint64_t seq;
+    std::vector<std::shared_ptr<const mapping>> maps;
+    ~message_keeper() { link->release(seq); }
+};
+
+}  // namespace
+
+class shm_receiver {
+public:
+    std::optional<std::vector<tensor>> receive(std::span<const zmq::message_t> frames, const decode_options& opt) {
+        if (frames.empty()) throw error(errc::bad_header, "an empty shm message");
+        const shm_first first = parse_shm_first({frames[0].data<std::byte>(), frames[0].size()});
+        if (frames.size() % 2 != 1)
+            throw error(errc::odd_chunk_count, "shm message of " + std::to_string(frames.size()) +
+                                                   " frames: a header without a descriptor");
+        const std::size_t n = frames.size() / 2;
+        if (n > opt.limits.max_tensors)
+            throw error(errc::limit_exceeded, std::to_string(n) + " tensors, more than limits::max_tensors");
+        // Everything the message says is checked before anything is claimed.
+        std::vector<tensor_header> headers(n);
+        std::vector<shm_descriptor> descs(n);
+        std::uint64_t total = 0;
+        for (std::size_t i = 0; i < n; ++i) {
+            const zmq::message_t& h = frames[1 + 2 * i];
+            headers[i] = decode_header({h.data<std::byte>(), h.size()}, opt.limits);
+            const zmq::message_t& d = frames[2 + 2 * i];
+            descs[i] = parse_shm_descriptor({d.data<std::byte>(), d.size()});
+            check_shm_descriptor(descs[i], headers[i], first.seq, i);
+            total += headers[i].nbytes;
+            if (total > opt.limits.max_bytes)
+                throw error(errc::limit_exceeded, "message of more than limits::max_bytes");
+        }
+        if (opt.expect_infos) {
+            if (opt.expect_infos->size() != n)
+                throw error(errc::info_mismatch, "expected " + std::to_string(opt.expect_infos->size()) +
+                                                     " tensors, got " + std::to_string(n));
+            for (std::size_t i = 0; i < n; ++i)
+                if ((*opt.expect_infos)[i] != headers[i].info)
+                    throw error(errc::info_mismatch, "tensor " + std::to_string(i) + " is '" + headers[i].info +
+                                                         "', expected '" + (*opt.expect_infos)[i] + "'");
+        }
+
+        std::shared_ptr<side_link> link = link_for(first.side);
+        bool ok = false;
+        try {
+            ok = link->claim(first.seq);
+        } catch (...) {
+            links_.erase(first.side);
+            throw;
+        }
+        if (!ok) return std::nullopt;
+        // From here on the keeper gives the message back, also on an error.
+        auto keeper = std::make_shared<message_keeper>();
+        keeper->link = link;
+        keeper->seq = first.seq;
+        std::vector<std::pair<const std::byte*, std::size_t>> where(n);
+        for (std::size_t i = 0; i < n; ++i) {
+            const shm_descriptor& d = descs[i];
+            if (d.length == 0) continue;
+            std::shared_ptr<const mapping> m = link->segment(d.segment);
+            if (!m)
+                throw error(errc::bad_header, "tensor " + std::to_string(i) + ": unknown shm segment " +
+                                                  std::to_string(d.segment));
+            check_shm_extent(d, m->size, headers[i].dtype, i);
+            where[i] = {m->base + d.offset, static_cast<std::size_t>(d.length)};
+            if (std::find(keeper->maps.begin(), keeper->maps.end(), m) == keeper->maps.end())
+                keeper->maps.push_back(std::move(m));
+        }
+        std::vector<tensor> out;
+        out.reserve(n);
+        const buffer::keeper_type shared = keeper;
+        for (std::size_t i = 0; i < n; ++i) {
+            buffer b = where[i].first
+                           ? buffer::share(shared, {const_cast<std::byte*>(where[i].first), where[i].second}, false)
+                           : buffer::share(shared, {}, false);
+            out.emplace_back(headers[i].dtype, std::move(headers[i].shape), std::move(b), headers[i].info);
+        }
+        return out;
+    }
+
+private:
+    std::shared_ptr<side_link> link_for(const std::string& side) {
+        if (auto it = links_.find(side); it != links_.end()) {
+            if (!it->second->dead()) return it->second;
+            links_.erase(it);
+        }
+        auto link = std::make_shared<side_link>(side);
+        // Senders come and go: forget those gone, and their mappings (the
+        // tensors still alive keep theirs).
+        for (auto it = links_.begin(); it != links_.end();) it = it->second->closed() ? links_.erase(it) : std::next(it);
+        links_[side] = link;
+        return link;
+    }
+
+    std::map<std::string, std::shared_ptr<side_link>> links_;
+};
+
+std::shared_ptr<shm_receiver> make_shm_receiver() { return std::make_shared<shm_receiver>(); }
+std::optional<std::vector<tensor>> shm_receive(shm_receiver& r, std::span<const zmq::message_t> frames,
+                                               const decode_options& opt) {
+    return r.receive(frames, opt);
+}
+
+}  // namespace tenbin::detail
+
+#endif

@@ -1,0 +1,408 @@
+// The +shm sender: its pool, its messages in flight and the side-channel
+// thread that hands segments to receivers and takes messages back.
+#ifdef __linux__
+
+#include "shm/memory.hpp"
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <random>
+#include <set>
+#include <thread>
+
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+namespace tenbin::detail {
+
+using namespace shm_impl;
+
+class shm_sender {
+public:
+    struct flight {
+        std::vector<buffer> holders;       // keep the blocks from the pool
+        std::vector<std::uint64_t> segments;
+        std::chrono::steady_clock::time_point sent;
+        std::set<int> claimers;  // peers holding it
+        bool claimed = false;
+    };
+    struct peer {
+        std::uint64_t last = 0;  // highest sequence number claimed
+        std::set<std::uint64_t> given;  // segments this peer has a descriptor of
+        std::set<std::uint64_t> holding;
+        std::vector<std::uint64_t> closed;  // segments gone, to tell it
+    };
+
+    shm_sender(std::size_t pool_bytes, std::chrono::milliseconds lease, bool fan_out)
+        : memory_(std::make_shared<shm_memory>()),
+          pool_(pool_options{.max_bytes = pool_bytes, .max_buffers = 1024, .wait = std::nullopt}, memory_),
+          lease_(lease),
+          fan_out_(fan_out) {
+        std::random_device rd;
+        const std::uint64_t r = (std::uint64_t{rd()} << 32) ^ rd();
+        name_ = "tenbin-shm-" + std::to_string(::getpid()) + "-" + std::to_string(r);
+        listen_.fd = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        if (listen_.fd < 0) sys_fail("shm side channel socket");
+        socklen_t len = 0;
+        const sockaddr_un a = abstract_address(name_, len);
+        if (::bind(listen_.fd, reinterpret_cast<const sockaddr*>(&a), len) != 0) sys_fail("binding the shm side channel");
+        if (::listen(listen_.fd, 64) != 0) sys_fail("listening on the shm side channel");
+        wake_.fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+        if (wake_.fd < 0) sys_fail("eventfd");
+        thread_ = std::thread([this] { run(); });
+    }
+
+    ~shm_sender() { stop(); }
+
+    void stop() {
+        {
+            std::lock_guard lock(mutex_);
+            if (stopping_) return;
+            stopping_ = true;
+        }
+        wake();
+        if (thread_.joinable()) thread_.join();
+        for (auto& [fd, p] : peers_) ::close(fd);
+        peers_.clear();
+        std::map<std::uint64_t, flight> dropped;
+        {
+            std::lock_guard lock(mutex_);
+            dropped.swap(flights_);
+        }
+    }
+
+    tensor_pool& pool() { return pool_; }
+
+    std::size_t in_flight() {
+        std::lock_guard lock(mutex_);
+        return flights_.size();
+    }
+
+    // Waits until every message was claimed (or given up), at most `linger`.
+    void drain(std::chrono::milliseconds linger) {
+        std::unique_lock lock(mutex_);
+        done_.wait_for(lock, linger, [&] {
+            if (fan_out_) return flights_.empty();
+            return std::all_of(flights_.begin(), flights_.end(), [](auto& f) { return f.second.claimed; });
+        });
+    }
+
+    bool send(zmq::socket_ref socket, tensor_span tensors, std::span<const zmq::const_buffer> envelope,
+              std::optional<std::chrono::milliseconds> timeout) {
+        flight f;
+        std::vector<shm_descriptor> descs(tensors.size());
+        std::vector<std::size_t> copy_in;  // tensors not from the pool
+        std::size_t copy_bytes = 0;
+        for (std::size_t i = 0; i < tensors.size(); ++i) {
+            const tensor_view v = tensors[i];
+            if (v.data.empty()) continue;
+            const buffer* owner = tensors.owner(i);
+            if (owner && owner->owned())
+                if (auto where = memory_->find(v.data.data(), v.data.size())) {
+                    descs[i] = {where->first, 0, where->second, v.data.size()};
+                    f.holders.push_back(*owner);
+                    f.segments.push_back(where->first);
+                    continue;
+                }
+            copy_in.push_back(i);
+            copy_bytes += (v.data.size() + buffer_alignment - 1) / buffer_alignment * buffer_alignment;
+        }
+        if (!copy_in.empty()) {
+            // One block for all of them: one segment, one descriptor to hand over.
+            std::optional<tensor> block = pool_.try_acquire(
+                dtype::u1, {static_cast<std::int64_t>(copy_bytes)}, {}, timeout.value_or(std::chrono::milliseconds::max()));
+            if (!block) return false;
+            std::byte* base = block->mutable_bytes().data();
+            const auto where = memory_->find(base, copy_bytes);
+            if (!where) throw error(errc::io_error, "a shm pool block outside its segments");
+            std::size_t at = 0;
+            for (std::size_t i : copy_in) {
+                const bytes_view src = tensors[i].data;
+                std::memcpy(base + at, src.data(), src.size());
+                descs[i] = {where->first, 0, where->second + at, src.size()};
+                at += (src.size() + buffer_alignment - 1) / buffer_alignment * buffer_alignment;
+            }
+            f.holders.push_back(block->data());
+            f.segments.push_back(where->first);
+        }
+
+        std::uint64_t seq = 0;
+        {
+            std::lock_guard lock(mutex_);
+            seq = next_seq_++;
+        }
+        for (shm_descriptor& d : descs) d.generation = d.segment ? seq : 0;
+        // Frames: built before the first is sent, so the message goes whole or not at all.
+        std::vector<zmq::message_t> frames;
+        frames.reserve(envelope.size() + 1 + 2 * tensors.size());
+        for (const zmq::const_buffer& e : envelope) frames.emplace_back(e.data(), e.size());
+        const std::vector<std::byte> first = encode_shm_first({name_, seq});
+        frames.emplace_back(first.data(), first.size());
+        for (std::size_t i = 0; i < tensors.size(); ++i) {
+            const tensor_view v = tensors[i];
+            zmq::message_t h(header_size(v.ndim()));
+            encode_header_into(v, {static_cast<std::byte*>(h.data()), h.size()});
+            frames.push_back(std::move(h));
+            const auto d = encode_shm_descriptor(descs[i]);
+            frames.emplace_back(d.data(), d.size());
+        }
+        f.sent = std::chrono::steady_clock::now();
+        {
+            std::lock_guard lock(mutex_);
+            flights_.emplace(seq, std::move(f));
+        }
+        wake();  // its lease starts
+        const auto flags = zmq::send_flags::none;
+        for (std::size_t i = 0; i < frames.size(); ++i) {
+            const bool more = i + 1 < frames.size();
+            std::optional<std::size_t> r;
+            for (;;) {
+                try {
+                    r = socket.send(frames[i], more ? flags | zmq::send_flags::sndmore : flags);
+                    break;
+                } catch (const zmq::error_t& e) {
+                    if (e.num() != EINTR) {
+                        forget(seq);
+                        throw;
+                    }
+                }
+            }
+            if (!r) {  // only the first frame can time out (whole messages count for the HWM)
+                forget(seq);
+                return false;
+            }
+        }
+        return true;
+    }
+
+private:
+    void forget(std::uint64_t seq) {
+        std::map<std::uint64_t, flight>::node_type n;
+        std::lock_guard lock(mutex_);
+        n = flights_.extract(seq);
+    }
+
+    void wake() {
+        const std::uint64_t one = 1;
+        [[maybe_unused]] const ssize_t r = ::write(wake_.fd, &one, sizeof one);
+    }
+
+    // Whether message `seq` is done with (under the lock).
+    bool finished(std::uint64_t seq, const flight& f, std::chrono::steady_clock::time_point now) const {
+        if (!f.claimers.empty()) return false;
+        if (!fan_out_) return f.claimed;
+        // No subscriber on the side channel yet: the first ones get a
+        // moment to claim (the rest of the late-joiner rule is below).
+        if (peers_.empty()) return now - f.sent >= fan_out_grace;
+        // Fan-out: done once every subscriber on the side channel is past
+        // it; one not there yet gets GONE (a late joiner's first message).
+        return std::all_of(peers_.begin(), peers_.end(), [&](auto& p) { return p.second.last >= seq; });
+    }
+
+    // Drops finished and expired messages; returns when the next lease ends.
+    std::chrono::steady_clock::time_point collect() {
+        std::vector<flight> dropped;
+        auto next = std::chrono::steady_clock::time_point::max();
+        {
+            std::lock_guard lock(mutex_);
+            const auto now = std::chrono::steady_clock::now();
+            for (auto it = flights_.begin(); it != flights_.end();) {
+                if (finished(it->first, it->second, now)) {
+                    dropped.push_back(std::move(it->second));
+                    it = flights_.erase(it);
+                } else if (now - it->second.sent >= lease_) {
+                    // Given up: a holder keeps the old pages, the pool gets fresh ones.
+                    if (!it->second.claimers.empty())
+                        for (std::uint64_t s : it->second.segments) memory_->retire(s);
+                    for (int p : it->second.claimers) peers_[p].holding.erase(it->first);
+                    it->second.claimed = true;
+                    dropped.push_back(std::move(it->second));
+                    it = flights_.erase(it);
+                } else {
+                    next = std::min(next, it->second.sent + (peers_.empty() && fan_out_ ? fan_out_grace : lease_));
+                    ++it;
+                }
+            }
+        }
+        done_.notify_all();
+        dropped.clear();  // blocks go back to the pool outside the lock
+        return next;
+    }
+
+    void on_claim(int fd, peer& p, std::uint64_t seq) {
+        std::vector<std::uint64_t> segs;
+        bool ok = false;
+        {
+            std::lock_guard lock(mutex_);
+            p.last = std::max(p.last, seq);
+            if (auto it = flights_.find(seq); it != flights_.end()) {
+                ok = true;
+                it->second.claimed = true;
+                it->second.claimers.insert(fd);
+                p.holding.insert(seq);
+                for (std::uint64_t s : it->second.segments)
+                    if (p.given.insert(s).second) segs.push_back(s);
+            }
+        }
+        std::sort(segs.begin(), segs.end());
+        segs.erase(std::unique(segs.begin(), segs.end()), segs.end());
+        for (std::size_t at = 0; at < segs.size(); at += fds_per_packet) {
+            const std::size_t n = std::min(fds_per_packet, segs.size() - at);
+            std::vector<int> fds;
+            std::vector<std::byte> body(8 + 8 * n);
+            store_u32(body.data(), msg_fds);
+            store_u32(body.data() + 4, static_cast<std::uint32_t>(n));
+            for (std::size_t k = 0; k < n; ++k) {
+                const int ro = memory_->read_only_fd(segs[at + k]);
+                if (ro < 0) {
+                    for (int x : fds) ::close(x);
+                    ok = false;
+                    fds.clear();
+                    break;
+                }
+                fds.push_back(ro);
+                store_u64(body.data() + 8 + 8 * k, segs[at + k]);
+            }
+            if (!ok) break;
+            const bool sent = send_packet(fd, body, fds);
+            for (int x : fds) ::close(x);
+            if (!sent) return drop_peer(fd);
+        }
+        if (!ok) on_release(fd, p, seq);
+        // Segments gone since: the receiver drops its mappings of them.
+        std::vector<std::uint64_t> gone;
+        const std::size_t k = std::min(p.closed.size(), closed_per_reply);
+        gone.assign(p.closed.begin(), p.closed.begin() + static_cast<std::ptrdiff_t>(k));
+        p.closed.erase(p.closed.begin(), p.closed.begin() + static_cast<std::ptrdiff_t>(k));
+        std::vector<std::byte> reply(8 + 8 * gone.size());
+        store_u32(reply.data(), ok ? msg_ok : msg_gone);
+        store_u32(reply.data() + 4, static_cast<std::uint32_t>(gone.size()));
+        for (std::size_t k = 0; k < gone.size(); ++k) store_u64(reply.data() + 8 + 8 * k, gone[k]);
+        if (!send_packet(fd, reply)) drop_peer(fd);
+    }
+
+    void on_release(int fd, peer& p, std::uint64_t seq) {
+        std::lock_guard lock(mutex_);
+        p.holding.erase(seq);
+        if (auto it = flights_.find(seq); it != flights_.end()) it->second.claimers.erase(fd);
+    }
+
+    void drop_peer(int fd) {
+        {
+            std::lock_guard lock(mutex_);
+            peer& p = peers_[fd];
+            for (std::uint64_t seq : p.holding)
+                if (auto it = flights_.find(seq); it != flights_.end()) it->second.claimers.erase(fd);
+            peers_.erase(fd);
+        }
+        ::close(fd);
+    }
+
+    void run() {
+        for (;;) {
+            const auto next = collect();
+            for (std::uint64_t id : memory_->take_closed())
+                for (auto& [fd, p] : peers_)
+                    if (p.given.erase(id)) p.closed.push_back(id);
+            std::vector<pollfd> fds{{listen_.fd, POLLIN, 0}, {wake_.fd, POLLIN, 0}};
+            {
+                std::lock_guard lock(mutex_);
+                if (stopping_) return;
+                for (auto& [fd, p] : peers_) fds.push_back({fd, POLLIN, 0});
+            }
+            int wait_ms = -1;
+            if (next != std::chrono::steady_clock::time_point::max()) {
+                const auto left = std::chrono::ceil<std::chrono::milliseconds>(next - std::chrono::steady_clock::now());
+                wait_ms = static_cast<int>(std::clamp<std::int64_t>(left.count(), 0, 60000));
+            }
+            const int rc = ::poll(fds.data(), fds.size(), wait_ms);
+            if (rc < 0 && errno != EINTR) return;
+            if (rc <= 0) continue;
+            if (fds[1].revents) {
+                std::uint64_t v = 0;
+                [[maybe_unused]] const ssize_t r = ::read(wake_.fd, &v, sizeof v);
+            }
+            if (fds[0].revents & POLLIN) accept_peers();
+            for (std::size_t i = 2; i < fds.size(); ++i) {
+                if (!fds[i].revents) continue;
+                const int fd = fds[i].fd;
+                std::array<std::byte, 16> req{};
+                const ssize_t n = ::recv(fd, req.data(), req.size(), MSG_DONTWAIT);
+                if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+                if (n != 16) {  // closed, died, or spoke nonsense
+                    drop_peer(fd);
+                    continue;
+                }
+                peer* p = nullptr;
+                {
+                    std::lock_guard lock(mutex_);
+                    p = &peers_[fd];
+                }
+                const std::uint32_t type = load_u32(req.data());
+                const std::uint64_t seq = load_u64(req.data() + 8);
+                if (type == msg_claim) on_claim(fd, *p, seq);
+                else if (type == msg_release) on_release(fd, *p, seq);
+                else drop_peer(fd);
+            }
+        }
+    }
+
+    void accept_peers() {
+        for (;;) {
+            const int fd = ::accept4(listen_.fd, nullptr, nullptr, SOCK_CLOEXEC);
+            if (fd < 0) return;
+            // Only the sender's own user may read its memory.
+            ucred cred{};
+            socklen_t len = sizeof cred;
+            if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 || cred.uid != ::getuid()) {
+                ::close(fd);
+                continue;
+            }
+            // A peer that stops reading its replies is dropped, not waited for.
+            const timeval limit{1, 0};
+            ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof limit);
+            std::lock_guard lock(mutex_);
+            peers_[fd];
+        }
+    }
+
+    std::shared_ptr<shm_memory> memory_;
+    tensor_pool pool_;
+    std::chrono::milliseconds lease_;
+    bool fan_out_;
+    std::string name_;
+    fd_guard listen_;
+    fd_guard wake_;
+    std::mutex mutex_;
+    std::condition_variable done_;
+    std::uint64_t next_seq_ = 1;
+    std::map<std::uint64_t, flight> flights_;
+    // Peers: added, removed and changed by the thread only (under the lock
+    // where collect() reads them).
+    std::map<int, peer> peers_;
+    bool stopping_ = false;
+    std::thread thread_;
+};
+
+std::shared_ptr<shm_sender> make_shm_sender(std::size_t pool_bytes, std::chrono::milliseconds lease, bool fan_out) {
+    return std::make_shared<shm_sender>(pool_bytes, lease, fan_out);
+}
+tensor_pool& shm_pool(shm_sender& s) { return s.pool(); }
+bool shm_send(shm_sender& s, zmq::socket_ref socket, tensor_span tensors, std::span<const zmq::const_buffer> envelope,
+              std::optional<std::chrono::milliseconds> timeout) {
+    return s.send(socket, tensors, envelope, timeout);
+}
+void shm_close(shm_sender& s, std::chrono::milliseconds linger) {
+    s.drain(linger);
+    s.stop();
+}
+std::size_t shm_in_flight(shm_sender& s) { return s.in_flight(); }
+
+}  // namespace tenbin::detail
+
+#endif

@@ -1,0 +1,77 @@
+// The shm wire: the first frame and the descriptors (see shm.hpp).
+#include "shm/internal.hpp"
+
+#include <cstring>
+
+namespace tenbin::detail {
+
+using namespace shm_impl;
+
+shm_first parse_shm_first(bytes_view f) {
+    if (f.size() < 8 || std::memcmp(f.data(), shm_magic, 8) != 0)
+        throw error(errc::bad_magic, "not a shared-memory message (no ~TenShm~ first frame): a +shm receiver got a "
+                                     "plain tenbin message; open both ends with +shm, or neither");
+    if (f.size() < 16) throw error(errc::bad_header, "shm first frame of " + std::to_string(f.size()) + " bytes");
+    const std::uint32_t version = load_u32(f.data() + 8);
+    if (version != shm_version)
+        throw error(errc::unsupported, "shm wire version " + std::to_string(version) + ", this build speaks " +
+                                           std::to_string(shm_version));
+    const std::uint32_t n = load_u32(f.data() + 12);
+    if (n == 0 || n > max_side_name || f.size() != 16 + std::size_t{n} + 8)
+        throw error(errc::bad_header, "shm first frame: bad side-channel name length " + std::to_string(n) +
+                                          " in a frame of " + std::to_string(f.size()) + " bytes");
+    shm_first out;
+    out.side.assign(reinterpret_cast<const char*>(f.data() + 16), n);
+    out.seq = load_u64(f.data() + 16 + n);
+    return out;
+}
+
+std::vector<std::byte> encode_shm_first(const shm_first& f) {
+    std::vector<std::byte> out(16 + f.side.size() + 8);
+    std::memcpy(out.data(), shm_magic, 8);
+    store_u32(out.data() + 8, shm_version);
+    store_u32(out.data() + 12, static_cast<std::uint32_t>(f.side.size()));
+    std::memcpy(out.data() + 16, f.side.data(), f.side.size());
+    store_u64(out.data() + 16 + f.side.size(), f.seq);
+    return out;
+}
+
+shm_descriptor parse_shm_descriptor(bytes_view f) {
+    if (f.size() != shm_descriptor_size)
+        throw error(errc::bad_header, "shm descriptor of " + std::to_string(f.size()) + " bytes, not 32");
+    return {load_u64(f.data()), load_u64(f.data() + 8), load_u64(f.data() + 16), load_u64(f.data() + 24)};
+}
+
+std::array<std::byte, shm_descriptor_size> encode_shm_descriptor(const shm_descriptor& d) {
+    std::array<std::byte, shm_descriptor_size> out{};
+    store_u64(out.data(), d.segment);
+    store_u64(out.data() + 8, d.generation);
+    store_u64(out.data() + 16, d.offset);
+    store_u64(out.data() + 24, d.length);
+    return out;
+}
+
+void check_shm_descriptor(const shm_descriptor& d, const tensor_header& h, std::uint64_t seq, std::size_t index) {
+    const std::string which = "tensor " + std::to_string(index) + ": ";
+    if (d.length != h.nbytes)
+        throw error(errc::data_size_mismatch, which + "descriptor of " + std::to_string(d.length) +
+                                                  " bytes for a header needing " + std::to_string(h.nbytes));
+    if (d.length != 0 && d.generation != seq)
+        throw error(errc::bad_header, which + "stale descriptor (generation " + std::to_string(d.generation) +
+                                          " in message " + std::to_string(seq) + ")");
+    if ((d.length == 0) != (d.segment == 0))
+        throw error(errc::bad_header, which + "descriptor names segment 0 for bytes, or a segment for none");
+}
+
+void check_shm_extent(const shm_descriptor& d, std::size_t segment_size, dtype type, std::size_t index) {
+    const std::string which = "tensor " + std::to_string(index) + ": ";
+    if (d.offset > segment_size || d.length > segment_size - d.offset)
+        throw error(errc::length_beyond_end, which + "bytes [" + std::to_string(d.offset) + ", +" +
+                                                 std::to_string(d.length) + ") past the segment's " +
+                                                 std::to_string(segment_size));
+    if (d.offset % itemsize(type) != 0)
+        throw error(errc::bad_header, which + "offset " + std::to_string(d.offset) + " not aligned for " +
+                                          std::string(code(type)));
+}
+
+}  // namespace tenbin::detail

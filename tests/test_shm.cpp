@@ -1,0 +1,521 @@
+// The +shm transport across processes (fork): every socket pattern, fan-out,
+// tensors outliving their sender, killed peers, a full pool, bad input.
+#include <tenbin/connect.hpp>
+#include <tenbin/pool.hpp>
+
+#include "shm/shm.hpp"
+
+#include <doctest/doctest.h>
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+using namespace tenbin;
+using namespace std::chrono_literals;
+
+namespace {
+
+// A fresh ipc name per use (the socket file lives in /tmp).
+std::string fresh_name() {
+    static std::atomic<int> n{0};
+    return "/tmp/tenbin-test-shm-" + std::to_string(::getpid()) + "-" + std::to_string(n++);
+}
+
+// Runs peer `role` (see the "shm peer" case below) in a child process: a
+// fresh exec of this binary, since a forked copy of a threaded process
+// cannot start threads of its own under ThreadSanitizer. Its exit code is
+// 0 when the role succeeded, 1 when it threw.
+pid_t spawn(const std::string& role) {
+    const std::string env = "TENBIN_SHM_PEER=" + role;
+    std::vector<char*> envp;
+    for (char** e = environ; *e; ++e) envp.push_back(*e);
+    envp.push_back(const_cast<char*>(env.c_str()));
+    envp.push_back(nullptr);
+    const pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+        ::execle("/proc/self/exe", "test-shm", "--test-case=shm peer", "--no-intro", static_cast<char*>(nullptr),
+                 envp.data());
+        ::_exit(127);
+    }
+    return pid;
+}
+
+int wait_exit(pid_t pid) {
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+// A batch whose every element says which message it is: a pool tensor
+// (sent without a copy) and a heap tensor (copied in).
+std::vector<tensor> batch(connection& c, std::int32_t k, std::int64_t n = 4096) {
+    tensor a = c.pool().acquire(dtype::i4, {n}, "pooled");
+    for (auto& v : a.mutable_values<std::int32_t>()) v = k;
+    std::vector<std::int32_t> b(static_cast<std::size_t>(n / 2), -k);
+    return {a, tensor::from_vector(std::move(b), {n / 2}, "heap")};
+}
+
+// Which message `m` is, after checking every element agrees; -1 if not.
+std::int32_t check_batch(const std::vector<tensor>& m) {
+    if (m.size() != 2 || m[0].info() != "pooled" || m[1].info() != "heap") return -1;
+    const auto a = m[0].values<std::int32_t>();
+    const auto b = m[1].values<std::int32_t>();
+    if (a.empty()) return -1;
+    const std::int32_t k = a[0];
+    for (std::int32_t v : a)
+        if (v != k) return -1;
+    for (std::int32_t v : b)
+        if (v != -k) return -1;
+    return k;
+}
+
+std::size_t count_fds() {
+    std::size_t n = 0;
+    for ([[maybe_unused]] auto& e : std::filesystem::directory_iterator("/proc/self/fd")) ++n;
+    return n;
+}
+
+std::size_t count_maps() {
+    std::ifstream in("/proc/self/maps");
+    std::size_t n = 0;
+    for (std::string line; std::getline(in, line);) ++n;
+    return n;
+}
+
+connection_options timeouts() {
+    connection_options o;
+    o.recv_timeout = 10s;
+    o.send_timeout = 10s;
+    o.linger = 5s;
+    return o;
+}
+
+}  // namespace
+
+// The far ends, in processes of their own (see spawn); nothing unless
+// TENBIN_SHM_PEER names a role: ROLE NAME COUNT [FD].
+//   push: sends COUNT batches (0: for ever), then closes
+//   pull: receives COUNT batches (connecting), checking each
+//   pair: answers COUNT batches with batches of k + 1000 from its own pool
+//   sub:  keeps COUNT increasing batches, then checks them all again
+//   hold: receives COUNT batches (connecting), writes to FD, holds them
+TEST_CASE("shm peer") {
+    const char* spec = std::getenv("TENBIN_SHM_PEER");
+    if (!spec) return;
+    std::istringstream in(spec);
+    std::string role, name;
+    int count = 0, fd = -1;
+    in >> role >> name >> count >> fd;
+    int code = 0;
+    try {
+        auto next = [](connection& c) {
+            auto m = c.recv();
+            if (!m) throw std::runtime_error("timed out");
+            const std::int32_t k = check_batch(*m);
+            if (k < 0) throw std::runtime_error("corrupt message");
+            return std::pair{k, std::move(*m)};
+        };
+        if (role == "push") {
+            connection push("zpush+shm://" + name, timeouts());
+            for (std::int32_t k = 1; count == 0 || k <= count; ++k)
+                if (!push.send(batch(push, k, count == 0 ? 1 << 16 : 4096))) throw std::runtime_error("send timed out");
+            push.close();  // waits until the receiver claimed every message
+        } else if (role == "pull" || role == "hold") {
+            connection pull("zrpull+shm://" + name, timeouts());
+            std::vector<std::vector<tensor>> held;
+            for (int i = 0; i < count; ++i) {
+                auto m = next(pull);
+                if (role == "hold") held.push_back(std::move(m.second));
+            }
+            if (role == "hold") {
+                [[maybe_unused]] const auto w = ::write(fd, "x", 1);
+                ::pause();  // holding them until killed
+            }
+        } else if (role == "pair") {
+            connection_options oc = timeouts();
+            oc.kind = socket_kind::pair;
+            oc.bind = false;
+            connection b("shm://" + name, oc);
+            for (int i = 0; i < count; ++i)
+                if (!b.send(batch(b, next(b).first + 1000))) throw std::runtime_error("send timed out");
+            b.close();
+        } else if (role == "sub") {
+            connection sub("zsub+shm://" + name, timeouts());
+            std::vector<std::vector<tensor>> held;
+            std::int32_t last = -1;
+            while (held.size() < static_cast<std::size_t>(count)) {
+                auto [k, m] = next(sub);
+                if (k <= last) throw std::runtime_error("out-of-order message");
+                last = k;
+                held.push_back(std::move(m));
+            }
+            // Nothing we hold was reused by the publisher meanwhile.
+            for (auto& m : held)
+                if (check_batch(m) < 0) throw std::runtime_error("a held message changed");
+        } else {
+            throw std::runtime_error("unknown role " + role);
+        }
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "shm peer %s: %s\n", spec, e.what());
+        code = 1;
+    }
+    std::fflush(stderr);
+    ::_exit(code);
+}
+
+TEST_CASE("+shm URLs are ipc carrying shared memory; mixing transports is refused") {
+    const endpoint e = parse_url("zpush+shm:///tmp/x");
+    CHECK(e.shm);
+    CHECK(e.address == "ipc:///tmp/x");
+    CHECK(parse_url("shm://name", {.kind = socket_kind::pair}).shm);
+    CHECK_FALSE(parse_url("zpush+ipc:///tmp/x").shm);
+    CHECK(parse_urls(std::vector<std::string>{"zsub+shm://a{1,2}"}).size() == 2);
+    CHECK_THROWS_AS(parse_urls(std::vector<std::string>{"zpush+shm://a", "zpush+ipc://b"}), error);
+}
+
+TEST_CASE("PUSH/PULL across processes: pool tensors and copied-in ones arrive intact") {
+    const std::string name = fresh_name();
+    connection pull("zpull+shm://" + name, timeouts());
+    const pid_t child = spawn("push " + name + " 50");
+    std::vector<std::vector<tensor>> kept;
+    for (std::int32_t k = 1; k <= 50; ++k) {
+        auto m = pull.recv();
+        REQUIRE(m);
+        CHECK(check_batch(*m) == k);
+        CHECK_FALSE(m->at(0).data().writable());
+        if (k % 10 == 0) kept.push_back(std::move(*m));
+    }
+    CHECK(wait_exit(child) == 0);
+    // The sender is gone; what we kept is still there.
+    for (std::size_t i = 0; i < kept.size(); ++i) CHECK(check_batch(kept[i]) == static_cast<std::int32_t>(10 * (i + 1)));
+}
+
+TEST_CASE("a loader receives +shm batches on its thread; the consumer releases them") {
+    const std::string name = fresh_name();
+    loader_options lo;
+    lo.connection = timeouts();
+    loader l("zpull+shm://" + name, lo);
+    const pid_t child = spawn("push " + name + " 30");
+    for (std::int32_t k = 1; k <= 30; ++k) {
+        auto m = l.next(10s);
+        REQUIRE(m);
+        CHECK(check_batch(*m) == k);
+    }
+    CHECK(wait_exit(child) == 0);
+}
+
+TEST_CASE("PAIR both ways across processes") {
+    const std::string name = fresh_name();
+    connection_options o = timeouts();
+    o.kind = socket_kind::pair;
+    o.bind = true;
+    connection a("shm://" + name, o);
+    const pid_t child = spawn("pair " + name + " 20");
+    for (std::int32_t k = 0; k < 20; ++k) {
+        REQUIRE(a.send(batch(a, k)));
+        auto m = a.recv();
+        REQUIRE(m);
+        CHECK(check_batch(*m) == k + 1000);
+    }
+    CHECK(wait_exit(child) == 0);
+}
+
+TEST_CASE("PUB/SUB fans out to 3 subscriber processes, and held messages stay intact") {
+    const std::string name = fresh_name();
+    connection_options po = timeouts();
+    po.shm_pool_bytes = 8u << 20;
+    connection pub("zpub+shm://" + name, po);
+    std::vector<pid_t> subs;
+    for (int s = 0; s < 3; ++s)
+        subs.push_back(spawn("sub " + name + " 30"));
+    std::vector<int> codes(3, -1);
+    std::size_t done = 0;
+    const auto deadline = std::chrono::steady_clock::now() + 30s;
+    for (std::int32_t k = 1; done < subs.size() && std::chrono::steady_clock::now() < deadline; ++k) {
+        REQUIRE(pub.send(batch(pub, k, 1024)));
+        std::this_thread::sleep_for(2ms);
+        for (std::size_t s = 0; s < subs.size(); ++s) {
+            int status = 0;
+            if (codes[s] < 0 && ::waitpid(subs[s], &status, WNOHANG) == subs[s]) {
+                codes[s] = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+                ++done;
+            }
+        }
+    }
+    for (std::size_t s = 0; s < subs.size(); ++s) {
+        if (codes[s] < 0) {
+            ::kill(subs[s], SIGKILL);
+            codes[s] = wait_exit(subs[s]);
+        }
+        CHECK(codes[s] == 0);
+    }
+}
+
+TEST_CASE("a burst published before the first subscriber claims anything reaches it whole") {
+    const std::string name = fresh_name();
+    connection pub("zpub+shm://" + name, timeouts());
+    connection sub("zsub+shm://" + name, timeouts());
+    std::this_thread::sleep_for(300ms);  // subscribed (ZeroMQ), not yet on the side channel
+    for (std::int32_t k = 1; k <= 5; ++k) REQUIRE(pub.send(batch(pub, k, 1024)));
+    std::this_thread::sleep_for(100ms);
+    for (std::int32_t k = 1; k <= 5; ++k) CHECK(check_batch(sub.recv().value()) == k);
+}
+
+TEST_CASE("a sender killed mid-stream leaves received tensors valid") {
+    const std::string name = fresh_name();
+    connection pull("zpull+shm://" + name, timeouts());
+    const pid_t child = spawn("push " + name + " 0");  // for ever
+    std::vector<std::vector<tensor>> kept;
+    for (int i = 0; i < 5; ++i) {
+        auto m = pull.recv();
+        REQUIRE(m);
+        kept.push_back(std::move(*m));
+    }
+    ::kill(child, SIGKILL);
+    CHECK(wait_exit(child) == 128 + SIGKILL);
+    for (auto& m : kept) CHECK(check_batch(m) > 0);
+    // Messages still queued from the dead sender cannot be claimed: an error, not a crash.
+    for (int i = 0; i < 40; ++i) {
+        try {
+            if (!pull.try_recv()) break;
+        } catch (const error& e) {
+            CHECK(e.code() == errc::io_error);
+        }
+    }
+}
+
+TEST_CASE("a receiver killed while holding tensors does not pin the pool") {
+    const std::string name = fresh_name();
+    connection_options o = timeouts();
+    o.shm_pool_bytes = 5u << 20;  // three messages of 1.5 MiB, and not a fourth
+    // Messages ZeroMQ queued to the dead peer before it noticed are lost
+    // unclaimed: the lease gives them up.
+    o.shm_lease = 2s;
+    connection push("zrpush+shm://" + name, o);
+    int ready[2];
+    REQUIRE(::pipe(ready) == 0);
+    const auto holder = spawn("hold " + name + " 3 " + std::to_string(ready[1]));
+    for (std::int32_t k = 1; k <= 3; ++k) REQUIRE(push.send(batch(push, k, 1 << 18)));
+    char x;
+    REQUIRE(::read(ready[0], &x, 1) == 1);
+    ::close(ready[0]);
+    ::close(ready[1]);
+    CHECK_FALSE(push.pool().try_acquire(dtype::i4, {1 << 18}, "", 300ms));
+    ::kill(holder, SIGKILL);
+    wait_exit(holder);
+    // Its side channel closed: everything it held comes back.
+    CHECK(push.pool().try_acquire(dtype::i4, {1 << 18}, "", 10s));
+    const auto reader = spawn("pull " + name + " 100");
+    for (std::int32_t k = 4; k < 104; ++k) REQUIRE(push.send(batch(push, k, 1 << 18)));
+    CHECK(wait_exit(reader) == 0);
+}
+
+TEST_CASE("fds and mappings stay bounded over 10,000 messages") {
+    const std::string name = fresh_name();
+    connection_options o = timeouts();
+    o.shm_pool_bytes = 1u << 20;
+    connection pull("zpull+shm://" + name, timeouts());
+    connection push("zpush+shm://" + name, o);
+    std::size_t fds = 0, maps = 0;
+    for (std::int32_t k = 1; k <= 10000; ++k) {
+        REQUIRE(push.send(batch(push, k, 256)));
+        auto m = pull.recv();
+        REQUIRE(m);
+        REQUIRE(check_batch(*m) == k);
+        if (k == 1000) {
+            fds = count_fds();
+            maps = count_maps();
+        }
+    }
+    CHECK(count_fds() <= fds + 4);
+    CHECK(count_maps() <= maps + 8);
+}
+
+TEST_CASE("a receiver forgets senders that are gone: fds and mappings stay bounded") {
+    const std::string name = fresh_name();
+    connection pull("zpull+shm://" + name, timeouts());
+    std::size_t fds = 0, maps = 0;
+    for (int s = 0; s < 60; ++s) {
+        connection_options o = timeouts();
+        o.shm_pool_bytes = 1u << 20;
+        connection push("zpush+shm://" + name, o);
+        for (std::int32_t k = 1; k <= 5; ++k) {
+            REQUIRE(push.send(batch(push, k, 256)));
+            REQUIRE(check_batch(pull.recv().value()) == k);
+        }
+        push.close();
+        if (s == 10) {
+            fds = count_fds();
+            maps = count_maps();
+        }
+    }
+    CHECK(count_fds() <= fds + 4);
+    CHECK(count_maps() <= maps + 8);
+}
+
+TEST_CASE("a full pool makes send wait, and time out") {
+    const std::string name = fresh_name();
+    connection_options o = timeouts();
+    o.shm_pool_bytes = 1u << 20;
+    o.send_timeout = 200ms;
+    connection pull("zpull+shm://" + name, timeouts());
+    connection push("zpush+shm://" + name, o);
+    std::vector<float> half(1u << 17, 1.0f);  // 512 KiB, copied in
+    const tensor t = tensor::from_vector(std::vector<float>(half), {1 << 17});
+    std::vector<std::vector<tensor>> held;
+    for (int i = 0; i < 2; ++i) {
+        REQUIRE(push.send(t));
+        held.push_back(pull.recv().value());
+    }
+    const auto start = std::chrono::steady_clock::now();
+    CHECK_FALSE(push.send(t));  // the pool is full of what we hold
+    CHECK(std::chrono::steady_clock::now() - start >= 150ms);
+    held.clear();  // given back: the pool has room again
+    o.send_timeout = 10s;
+    bool sent = false;
+    for (int i = 0; i < 100 && !sent; ++i) {
+        sent = push.send(t);
+        if (!sent) std::this_thread::sleep_for(20ms);
+    }
+    CHECK(sent);
+    CHECK(pull.recv().value()[0].values<float>()[5] == 1.0f);
+    CHECK_THROWS_AS(push.pool().acquire(dtype::u1, {2 << 20}), error);  // larger than the pool
+}
+
+namespace {
+
+// One shm message as it travels, caught by a plain socket.
+struct tap {
+    zmq::context_t ctx{1};
+    std::string name = fresh_name();
+    connection push{"zpush+shm://" + name, [] {
+        connection_options o = timeouts();
+        o.linger = 100ms;  // messages refused before their claim are never claimed
+        return o;
+    }()};
+    zmq::socket_t in{ctx, zmq::socket_type::pull};
+    tap() { in.bind("ipc://" + name); }
+    std::vector<zmq::message_t> next(tensor_span t) {
+        REQUIRE(push.send(t));
+        std::vector<zmq::message_t> frames;
+        do {
+            frames.emplace_back();
+            REQUIRE(in.recv(frames.back()));
+        } while (frames.back().more());
+        return frames;
+    }
+};
+
+void forward(zmq::socket_t& out, std::vector<zmq::message_t>& frames) {
+    for (std::size_t i = 0; i < frames.size(); ++i)
+        out.send(frames[i], i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+}
+
+void put_u64(zmq::message_t& f, std::size_t at, std::uint64_t v) {
+    auto* p = static_cast<unsigned char*>(f.data());
+    for (int i = 0; i < 8; ++i) p[at + i] = static_cast<unsigned char>(v >> (8 * i));
+}
+
+}  // namespace
+
+TEST_CASE("corrupt descriptors are typed errors, and the connection goes on") {
+    tap t;
+    const std::string name = fresh_name();
+    connection_options ro = timeouts();
+    ro.recv_timeout = 2s;
+    connection pull("zpull+shm://" + name, ro);
+    zmq::socket_t out(t.ctx, zmq::socket_type::push);
+    out.connect("ipc://" + name);
+    const tensor x = tensor::from_vector(std::vector<float>(1000, 2.0f), {1000}, "x");
+    // frames: first, header, descriptor (segment, generation, offset, length)
+    const auto expect = [&](auto&& change, errc code) {
+        auto frames = t.next(x);
+        change(frames);
+        forward(out, frames);
+        try {
+            (void)pull.recv();
+            FAIL("no error");
+        } catch (const error& e) {
+            CHECK(e.code() == code);
+        }
+    };
+    expect([](auto& f) { put_u64(f[2], 16, 1u << 30); }, errc::length_beyond_end);            // offset past
+    expect([](auto& f) { put_u64(f[2], 16, ~std::uint64_t{0} - 8); }, errc::length_beyond_end);  // overflow
+    expect([](auto& f) { put_u64(f[2], 0, 999999); }, errc::bad_header);                     // unknown segment
+    expect([](auto& f) { put_u64(f[2], 8, 1); }, errc::bad_header);                          // stale generation
+    expect([](auto& f) { put_u64(f[2], 24, 8); }, errc::data_size_mismatch);                 // length
+    expect([](auto& f) { put_u64(f[2], 0, 0); }, errc::bad_header);                          // no segment
+    expect([](auto& f) { f[2].rebuild(31); }, errc::bad_header);                              // short
+    expect([](auto& f) { f.pop_back(); }, errc::odd_chunk_count);
+    expect([](auto& f) { f[0].rebuild(12); }, errc::bad_magic);
+    // Still usable: an intact message arrives.
+    auto frames = t.next(x);
+    forward(out, frames);
+    auto m = pull.recv();
+    REQUIRE(m);
+    CHECK(m->at(0).values<float>()[999] == 2.0f);
+}
+
+TEST_CASE("a plain receiver refuses an shm message; an shm receiver refuses a plain one") {
+    tap t;
+    const tensor x = tensor::from_vector(std::vector<float>(100, 3.0f), {100}, "x");
+    auto frames = t.next(x);
+    {
+        const std::string name = fresh_name();
+        connection_options o = timeouts();
+        connection plain("zpull+ipc://" + name, o);
+        zmq::socket_t out(t.ctx, zmq::socket_type::push);
+        out.connect("ipc://" + name);
+        forward(out, frames);
+        try {
+            (void)plain.recv();
+            FAIL("a plain receiver took descriptors for tensors");
+        } catch (const error& e) {
+            MESSAGE(std::string(e.what()));
+            CHECK(e.code() == errc::odd_chunk_count);
+            CHECK(std::string(e.what()).find("shared-memory (+shm) message") != std::string::npos);
+        }
+    }
+    {
+        const std::string name = fresh_name();
+        connection shm("zpull+shm://" + name, timeouts());
+        connection plain("zpush+ipc://" + name, timeouts());
+        REQUIRE(plain.send(x));
+        try {
+            (void)shm.recv();
+            FAIL("an shm receiver took a plain message");
+        } catch (const error& e) {
+            CHECK(e.code() == errc::bad_magic);
+        }
+    }
+}
+
+TEST_CASE("the wire parsers refuse what is not theirs") {
+    using namespace tenbin::detail;
+    const auto first = encode_shm_first({"side", 42});
+    const shm_first f = parse_shm_first(first);
+    CHECK(f.side == "side");
+    CHECK(f.seq == 42);
+    std::vector<std::byte> bad = first;
+    bad[12] = std::byte{200};  // name longer than the frame
+    CHECK_THROWS_AS(parse_shm_first(bad), error);
+    bad = first;
+    bad[8] = std::byte{9};  // version
+    CHECK_THROWS_AS(parse_shm_first(bad), error);
+    CHECK_THROWS_AS(parse_shm_descriptor(std::vector<std::byte>(33)), error);
+    CHECK_NOTHROW(parse_shm_descriptor(std::vector<std::byte>(32)));
+}
