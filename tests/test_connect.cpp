@@ -884,6 +884,15 @@ TEST_CASE("errors on the loader thread reach the consumer") {
         CHECK(text.find("cannot bind to " + addr + ": Address already in use") != std::string::npos);
         CHECK(error_class([&] { loader(strings{addr}, lo); }) == "io_error");
         CHECK(error_class([&] { connection(strings{"zpull://" + addr.substr(6)}, quick()); }) == "io_error");
+        // The same for a socket of the caller's, through attach.
+        zmq::socket_t own(*ctx, zmq::socket_type::pull);
+        const endpoint taken = parse_url("zpull://" + addr.substr(6));
+        CHECK(error_text([&] { (void)attach(own, taken); }).find("cannot bind to " + addr) != std::string::npos);
+        const endpoint unknown{.kind = socket_kind::pull, .bind = true, .address = "bogus://x"};
+        CHECK(error_class([&] { (void)attach(own, unknown); }) == "bad_url");
+        const std::string bound = attach(own, parse_url("zpull://127.0.0.1:*"));
+        CHECK(bound.starts_with("tcp://127.0.0.1:"));
+        CHECK(bound.find('*') == std::string::npos);
     }
     SUBCASE("a fatal error (the context shut down) comes after every batch received before it, once") {
         loader l(ctx, strings{"zpull+inproc://fatal"}, {});

@@ -314,6 +314,13 @@ void check_tensorcom(tensor_span tensors);
 /// binding. Throws bad_argument unless `interval` is positive.
 void set_heartbeat(zmq::socket_ref socket, std::chrono::milliseconds interval);
 
+/// Binds or connects a socket of the caller's to `ep` (from parse_url),
+/// as a connection does, and returns the address as ZeroMQ took it (a
+/// bound tcp port 0 or `*` resolved). Throws bad_url for an address
+/// ZeroMQ cannot read, or io_error naming the endpoint (libzmq's "Address
+/// already in use" names none).
+std::string attach(zmq::socket_ref socket, const endpoint& ep);
+
 /// How a loader receives and queues.
 struct loader_options {
     /// How the loader's connection is opened (its recv_timeout bounds

@@ -183,25 +183,27 @@ connection::connection(std::shared_ptr<zmq::context_t> context, std::span<const 
     }
     for (endpoint& ep : endpoints_) {
         if (opt_.curve) (ep.bind ? detail::set_curve_server : detail::set_curve_client)(socket_, *opt_.curve);
-        try {
-            if (ep.bind) {
-                socket_.bind(ep.address);
-                ep.address = socket_.get(zmq::sockopt::last_endpoint);
-            } else {
-                // Only where it queues outgoing messages: on a sub socket it
-                // would hold back the subscription until the application next
-                // calls into the socket, and what is published meanwhile is lost.
-                if (opt_.immediate && detail::can_send(kind)) socket_.set(zmq::sockopt::immediate, 1);
-                socket_.connect(ep.address);
-            }
-        } catch (const zmq::error_t& e) {
-            // libzmq's "Address already in use" names no address.
-            const int n = e.num();
-            const bool url_problem = n == EINVAL || n == EPROTONOSUPPORT || n == ENOCOMPATPROTO;
-            throw error(url_problem ? errc::bad_url : errc::io_error,
-                        std::string(ep.bind ? "cannot bind to " : "cannot connect to ") + ep.address + ": " +
-                            e.what());
+        // Only where it queues outgoing messages: on a sub socket it would
+        // hold back the subscription until the application next calls into
+        // the socket, and what is published meanwhile is lost.
+        if (!ep.bind && opt_.immediate && detail::can_send(kind)) socket_.set(zmq::sockopt::immediate, 1);
+        ep.address = attach(socket_, ep);
+    }
+}
+
+std::string attach(zmq::socket_ref socket, const endpoint& ep) {
+    try {
+        if (!ep.bind) {
+            socket.connect(ep.address);
+            return ep.address;
         }
+        socket.bind(ep.address);
+        return socket.get(zmq::sockopt::last_endpoint);
+    } catch (const zmq::error_t& e) {
+        const int n = e.num();
+        const bool url_problem = n == EINVAL || n == EPROTONOSUPPORT || n == ENOCOMPATPROTO;
+        throw error(url_problem ? errc::bad_url : errc::io_error,
+                    std::string(ep.bind ? "cannot bind to " : "cannot connect to ") + ep.address + ": " + e.what());
     }
 }
 

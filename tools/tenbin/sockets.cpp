@@ -153,20 +153,9 @@ void attach(zmq::socket_t& socket, const socket_choice& choice, const std::vecto
             const std::string& who) {
     if (choice.heartbeat_ms > 0) set_heartbeat(socket, std::chrono::milliseconds(choice.heartbeat_ms));
     for (const endpoint& ep : endpoints) {
-        try {
-            if (ep.bind)
-                socket.bind(ep.address);
-            else
-                socket.connect(ep.address);
-        } catch (const zmq::error_t& e) {
-            const int n = e.num();
-            const bool url_problem = n == EINVAL || n == EPROTONOSUPPORT || n == ENOCOMPATPROTO;
-            throw error(url_problem ? errc::bad_url : errc::io_error,
-                        std::string(ep.bind ? "cannot bind to " : "cannot connect to ") + ep.address + ": " +
-                            e.what());
-        }
+        const std::string where = tenbin::attach(socket, ep);
         if (ep.bind && ep.address.find('*') != std::string::npos)
-            std::cerr << who << ": bound to " << socket.get(zmq::sockopt::last_endpoint) << std::endl;
+            std::cerr << who << ": bound to " << where << std::endl;
     }
 }
 
