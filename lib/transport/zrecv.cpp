@@ -317,6 +317,11 @@ bool receive_into(zmq::socket_ref socket, const recv_options& opt, form want, me
         recv_block* b;
         ~drop_builder_ref() { recv_block::builder_done(b); }
     } builder{block};
+    // A +shm message's first frame is a header of its own kind (the codec
+    // names it): no missing envelope to hint at. Read before decoding
+    // hands the frames over.
+    const bool shm = frames[skip].size() >= sizeof shm_magic &&
+                     std::memcmp(frames[skip].bytes().data(), shm_magic, sizeof shm_magic) == 0;
     received_frames tenbin_frames(frames, skip, block);
     try {
         if (n == 1) {
@@ -340,7 +345,7 @@ bool receive_into(zmq::socket_ref socket, const recv_options& opt, form want, me
         // ragged to be a header; an envelope taken off messages that carry
         // none leaves the rest broken.
         const std::size_t first = frames[skip].size();
-        const bool missing = opt.envelope.how == envelope_spec::kind::none && n > 1 &&
+        const bool missing = opt.envelope.how == envelope_spec::kind::none && n > 1 && !shm &&
                              (n % 2 == 1 || first < header_size(0) || first % 8 != 0);
         const bool taken = opt.envelope.how == envelope_spec::kind::frames;
         // Behind a proxy or over several hops, each ROUTER on the way adds
