@@ -53,7 +53,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     tenbin::source& src = (mode & 3) == 0 ? static_cast<tenbin::source&>(mem) : shorts;
 
     tenbin::read_options opt;
-    if (mode & 4) opt.limits = fuzz::small_limits();
+    if (mode & 4) opt.decode.limits = fuzz::small_limits();
     const bool batched = (mode & 8) != 0;
     if (batched) opt.max_tensors = 3;
 
@@ -64,7 +64,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         for (std::size_t calls = 0; calls <= size; ++calls) {
             auto part = tenbin::read(src, opt);
             if (part.empty()) break;
-            if (part.size() > (batched ? 3u : opt.limits.max_tensors)) fuzz::fail("read returned too many tensors");
+            if (part.size() > (batched ? 3u : opt.decode.limits.max_tensors)) fuzz::fail("read returned too many tensors");
             all.insert(all.end(), part.begin(), part.end());
             if (!batched) {
                 // A read without max_tensors reads to the end.
@@ -81,7 +81,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (batched) return 0;
 
     tenbin::decode_options dopt;
-    dopt.limits = opt.limits;
+    dopt.limits = opt.decode.limits;
     try {
         const auto decoded = tenbin::decode_buffer(stream, dopt);
         if (!ok) fuzz::fail("read refused what decode_buffer accepts");

@@ -93,8 +93,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const int window_log = (mode & 8) ? 10 : 20;
 
     tenbin::read_options opt;
-    opt.limits = fuzz::small_limits();
-    opt.limits.max_bytes = (mode & 4) ? std::uint64_t{1} << 16 : std::uint64_t{1} << 20;
+    opt.decode.limits = fuzz::small_limits();
+    opt.decode.limits.max_bytes = (mode & 4) ? std::uint64_t{1} << 16 : std::uint64_t{1} << 20;
 
     std::vector<tenbin::tensor> got;
     try {
@@ -122,7 +122,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (!plain) plain = decompress(stream, window_log, std::size_t{2} << 20, 16, true);
     if (!plain) fuzz::fail("read accepted a stream that libzstd refuses");
     tenbin::decode_options dopt;
-    dopt.limits = opt.limits;
+    dopt.limits = opt.decode.limits;
     try {
         if (tenbin::decode_buffer(tenbin::bytes_view(plain->data(), plain->size()), dopt) != got)
             fuzz::fail("read through zstd_source and decode_buffer of the decompressed bytes disagree");

@@ -106,7 +106,7 @@ TEST_CASE("single-part connections, plain endpoints and infos") {
     auto ctx = std::make_shared<zmq::context_t>(1);
     connection_options rxo = quick();
     rxo.kind = socket_kind::pull;
-    rxo.expect_infos = strings{"input"};
+    rxo.decode.expect_infos = strings{"input"};
     connection rx(ctx, strings{"tcp://127.0.0.1:*"}, rxo);
     connection_options txo = quick();
     txo.kind = socket_kind::push;
@@ -394,7 +394,7 @@ TEST_CASE("a sub connection is subscribed once connected, before it is first use
 TEST_CASE("a connection's frame bound follows limits::max_tensors") {
     auto ctx = std::make_shared<zmq::context_t>(1);
     connection_options many = quick();
-    many.limits.max_tensors = 70000;
+    many.decode.limits.max_tensors = 70000;
     connection tx(ctx, strings{"zpush+inproc://many"}, quick());
     connection rx(ctx, strings{"zpull+inproc://many"}, many);
     const tensor one = tensor::zeros(dtype::u1, {1});

@@ -184,7 +184,7 @@ void check_chunked(const stream_case& c, const limits& lim = {}, bool bounded_me
     decode_options dopt;
     dopt.limits = lim;
     read_options ropt;
-    ropt.limits = lim;
+    ropt.decode.limits = lim;
     const std::string buffer_error(name(c.buffer_error)), known_error(name(c.known_error)),
         unknown_error(name(c.unknown_error));
     CHECK(error_class([&] { decode_buffer(bytes_view(c.input), dopt); }) == buffer_error);
@@ -257,7 +257,7 @@ TEST_CASE("a data claim within max_bytes costs at most the reader's first block 
 
     // With max_bytes below the claim, the header alone is refused.
     read_options opt;
-    opt.limits.max_bytes = MiB;
+    opt.decode.limits.max_bytes = MiB;
     probe_source pipe2(input, false, 65536);
     CHECK_ERRC(limit_exceeded, read(pipe2, opt));
     CHECK(pipe2.largest_request <= 4096);
@@ -747,7 +747,7 @@ TEST_CASE("a frame over ZMQ_MAXMSGSIZE never reaches memory; the sender reconnec
     // the peer before allocating. The 160 MiB frame comes from untouched
     // anonymous memory, so the sender's side costs no resident memory either.
     connection_options copt;
-    copt.limits.max_bytes = MiB;
+    copt.decode.limits.max_bytes = MiB;
     copt.recv_timeout = 1000ms;
     connection rx("zpull://127.0.0.1:*", copt);
     CHECK(rx.socket().get(zmq::sockopt::maxmsgsize) == MiB + (std::int64_t{1} << 26));
@@ -783,7 +783,7 @@ TEST_CASE("a frame over ZMQ_MAXMSGSIZE never reaches memory; the sender reconnec
 
 TEST_CASE("a loader raises each hostile message from next() and then delivers the next good one") {
     loader_options lopt;
-    lopt.connection.limits.max_bytes = 4096;
+    lopt.connection.decode.limits.max_bytes = 4096;
     lopt.queue_messages = 4;
     loader rx("zpull://127.0.0.1:*", lopt);
     zmq::context_t ctx(1);

@@ -433,7 +433,7 @@ TEST_CASE("read reports numbers in its errors") {
 TEST_CASE("a chunk claiming 2^62 bytes costs no more memory than the input") {
     constexpr std::int64_t huge = std::int64_t{1} << 62;
     read_options opt;
-    opt.limits.max_bytes = UINT64_MAX;  // let the header through to the data chunk
+    opt.decode.limits.max_bytes = UINT64_MAX;  // let the header through to the data chunk
     std::vector<std::byte> bytes;
     const std::vector<std::byte> filler(1000, std::byte{7});
 
@@ -576,34 +576,34 @@ TEST_CASE("read enforces limits and expected infos") {
     read_options opt;
 
     SUBCASE("max_tensors") {
-        opt.limits.max_tensors = tensors.size() - 1;
+        opt.decode.limits.max_tensors = tensors.size() - 1;
         memory_source in(bytes_of(enc));
         CHECK(error_class([&] { (void)read(in, opt); }) == "limit_exceeded");
-        opt.limits.max_tensors = tensors.size();
+        opt.decode.limits.max_tensors = tensors.size();
         memory_source again(bytes_of(enc));
         CHECK(read(again, opt).size() == tensors.size());
     }
     SUBCASE("max_bytes over all tensors") {
         std::uint64_t total = 0;
         for (const tensor& t : tensors) total += t.nbytes();
-        opt.limits.max_bytes = total - 1;
+        opt.decode.limits.max_bytes = total - 1;
         memory_source in(bytes_of(enc));
         CHECK(error_class([&] { (void)read(in, opt); }) == "limit_exceeded");
-        opt.limits.max_bytes = total;
+        opt.decode.limits.max_bytes = total;
         memory_source again(bytes_of(enc));
         CHECK(read(again, opt).size() == tensors.size());
     }
     SUBCASE("max_rank") {
-        opt.limits.max_rank = 2;
+        opt.decode.limits.max_rank = 2;
         memory_source in(bytes_of(enc));
         CHECK(error_class([&] { (void)read(in, opt); }) == "limit_exceeded");
     }
     SUBCASE("expected infos") {
-        opt.expect_infos = infos_of(tensors);
+        opt.decode.expect_infos = infos_of(tensors);
         memory_source in(bytes_of(enc));
         check_same(read(in, opt), tensors);
         CHECK(read(in, opt).empty());  // the end, not a mismatch
-        (*opt.expect_infos)[2] = "other";
+        (*opt.decode.expect_infos)[2] = "other";
         memory_source again(bytes_of(enc));
         CHECK(error_class([&] { (void)read(again, opt); }) == "info_mismatch");
     }
@@ -953,12 +953,12 @@ TEST_CASE("load checks limits and expected infos") {
     const auto tensors = sample();
     save(path, tensors);
     file_options opt;
-    opt.limits.max_tensors = 2;
+    opt.decode.limits.max_tensors = 2;
     CHECK(error_class([&] { (void)load(path, opt); }) == "limit_exceeded");
     CHECK(error_class([&] { (void)load_mmap(path, opt); }) == "limit_exceeded");
     // Small limits refuse a big file before reading it.
-    opt.limits.max_bytes = 0;
-    opt.limits.max_tensors = 1;
+    opt.decode.limits.max_bytes = 0;
+    opt.decode.limits.max_tensors = 1;
     try {
         (void)load(path, opt);
         FAIL("no error");
@@ -967,9 +967,9 @@ TEST_CASE("load checks limits and expected infos") {
         CHECK(std::string(e.what()).find(std::to_string(fs::file_size(path))) != std::string::npos);
     }
     file_options infos;
-    infos.expect_infos = infos_of(tensors);
+    infos.decode.expect_infos = infos_of(tensors);
     check_same(load(path, infos), tensors);
-    infos.expect_infos->pop_back();
+    infos.decode.expect_infos->pop_back();
     CHECK(error_class([&] { (void)load(path, infos); }) == "info_mismatch");
 }
 

@@ -379,7 +379,7 @@ TEST_CASE("a frame needing a window above max_window_log is refused; invalid set
 TEST_CASE("tenbin limits still apply to decompressed streams") {
     const auto compressed = compress(std::vector<tensor>{patterned(dtype::f4, {1000})});
     read_options opt;
-    opt.limits.max_bytes = 1000;
+    opt.decode.limits.max_bytes = 1000;
     CHECK(error_class([&] { (void)decompress(compressed, opt); }) == "limit_exceeded");
 }
 
@@ -450,10 +450,10 @@ TEST_CASE(".ten.zst files save and load transparently, chosen by name or by opti
     }
     SUBCASE("limits and expected infos apply") {
         file_options lim;
-        lim.limits.max_tensors = 2;
+        lim.decode.limits.max_tensors = 2;
         CHECK(error_class([&] { (void)load(zst, lim); }) == "limit_exceeded");
         file_options infos;
-        infos.expect_infos = std::vector<std::string>{"wrong"};
+        infos.decode.expect_infos = std::vector<std::string>{"wrong"};
         CHECK(error_class([&] { (void)load(zst, infos); }) == "info_mismatch");
         // A file is one list: an empty one has other infos than expected,
         // compressed or not.

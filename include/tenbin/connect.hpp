@@ -101,8 +101,6 @@ struct connection_options {
     bool multipart = true;
     /// Infos to send in place of the tensors' own (one per tensor).
     std::vector<std::string> infos{};
-    /// When set, every received message must carry exactly these infos.
-    std::optional<std::vector<std::string>> expect_infos{};
     /// tensorcom refuses 64-bit dtypes (f8, i8, u8) unless allowed, since
     /// they usually mean a forgotten conversion; so does send() here.
     bool allow64 = false;
@@ -127,9 +125,10 @@ struct connection_options {
     /// topic, cannot decode them. A URL's fragment sets it too
     /// (`zsub://host:7880#train`); a different topic in both is an error.
     std::string topic{};
-    /// Bounds on each received message (see `limits`); the frames accepted
-    /// in one message follow `max_tensors` (recv_options::max_frames).
-    tenbin::limits limits{};
+    /// Bounds on each received message (see `limits`; the frames accepted
+    /// in one message follow `limits.max_tensors`, recv_options::max_frames),
+    /// and the infos every received message must carry when set.
+    decode_options decode{};
 
     /// High-water marks in messages. ZeroMQ counts messages, not bytes: its
     /// default of 1000 would queue 77 GB of 77 MB batches. 16 keeps a few

@@ -178,11 +178,10 @@ struct read_options {
     /// Stop after this many tensors (Python's `n`); the rest stays unread.
     /// 0 is refused (bad_argument): its empty list would read as end of input.
     std::optional<std::size_t> max_tensors{};
-    /// Bounds on the tensors read by this call (see `limits`).
-    tenbin::limits limits{};
-    /// When set, the infos read must equal these (errc::info_mismatch);
-    /// an empty read (end of input) is returned as it is.
-    std::optional<std::vector<std::string>> expect_infos{};
+    /// Bounds on the tensors read by this call (see `limits`), and the
+    /// infos they must have when set (errc::info_mismatch; an empty read,
+    /// end of input, is returned as it is).
+    decode_options decode{};
 };
 
 /// Reads tensors until end of input (or `max_tensors`).
@@ -219,10 +218,9 @@ struct file_options {
     /// Accept a file name not ending in ".ten" or ".ten.zst" (Python's
     /// `nocheck`).
     bool nocheck = false;
-    /// Bounds on the tensors a load accepts (see `limits`).
-    tenbin::limits limits{};
-    /// When set, the loaded infos must equal these (errc::info_mismatch).
-    std::optional<std::vector<std::string>> expect_infos{};
+    /// Bounds on the tensors a load accepts (see `limits`), and the infos
+    /// they must have when set (errc::info_mismatch).
+    decode_options decode{};
     /// zstd needs a build with it (`TENBIN_HAS_ZSTD` in tenbin/config.hpp);
     /// without, compressed files throw error(unsupported).
     tenbin::compression compression = tenbin::compression::automatic;

@@ -167,7 +167,7 @@ connection::connection(std::shared_ptr<zmq::context_t> context, std::span<const 
     if (opt_.recv_timeout) socket_.set(zmq::sockopt::rcvtimeo, to_ms(*opt_.recv_timeout));
     if (opt_.send_timeout) socket_.set(zmq::sockopt::sndtimeo, to_ms(*opt_.send_timeout));
     if (opt_.heartbeat) set_heartbeat(socket_, *opt_.heartbeat);
-    bound_receive(socket_, opt_.limits, opt_.recv_hwm);
+    bound_receive(socket_, opt_.decode.limits, opt_.recv_hwm);
     if (kind == socket_kind::sub) socket_.set(zmq::sockopt::subscribe, opt_.topic);
     if (kind == socket_kind::pub && opt_.pub_nodrop) socket_.set(zmq::sockopt::xpub_nodrop, 1);
     if (endpoints_.front().shm) {
@@ -275,10 +275,9 @@ std::optional<std::vector<tensor>> connection::receive(zmq::recv_flags flags) {
     check_direction(endpoints_.front(), detail::can_receive(endpoints_.front().kind), "receive");
     recv_options ro;
     ro.flags = flags;
-    ro.decode.limits = opt_.limits;
-    ro.decode.expect_infos = opt_.expect_infos;
+    ro.decode = opt_.decode;
     // A message has as many frames as tensors twice, the topic's beside.
-    ro.max_frames = std::max(ro.max_frames, 2 * std::min<std::size_t>(opt_.limits.max_tensors, SIZE_MAX / 4) + 2);
+    ro.max_frames = std::max(ro.max_frames, 2 * std::min<std::size_t>(opt_.decode.limits.max_tensors, SIZE_MAX / 4) + 2);
     const bool topic = topic_applies(opt_, endpoints_.front().kind);
     if (shm_receiver_) return receive_shm(flags, ro, topic);
     if (topic) ro.envelope = envelope_spec::topic();

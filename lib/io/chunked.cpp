@@ -171,7 +171,7 @@ std::vector<tensor> read(source& in, const read_options& opt) {
     // An empty list means end of input: a read of none would look like it.
     if (opt.max_tensors && *opt.max_tensors == 0)
         throw_error(errc::bad_argument, "read_options::max_tensors = 0: an empty list would mean end of input");
-    const limits& lim = opt.limits;
+    const limits& lim = opt.decode.limits;
     chunk_reader r(in);
     std::vector<tensor> out;
     std::uint64_t total = 0;
@@ -211,7 +211,7 @@ std::vector<tensor> read(source& in, const read_options& opt) {
     }
     // Nothing read is the end of the stream, not a list with other infos:
     // a replay loop with expect_infos ends as one without does.
-    if (opt.expect_infos && !out.empty()) check_infos(out, *opt.expect_infos);
+    if (opt.decode.expect_infos && !out.empty()) check_infos(out, *opt.decode.expect_infos);
     return out;
 }
 

@@ -120,13 +120,11 @@ std::uint64_t largest_file(const limits& lim) noexcept {
     return saturating_add(lim.max_bytes, saturating_mul(lim.max_tensors, per_tensor));
 }
 
-decode_options decode_options_of(const file_options& opt) { return {opt.limits, opt.expect_infos}; }
-
 // A file streamed whole is one list, an empty one included: its infos are
 // checked even then (read() takes an empty read for the end of a stream).
 std::vector<tensor> read_whole(source& in, const file_options& opt) {
-    std::vector<tensor> out = read(in, read_options{std::nullopt, opt.limits, std::nullopt});
-    if (opt.expect_infos) check_infos(out, *opt.expect_infos);
+    std::vector<tensor> out = read(in, read_options{.decode = {.limits = opt.decode.limits}});
+    if (opt.decode.expect_infos) check_infos(out, *opt.decode.expect_infos);
     return out;
 }
 
@@ -296,11 +294,11 @@ std::vector<tensor> load(const std::filesystem::path& path, const file_options& 
         });
     }
     const auto size = static_cast<std::uint64_t>(st.st_size);
-    if (size > largest_file(opt.limits))
+    if (size > largest_file(opt.decode.limits))
         throw_error(errc::limit_exceeded,
                     in_quotes(path) + ": file of " + str(size) + " bytes cannot fit limits::max_bytes = " +
-                        str(opt.limits.max_bytes) + " and limits::max_tensors = " +
-                        str(opt.limits.max_tensors));
+                        str(opt.decode.limits.max_bytes) + " and limits::max_tensors = " +
+                        str(opt.decode.limits.max_tensors));
     // A file that is no .ten at all is refused before a buffer of its size
     // is allocated and filled (a sparse file of gigabytes of zeros, say):
     // its first bytes give decode_buffer's own error for the whole file.
@@ -326,7 +324,7 @@ std::vector<tensor> load(const std::filesystem::path& path, const file_options& 
                                             " of " + str(size) + " bytes)");
         got += static_cast<std::size_t>(n);
     }
-    return about_file(path, [&] { return decode_buffer(all, decode_options_of(opt)); });
+    return about_file(path, [&] { return decode_buffer(all, opt.decode); });
 }
 
 buffer map_file(const std::filesystem::path& path) {
@@ -367,7 +365,7 @@ std::vector<tensor> load_mmap(const std::filesystem::path& path, const file_opti
                            (!S_ISREG(st.st_mode) || st.st_size == 0))
         return load(path, opt);
     const buffer mapped = map_file(path);
-    return about_file(path, [&] { return decode_buffer(mapped, decode_options_of(opt)); });
+    return about_file(path, [&] { return decode_buffer(mapped, opt.decode); });
 }
 
 }  // namespace tenbin

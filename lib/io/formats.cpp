@@ -172,7 +172,7 @@ std::vector<named_tensor> load_any(const std::filesystem::path& path, const form
     switch (known_format(path)) {
     case file_format::ten: {
         file_options fo;
-        fo.limits = opt.limits;
+        fo.decode.limits = opt.limits;
         return named(load_mmap(path, fo));
     }
     case file_format::npy: {

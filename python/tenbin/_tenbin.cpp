@@ -442,7 +442,7 @@ tenbin::connection_options connection_opts(const py::kwargs& kw) {
         if (value.is_none() && key != "expect_infos") continue;
         if (key == "multipart") o.multipart = value.cast<bool>();
         else if (key == "infos") o.infos = value.cast<std::vector<std::string>>();
-        else if (key == "expect_infos") { if (!value.is_none()) o.expect_infos = value.cast<std::vector<std::string>>(); }
+        else if (key == "expect_infos") { if (!value.is_none()) o.decode.expect_infos = value.cast<std::vector<std::string>>(); }
         else if (key == "allow64") o.allow64 = value.cast<bool>();
         else if (key == "kind") {
             auto k2 = tenbin::parse_socket_kind(value.cast<std::string>());
@@ -450,9 +450,9 @@ tenbin::connection_options connection_opts(const py::kwargs& kw) {
             o.kind = *k2;
         } else if (key == "bind") o.bind = value.cast<bool>();
         else if (key == "topic") o.topic = value.cast<std::string>();
-        else if (key == "max_tensors") o.limits.max_tensors = value.cast<std::size_t>();
-        else if (key == "max_rank") o.limits.max_rank = value.cast<std::size_t>();
-        else if (key == "max_bytes") o.limits.max_bytes = value.cast<std::uint64_t>();
+        else if (key == "max_tensors") o.decode.limits.max_tensors = value.cast<std::size_t>();
+        else if (key == "max_rank") o.decode.limits.max_rank = value.cast<std::size_t>();
+        else if (key == "max_bytes") o.decode.limits.max_bytes = value.cast<std::uint64_t>();
         else if (key == "send_hwm") o.send_hwm = value.cast<int>();
         else if (key == "recv_hwm") o.recv_hwm = value.cast<int>();
         else if (key == "linger") o.linger = *ms_of(value);
@@ -853,7 +853,7 @@ PYBIND11_MODULE(_tenbin, m) {
         drain_deferred();
         tenbin::file_options o;
         o.nocheck = nocheck;
-        o.expect_infos = decode_opts(infos).expect_infos;
+        o.decode.expect_infos = decode_opts(infos).expect_infos;
         std::vector<tenbin::tensor> t;
         {
             py::gil_scoped_release nogil;

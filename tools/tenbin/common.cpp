@@ -265,12 +265,12 @@ std::vector<tensor> read_fd(int fd, const limits& lim) {
     if (got == sizeof head && (skippable || std::equal(head, head + 4, zstd_magic))) {
 #if TENBIN_HAS_ZSTD
         zstd_source unpacked(whole);
-        return read(unpacked, {.limits = lim});
+        return read(unpacked, {.decode = {.limits = lim}});
 #else
         throw tenbin::error(errc::unsupported, "zstd input needs a tenbin built with libzstd");
 #endif
     }
-    return read(whole, {.limits = lim});
+    return read(whole, {.decode = {.limits = lim}});
 }
 
 }  // namespace
@@ -297,7 +297,7 @@ std::vector<tensor> load_message(const std::string& path, const limits& lim) {
     }
     file_options opt;
     opt.nocheck = true;  // .ten, .bin or anything else: the layout is the same
-    opt.limits = lim;
+    opt.decode.limits = lim;
     return load_mmap(path, opt);
 }
 

@@ -127,7 +127,7 @@ connection_options connection_options_for(const socket_choice& choice, const std
     if (choice.bind) co.bind = true;
     if (choice.connect) co.bind = false;
     if (choice.heartbeat_ms > 0) co.heartbeat = std::chrono::milliseconds(choice.heartbeat_ms);
-    if (choice.receiving) co.limits.max_bytes = choice.max_bytes;
+    if (choice.receiving) co.decode.limits.max_bytes = choice.max_bytes;
     return co;
 }
 
