@@ -4,6 +4,7 @@
 #include <tenbin/pool.hpp>
 
 #include "shm/shm.hpp"
+#include "support.hpp"
 
 #include <doctest/doctest.h>
 
@@ -468,6 +469,26 @@ TEST_CASE("corrupt descriptors are typed errors, and the connection goes on") {
     auto m = pull.recv();
     REQUIRE(m);
     CHECK(m->at(0).values<float>()[999] == 2.0f);
+}
+
+TEST_CASE("expected infos are checked on shm messages, and the one refused is given back") {
+    const std::string name = fresh_name();
+    connection_options ro = timeouts();
+    ro.decode.expect_infos = std::vector<std::string>{"x"};
+    connection pull("zpull+shm://" + name, ro);
+    connection push("zpush+shm://" + name, timeouts());
+    REQUIRE(push.send(tensor::from_vector(std::vector<float>(1000, 1.0f), {1000}, "y")));
+    CHECK(test_support::error_class([&] { (void)pull.recv(); }) == "info_mismatch");
+    REQUIRE(push.send(tensor::from_vector(std::vector<float>(1000, 2.0f), {1000}, "x")));
+    auto m = pull.recv();
+    REQUIRE(m);
+    CHECK(m->at(0).values<float>()[999] == 2.0f);
+    m.reset();
+    // Both messages came back to the sender's pool (the refused one at once, not at its lease).
+    const auto deadline = std::chrono::steady_clock::now() + 10s;
+    while (push.pool().stats().in_use > 0 && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(1ms);
+    CHECK(push.pool().stats().in_use == 0);
 }
 
 TEST_CASE("a plain receiver refuses an shm message; an shm receiver refuses a plain one") {
