@@ -10,6 +10,8 @@
 #include <signal.h>
 #include <sys/resource.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -21,6 +23,7 @@
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <thread>
 #include <vector>
 
 namespace test_support {
@@ -106,6 +109,56 @@ inline void check_same(const std::vector<tenbin::tensor>& got, const std::vector
     }
 }
 
+// The bytes of a whole file.
+inline std::vector<std::byte> file_bytes(const fs::path& path) {
+    const tenbin::buffer b = read_file(path);
+    return {b.data(), b.data() + b.size()};
+}
+
+// The byte counted_tensor writes at offset `i`.
+inline unsigned char counted_pattern(std::size_t i) { return static_cast<unsigned char>(i * 31 + 7); }
+
+// Memory of `n` patterned bytes, owned by the tensor, whose release bumps
+// `released`; `where` (if given) receives its address.
+inline tenbin::tensor counted_tensor(std::size_t n, std::atomic<int>& released, void** where = nullptr,
+                                     std::string info = "zc") {
+    void* p = std::aligned_alloc(64, (n + 63) / 64 * 64);  // a size aligned_alloc accepts
+    REQUIRE(p);
+    auto* bytes = static_cast<unsigned char*>(p);
+    for (std::size_t i = 0; i < n; ++i) bytes[i] = counted_pattern(i);
+    if (where) *where = p;
+    tenbin::buffer b = tenbin::buffer::adopt(p, n, [p, &released] {
+        std::free(p);
+        released.fetch_add(1);
+    });
+    return tenbin::tensor(tenbin::dtype::f4, {static_cast<std::int64_t>(n / 4)}, std::move(b), std::move(info));
+}
+
+// `t` holds the bytes counted_tensor wrote.
+inline bool holds_pattern(const tenbin::tensor& t) {
+    const auto bytes = t.data().bytes();
+    for (std::size_t i = 0; i < bytes.size(); ++i)
+        if (bytes[i] != std::byte(counted_pattern(i))) return false;
+    return true;
+}
+
+// Polls `done` until it holds (true) or `limit` passes (false): for what
+// another thread or process does at its own pace.
+template <class F>
+bool eventually(F&& done, std::chrono::milliseconds limit = std::chrono::milliseconds(5000)) {
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    while (!done()) {
+        if (std::chrono::steady_clock::now() > deadline) return false;
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return true;
+}
+
+// Writes the low `width` bytes of `v`, little-endian, at bytes[at...].
+inline void store_le(std::span<std::byte> bytes, std::size_t at, std::size_t width, std::uint64_t v) {
+    for (std::size_t i = 0; i < width; ++i) bytes[at + i] = static_cast<std::byte>(v >> (8 * i));
+}
+
 // Little-endian int64 words, as headers and chunk preambles hold them.
 inline std::vector<std::byte> le64(std::span<const std::int64_t> words) {
     std::vector<std::byte> out(8 * words.size());
@@ -117,10 +170,10 @@ inline std::vector<std::byte> le64(std::initializer_list<std::int64_t> words) {
     return le64(std::span<const std::int64_t>(words.begin(), words.size()));
 }
 
-// An str64 word: up to 8 characters, NUL padded.
+// An str64 word: the first 8 bytes of `s` (any bytes at all), NUL padded.
 inline std::int64_t str64(std::string_view s) {
     std::int64_t v = 0;
-    std::memcpy(&v, s.data(), s.size());
+    std::memcpy(&v, s.data(), std::min<std::size_t>(s.size(), 8));
     return v;
 }
 
@@ -166,7 +219,18 @@ std::string error_class(F&& f) {
     return "no error";
 }
 
-// The same as "class: what()", to check what an error says.
+// What the tenbin::error thrown by `f` says, or "no error".
+template <class F>
+std::string error_what(F&& f) {
+    try {
+        f();
+    } catch (const tenbin::error& e) {
+        return e.what();
+    }
+    return "no error";
+}
+
+// The same as "class: what()", to check class and text at once.
 template <class F>
 std::string error_text(F&& f) {
     try {

@@ -19,6 +19,7 @@ using namespace tenbin;
 using namespace std::chrono_literals;
 using test_support::error_class;
 using test_support::error_text;
+using test_support::eventually;
 namespace fs = std::filesystem;
 
 namespace {
@@ -49,17 +50,6 @@ std::string bound_tcp(const connection& c) { return c.endpoints().front().addres
 
 // "zpush://127.0.0.1:PORT" for a tcp endpoint "tcp://127.0.0.1:PORT".
 std::string url_of(const std::string& scheme, const std::string& tcp) { return scheme + "://" + tcp.substr(6); }
-
-// Waits (up to 15 s) until `done()`; false when it never was.
-template <class F>
-bool eventually(F&& done) {
-    const auto deadline = std::chrono::steady_clock::now() + 15s;
-    while (!done()) {
-        if (std::chrono::steady_clock::now() > deadline) return false;
-        std::this_thread::sleep_for(10ms);
-    }
-    return true;
-}
 
 // The refusals a callback saw (it runs on a monitor thread).
 struct refusal_log {
@@ -313,7 +303,7 @@ TEST_CASE("a client without keys, with a wrong server key, or not allowed delive
     }
     connection push(where, co);
     for (int i = 0; i < 3; ++i) (void)push.send(batch(i));
-    REQUIRE(eventually([&] { return pull.refused_handshakes() > 0; }));
+    REQUIRE(eventually([&] { return pull.refused_handshakes() > 0; }, 15s));
     CHECK_FALSE(pull.recv());
     // The telling event among them (a broken connection, NO_DETAIL, may
     // come first).
@@ -326,11 +316,11 @@ TEST_CASE("a client without keys, with a wrong server key, or not allowed delive
                 return true;
             }
         return false;
-    }));
+    }, 15s));
     CHECK(telling.endpoint == bound_tcp(pull));
     CHECK(!telling.reason.empty());
     // The refused client hears of it too, when it has CURVE.
-    if (want_event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) CHECK(eventually([&] { return push.refused_handshakes() > 0; }));
+    if (want_event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) CHECK(eventually([&] { return push.refused_handshakes() > 0; }, 15s));
 }
 
 TEST_CASE("a right client still gets through beside refused ones") {
@@ -357,7 +347,7 @@ TEST_CASE("a right client still gets through beside refused ones") {
         REQUIRE(got);
         check_batch(*got, i);  // never an intruder's
     }
-    CHECK(eventually([&] { return pull.refused_handshakes() > 0; }));
+    CHECK(eventually([&] { return pull.refused_handshakes() > 0; }, 15s));
 }
 
 TEST_CASE("PUB/SUB with CURVE: allowed subscribers get every message, others none") {
@@ -393,8 +383,8 @@ TEST_CASE("PUB/SUB with CURVE: allowed subscribers get every message, others non
     }
     CHECK(next == n);
     CHECK_FALSE(outsider.recv());
-    CHECK(eventually([&] { return pub.refused_handshakes() > 0; }));
-    CHECK(eventually([&] { return outsider.refused_handshakes() > 0; }));
+    CHECK(eventually([&] { return pub.refused_handshakes() > 0; }, 15s));
+    CHECK(eventually([&] { return outsider.refused_handshakes() > 0; }, 15s));
 }
 
 TEST_CASE("a loader with CURVE receives from allowed clients and counts refusals") {
@@ -411,7 +401,7 @@ TEST_CASE("a loader with CURVE receives from allowed clients and counts refusals
     plain.send_timeout = 500ms;
     connection intruder(where, plain);
     (void)intruder.send(batch(99));
-    REQUIRE(eventually([&] { return ld.refused_handshakes() > 0; }));
+    REQUIRE(eventually([&] { return ld.refused_handshakes() > 0; }, 15s));
     CHECK(called.load() > 0);
     connection_options co;
     co.curve = client_side(client, server.public_key);
@@ -455,7 +445,7 @@ TEST_CASE("servers on one context keep allow-lists of their own, and the ZAP han
         auto got = for_all.recv();
         REQUIRE(got);
         check_batch(*got, 3);
-        REQUIRE(eventually([&] { return for_a.refused_handshakes() > 0 && for_b.refused_handshakes() > 0; }));
+        REQUIRE(eventually([&] { return for_a.refused_handshakes() > 0 && for_b.refused_handshakes() > 0; }, 15s));
         CHECK_FALSE(for_a.recv());
         CHECK_FALSE(for_b.recv());
         CHECK(for_all.refused_handshakes() == 0);
@@ -492,8 +482,8 @@ TEST_CASE("enable_curve secures a caller's own sockets for zsend/zrecv") {
     auto got = zrecv(pull);
     REQUIRE(got);
     check_batch(got->tensors, 5);
-    CHECK(eventually([&] { return pull_guard.refused_handshakes() > 0; }));
-    CHECK(eventually([&] { return intruder_guard.refused_handshakes() > 0; }));
+    CHECK(eventually([&] { return pull_guard.refused_handshakes() > 0; }, 15s));
+    CHECK(eventually([&] { return intruder_guard.refused_handshakes() > 0; }, 15s));
     CHECK(push_guard.refused_handshakes() == 0);
     CHECK(error_class([&] {
               zmq::socket_t s(ctx, zmq::socket_type::push);

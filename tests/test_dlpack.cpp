@@ -23,7 +23,10 @@
 
 using namespace tenbin;
 using namespace std::chrono_literals;
+using test_support::counted_tensor;
 using test_support::error_class;
+using test_support::error_text;
+using test_support::eventually;
 
 namespace {
 
@@ -69,43 +72,7 @@ struct producer {
 
 constexpr DLDataType f32{kDLFloat, 32, 1};
 
-// Memory of `n` bytes whose release bumps `released`.
-tensor counted_tensor(std::size_t n, std::atomic<int>& released, std::string info = {}) {
-    auto* p = static_cast<unsigned char*>(std::aligned_alloc(64, (n + 63) / 64 * 64));
-    REQUIRE(p);
-    for (std::size_t i = 0; i < n; ++i) p[i] = static_cast<unsigned char>(i * 11 + 3);
-    buffer b = buffer::adopt(p, n, [p, &released] {
-        std::free(p);
-        released.fetch_add(1);
-    });
-    return tensor(dtype::f4, {static_cast<std::int64_t>(n / 4)}, std::move(b), std::move(info));
-}
-
-bool eventually(const std::function<bool()>& done) {
-    for (int i = 0; i < 500; ++i) {
-        if (done()) return true;
-        std::this_thread::sleep_for(10ms);
-    }
-    return done();
-}
-
 using test_zmq::make_socket;
-
-std::string unique_name(const std::string& stem) {
-    static std::atomic<int> counter{0};
-    return stem + "-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
-}
-
-// The text of a tenbin::error thrown by `f`, or "no error".
-template <class F>
-std::string error_text(F&& f) {
-    try {
-        f();
-    } catch (const error& e) {
-        return e.what();
-    }
-    return "no error";
-}
 
 }  // namespace
 
@@ -173,7 +140,7 @@ TEST_CASE("an exported tensor keeps its bytes alive until the deleter, which rel
     }
     CHECK(released.load() == 0);
     const auto* p = static_cast<const unsigned char*>(mt->dl_tensor.data);
-    CHECK(p[100] == static_cast<unsigned char>(100 * 11 + 3));
+    CHECK(p[100] == test_support::counted_pattern(100));
     mt->deleter(mt);
     CHECK(released.load() == 1);
 }
@@ -355,9 +322,7 @@ TEST_CASE("an imported tensor sent zero-copy over inproc is deleted once, after 
     zmq::context_t ctx;
     zmq::socket_t pull = make_socket(ctx, zmq::socket_type::pull);
     zmq::socket_t push = make_socket(ctx, zmq::socket_type::push);
-    const std::string addr = "inproc://" + unique_name("dlpack");
-    pull.bind(addr);
-    push.connect(addr);
+    test_zmq::link(pull, push, test_zmq::transport::inproc);
 
     producer p(f32, {64, 256});  // 64 KiB: far above the copy threshold
     {
@@ -389,12 +354,10 @@ TEST_CASE("a received tensor exported to DLPack keeps its frame alive after the 
         zmq::context_t ctx;
         zmq::socket_t pull = make_socket(ctx, zmq::socket_type::pull);
         zmq::socket_t push = make_socket(ctx, zmq::socket_type::push);
-        const std::string addr = "inproc://" + unique_name("dlpack-out");
-        pull.bind(addr);
-        push.connect(addr);
+        test_zmq::link(pull, push, test_zmq::transport::inproc);
         std::atomic<int> released{0};
         {
-            tensor t = counted_tensor(32768, released, "frame");
+            tensor t = counted_tensor(32768, released, nullptr, "frame");
             REQUIRE(zsend_multipart(push, {t}));
         }
         DLManagedTensor* mt = nullptr;
@@ -406,7 +369,7 @@ TEST_CASE("a received tensor exported to DLPack keeps its frame alive after the 
         std::this_thread::sleep_for(20ms);
         CHECK(released.load() == 0);
         const auto* q = static_cast<const unsigned char*>(mt->dl_tensor.data);
-        CHECK(q[32767] == static_cast<unsigned char>(32767 * 11 + 3));
+        CHECK(q[32767] == test_support::counted_pattern(32767));
         mt->deleter(mt);
         CHECK(eventually([&] { return released.load() == 1; }));
     }
@@ -436,7 +399,8 @@ TEST_CASE("a received tensor exported to DLPack keeps its frame alive after the 
 }
 
 TEST_CASE("a memory-mapped tensor exported to DLPack keeps the mapping alive") {
-    const auto path = std::filesystem::temp_directory_path() / (unique_name("tenbin-dlpack") + ".ten");
+    const test_support::temp_dir dir("tenbin-dlpack");
+    const auto path = dir / "m.ten";
     std::vector<std::uint16_t> values(5000);
     for (std::size_t i = 0; i < values.size(); ++i) values[i] = static_cast<std::uint16_t>(i * 5);
     const std::vector<std::uint16_t> expected = values;

@@ -66,22 +66,6 @@ std::string text_of(const std::vector<std::byte>& v, std::size_t from, std::size
     return {reinterpret_cast<const char*>(v.data() + from), n};
 }
 
-template <class F>
-std::string message_of(F&& f) {
-    try {
-        f();
-    } catch (const error& e) {
-        return e.what();
-    }
-    return "no error";
-}
-
-void put_u32(std::vector<std::byte>& v, std::size_t at, std::uint32_t x) {
-    for (int i = 0; i < 4; ++i) v[at + i] = static_cast<std::byte>(x >> (8 * i));
-}
-void put_u16(std::vector<std::byte>& v, std::size_t at, std::uint16_t x) {
-    for (int i = 0; i < 2; ++i) v[at + i] = static_cast<std::byte>(x >> (8 * i));
-}
 std::uint32_t get_u32(const std::vector<std::byte>& v, std::size_t at) {
     std::uint32_t x = 0;
     for (int i = 3; i >= 0; --i) x = (x << 8) | static_cast<std::uint8_t>(v[at + i]);
@@ -195,7 +179,7 @@ TEST_CASE("npy: big-endian data is swapped; Fortran order only where it does not
 
     const auto f2d = npy_with("{'descr': '<f4', 'fortran_order': True, 'shape': (2, 3), }", 24);
     CHECK(error_class([&] { decode_npy(as_buffer(f2d)); }) == "unsupported");
-    CHECK(message_of([&] { decode_npy(as_buffer(f2d)); }).find("fortran_order") != std::string::npos);
+    CHECK(error_what([&] { decode_npy(as_buffer(f2d)); }).find("fortran_order") != std::string::npos);
     const auto f1d = npy_with("{'descr': '<f4', 'fortran_order': True, 'shape': (1, 6, 1), }", 24);
     CHECK(decode_npy(as_buffer(f1d)).shape() == shape_t{1, 6, 1});
 }
@@ -238,7 +222,7 @@ TEST_CASE("npy header dicts are parsed strictly") {
         CHECK(error_class([&] { decode_npy(as_buffer(npy_with(r.dict, bytes))); }) == r.error);
     }
     // The message points into the dict.
-    CHECK(message_of([&] { decode_npy(as_buffer(npy_with(rows[8].dict, 6))); })
+    CHECK(error_what([&] { decode_npy(as_buffer(npy_with(rows[8].dict, 6))); })
               .find("unexpected key 'extra'") != std::string::npos);
 }
 
@@ -301,7 +285,7 @@ TEST_CASE("npz round-trips names, dtypes, rank 0 and zero-size tensors") {
 TEST_CASE("npz writing refuses names it cannot store") {
     std::vector<named_tensor> twice = {{"a", patterned(dtype::u1, {2})}, {"a", patterned(dtype::u1, {2})}};
     CHECK(error_class([&] { encode_npz(twice); }) == "bad_argument");
-    CHECK(message_of([&] { encode_npz(twice); }).find("'a'") != std::string::npos);
+    CHECK(error_what([&] { encode_npz(twice); }).find("'a'") != std::string::npos);
     std::vector<named_tensor> clash = {{"arr_1", patterned(dtype::u1, {2})}, {"", patterned(dtype::u1, {2})}};
     CHECK(error_class([&] { encode_npz(clash); }) == "bad_argument");
     std::vector<named_tensor> bad_utf8 = {{"a\xff", patterned(dtype::u1, {2})}};
@@ -316,7 +300,7 @@ TEST_CASE("one rule for names: NUL is refused by every reader and writer") {
     // The same names read from files: refused with the same words.
     const auto st = st_with(R"({"a\u0000b": {"dtype": "U8", "shape": [2], "data_offsets": [0, 2]}})", 2);
     CHECK(error_class([&] { decode_safetensors(as_buffer(st)); }) == "bad_header");
-    CHECK(message_of([&] { decode_safetensors(as_buffer(st)); }).find("NUL") != std::string::npos);
+    CHECK(error_what([&] { decode_safetensors(as_buffer(st)); }).find("NUL") != std::string::npos);
     // An archive written with "aXb", then the name's X turned into NUL in
     // both headers (a zip's checksums do not cover names).
     std::vector<std::byte> npz = encode_npz(std::vector<named_tensor>{{"aXb", patterned(dtype::u1, {2})}});
@@ -328,7 +312,7 @@ TEST_CASE("one rule for names: NUL is refused by every reader and writer") {
         }
     REQUIRE(patched == 2);
     CHECK(error_class([&] { decode_npz(as_buffer(npz)); }) == "bad_header");
-    CHECK(message_of([&] { decode_npz(as_buffer(npz)); }).find("NUL") != std::string::npos);
+    CHECK(error_what([&] { decode_npz(as_buffer(npz)); }).find("NUL") != std::string::npos);
     // What a reader accepts, the writers take back.
     const auto ok = st_with(R"({"a\u0001b": {"dtype": "U8", "shape": [2], "data_offsets": [0, 2]}})", 2);
     const auto back = decode_safetensors(as_buffer(ok));
@@ -389,7 +373,7 @@ TEST_CASE("the safetensors writer takes 80,000 metadata keys and 65,536 tensors 
     check_same(back.tensors.back().value, many.back().value);
     // Duplicates are still found.
     meta.emplace_back("k5", "again");
-    CHECK(message_of([&] { encode_safetensors(many, meta); }).find("'k5' given twice") != std::string::npos);
+    CHECK(error_what([&] { encode_safetensors(many, meta); }).find("'k5' given twice") != std::string::npos);
 }
 
 TEST_CASE("npz archives are checked against their central directory") {
@@ -405,61 +389,61 @@ TEST_CASE("npz archives are checked against their central directory") {
 
     SUBCASE("a compressed member is unsupported, by name") {
         auto v = good;
-        put_u16(v, locals[1] + 8, 8);
-        put_u16(v, centrals[1] + 10, 8);
+        store_le(v, locals[1] + 8, 2, 8);
+        store_le(v, centrals[1] + 10, 2, 8);
         CHECK(error_class([&] { decode(v); }) == "unsupported");
-        const std::string m = message_of([&] { decode(v); });
+        const std::string m = error_what([&] { decode(v); });
         CHECK(m.find("'b.npy'") != std::string::npos);
         CHECK(m.find("deflate") != std::string::npos);
     }
     SUBCASE("an encrypted member is unsupported") {
         auto v = good;
-        put_u16(v, centrals[0] + 8, 1);
+        store_le(v, centrals[0] + 8, 2, 1);
         CHECK(error_class([&] { decode(v); }) == "unsupported");
     }
     SUBCASE("corrupt data fails its CRC-32") {
         auto v = good;
         v[centrals[0] - 1] ^= std::byte{1};  // the last data byte of b
         CHECK(error_class([&] { decode(v); }) == "bad_header");
-        CHECK(message_of([&] { decode(v); }).find("CRC-32") != std::string::npos);
+        CHECK(error_what([&] { decode(v); }).find("CRC-32") != std::string::npos);
     }
     SUBCASE("a local header offset beyond the members") {
         auto v = good;
-        put_u32(v, centrals[1] + 42, static_cast<std::uint32_t>(centrals[0] + 4));
+        store_le(v, centrals[1] + 42, 4, static_cast<std::uint32_t>(centrals[0] + 4));
         CHECK(error_class([&] { decode(v); }) == "bad_header");
-        put_u32(v, centrals[1] + 42, 0xfffffff0);
+        store_le(v, centrals[1] + 42, 4, 0xfffffff0);
         CHECK(error_class([&] { decode(v); }) == "bad_header");
     }
     SUBCASE("a member whose data runs into the next one overlaps it") {
         auto v = good;
         const std::uint32_t size = get_u32(v, centrals[0] + 20) + 8;
-        for (std::size_t at : {locals[0] + 18, locals[0] + 22, centrals[0] + 20, centrals[0] + 24}) put_u32(v, at, size);
+        for (std::size_t at : {locals[0] + 18, locals[0] + 22, centrals[0] + 20, centrals[0] + 24}) store_le(v, at, 4, size);
         CHECK(error_class([&] { decode(v); }) == "bad_header");
-        CHECK(message_of([&] { decode(v); }).find("overlaps") != std::string::npos);
+        CHECK(error_what([&] { decode(v); }).find("overlaps") != std::string::npos);
     }
     SUBCASE("two entries for one member") {
         auto v = good;
-        put_u32(v, centrals[1] + 42, 0);
+        store_le(v, centrals[1] + 42, 4, 0);
         CHECK(error_class([&] { decode(v); }) == "bad_header");
     }
     SUBCASE("local and central headers disagree") {
         auto v = good;
-        put_u32(v, locals[0] + 14, get_u32(v, locals[0] + 14) ^ 1);
+        store_le(v, locals[0] + 14, 4, get_u32(v, locals[0] + 14) ^ 1);
         CHECK(error_class([&] { decode(v); }) == "bad_header");
     }
     SUBCASE("the end record's counts and offsets must hold") {
         auto v = good;
-        put_u16(v, ends[0] + 8, 3);
-        put_u16(v, ends[0] + 10, 3);
+        store_le(v, ends[0] + 8, 2, 3);
+        store_le(v, ends[0] + 10, 2, 3);
         CHECK(error_class([&] { decode(v); }) == "bad_header");
         v = good;
-        put_u32(v, ends[0] + 16, get_u32(v, ends[0] + 16) - 1);
+        store_le(v, ends[0] + 16, 4, get_u32(v, ends[0] + 16) - 1);
         CHECK(error_class([&] { decode(v); }) == "bad_header");
         v = good;
-        put_u32(v, ends[0] + 12, 0xffffff00);
+        store_le(v, ends[0] + 12, 4, 0xffffff00);
         CHECK(error_class([&] { decode(v); }) == "bad_header");
         v = good;
-        put_u16(v, ends[0] + 4, 1);
+        store_le(v, ends[0] + 4, 2, 1);
         CHECK(error_class([&] { decode(v); }) == "unsupported");
         format_options one;
         one.limits.max_tensors = 1;
@@ -476,10 +460,10 @@ TEST_CASE("npz archives are checked against their central directory") {
         const std::size_t data = locals[1] + 30 + 5, size = get_u32(v, centrals[1] + 20);
         v[data + 1] = std::byte{'X'};  // b.npy's magic, with a CRC-32 to match
         const auto crc = static_cast<std::uint32_t>(crc32_z(0, reinterpret_cast<const Bytef*>(&v[data]), size));
-        put_u32(v, locals[1] + 14, crc);
-        put_u32(v, centrals[1] + 16, crc);
+        store_le(v, locals[1] + 14, 4, crc);
+        store_le(v, centrals[1] + 16, 4, crc);
         CHECK(error_class([&] { decode(v); }) == "bad_magic");
-        CHECK(message_of([&] { decode(v); }).find("member 'b.npy'") != std::string::npos);
+        CHECK(error_what([&] { decode(v); }).find("member 'b.npy'") != std::string::npos);
     }
     SUBCASE("ZIP64 end records are followed") {
         const std::size_t e = ends[0];
@@ -496,7 +480,7 @@ TEST_CASE("npz archives are checked against their central directory") {
         CHECK(back[1].name == "b");
         check_same(back[1].value, two[1].value);
         // A locator pointing elsewhere.
-        put_u32(v, v.size() - 22 - 20 + 8, static_cast<std::uint32_t>(e + 1));
+        store_le(v, v.size() - 22 - 20 + 8, 4, static_cast<std::uint32_t>(e + 1));
         CHECK(error_class([&] { decode(v); }) == "bad_header");
     }
     SUBCASE("not a zip at all") {
@@ -561,7 +545,7 @@ TEST_CASE("safetensors metadata is written first and read back in order") {
     check_same(loaded.tensors, want);
 
     const safetensors_metadata twice = {{"format", "pt"}, {"format", "tf"}};
-    CHECK(message_of([&] { encode_safetensors(want, twice); }).find("'format' given twice") != std::string::npos);
+    CHECK(error_what([&] { encode_safetensors(want, twice); }).find("'format' given twice") != std::string::npos);
     CHECK(error_class([&] { encode_safetensors(want, {{"k\xff", "v"}}); }) == "bad_argument");
     CHECK(error_class([&] { encode_safetensors(want, {{"k", "v\xc3"}}); }) == "bad_argument");
     CHECK(error_class([&] { save_safetensors(dir / "bad.safetensors", want, twice); }) == "bad_argument");
@@ -627,7 +611,7 @@ TEST_CASE("safetensors headers are checked as strictly as tenbin chunks") {
         const auto file = st_with(r.header, r.data);
         CHECK(error_class([&] { decode_safetensors(as_buffer(file)); }) == r.error);
         if (!r.says.empty()) {
-            const std::string m = message_of([&] { decode_safetensors(as_buffer(file)); });
+            const std::string m = error_what([&] { decode_safetensors(as_buffer(file)); });
             CAPTURE(m);
             CHECK(m.find(r.says) != std::string::npos);
         }
@@ -646,7 +630,7 @@ TEST_CASE("safetensors headers of many keys parse in linear time and are bounded
     many.limits.max_tensors = 300000;
     CHECK(decode_safetensors(as_buffer(file), many).size() == 300000);
     // The default bound refuses the 65,537th key as it is read.
-    const std::string m = message_of([&] { decode_safetensors(as_buffer(file)); });
+    const std::string m = error_what([&] { decode_safetensors(as_buffer(file)); });
     CHECK(m.find("limits::max_tensors = 65536") != std::string::npos);
 }
 
@@ -660,7 +644,7 @@ TEST_CASE("safetensors: header lengths, limits and truncation") {
     small.max_header_bytes = 4;
     const auto file = encode_safetensors(sample());
     CHECK(error_class([&] { decode_safetensors(as_buffer(file), small); }) == "limit_exceeded");
-    CHECK(message_of([&] { decode_safetensors(as_buffer(file), small); }).find("max_header_bytes") !=
+    CHECK(error_what([&] { decode_safetensors(as_buffer(file), small); }).find("max_header_bytes") !=
           std::string::npos);
     format_options few;
     few.limits.max_tensors = 3;
@@ -708,7 +692,7 @@ TEST_CASE("files of every format round-trip through load_any and save_any") {
     {
         std::ofstream(dir / "bad.safetensors") << "12345678";
     }
-    CHECK(message_of([&] { load_any(dir / "bad.safetensors"); }).find("bad.safetensors") != std::string::npos);
+    CHECK(error_what([&] { load_any(dir / "bad.safetensors"); }).find("bad.safetensors") != std::string::npos);
 }
 
 TEST_CASE("a failed write leaves an existing file of any format whole, and no new one") {
@@ -738,7 +722,7 @@ TEST_CASE("names that cannot be infos are refused when writing .ten, never trunc
     std::vector<named_tensor> list = {{"short", patterned(dtype::u1, {2})},
                                       {"much_too_long", patterned(dtype::u1, {2})}};
     CHECK(error_class([&] { save_any(out, list); }) == "bad_argument");
-    const std::string m = message_of([&] { save_any(out, list); });
+    const std::string m = error_what([&] { save_any(out, list); });
     CHECK(m.find("'much_too_long'") != std::string::npos);
     CHECK(!fs::exists(out));
     list[1].name = "caf\xc3\xa9";

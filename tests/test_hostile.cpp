@@ -26,6 +26,8 @@
 using namespace tenbin;
 using namespace std::chrono_literals;
 using test_support::error_class;
+using test_support::le64;
+using test_support::str64;
 using bytes = std::vector<std::byte>;
 
 namespace {
@@ -40,27 +42,11 @@ constexpr std::int64_t MiB = 1 << 20;
 
 // ---- building bytes ---------------------------------------------------------
 
-void put64(bytes& out, std::int64_t v) {
-    std::byte b[8];
-    std::memcpy(b, &v, 8);  // little-endian hosts only, as the library
-    out.insert(out.end(), b, b + 8);
-}
-
-// 8 bytes, NUL padded: any bytes at all, for dtype codes and infos.
-void put_str8(bytes& out, std::string_view s) {
-    bytes b(8);
-    std::memcpy(b.data(), s.data(), std::min<std::size_t>(s.size(), 8));
-    out.insert(out.end(), b.begin(), b.end());
-}
-
 // A header with any ndim field and any dims (which need not agree).
 bytes header(std::string_view code, std::string_view info, std::int64_t ndim, std::vector<std::int64_t> dims) {
-    bytes h;
-    put_str8(h, code);
-    put_str8(h, info);
-    put64(h, ndim);
-    for (std::int64_t d : dims) put64(h, d);
-    return h;
+    std::vector<std::int64_t> words{str64(code), str64(info), ndim};
+    words.insert(words.end(), dims.begin(), dims.end());
+    return le64(words);
 }
 bytes header(std::string_view code, std::vector<std::int64_t> dims) {
     const auto n = static_cast<std::int64_t>(dims.size());
@@ -70,19 +56,13 @@ bytes header(std::string_view code, std::vector<std::int64_t> dims) {
 // A chunk whose length field says `length`, followed by `payload` and
 // `pad` zero bytes.
 bytes raw_chunk(std::int64_t length, const bytes& payload, std::size_t pad = 0) {
-    bytes c;
-    put_str8(c, std::string_view(chunk_magic, 8));
-    put64(c, length);
+    bytes c = le64({str64(std::string_view(chunk_magic, 8)), length});
     c.insert(c.end(), payload.begin(), payload.end());
     c.resize(c.size() + pad);
     return c;
 }
 // "~TenBin~" and nothing after it.
-bytes magic_only() {
-    bytes c;
-    put_str8(c, std::string_view(chunk_magic, 8));
-    return c;
-}
+bytes magic_only() { return le64({str64(std::string_view(chunk_magic, 8))}); }
 // A well-formed chunk.
 bytes chunk(const bytes& payload) {
     const std::size_t padded = (payload.size() + 63) / 64 * 64;

@@ -125,11 +125,6 @@ std::vector<tensor> through_pipe(const std::vector<tensor>& tensors, const read_
     return got;
 }
 
-std::vector<std::byte> file_bytes(const fs::path& path) {
-    const buffer b = read_file(path);
-    return {b.data(), b.data() + b.size()};
-}
-
 long max_rss_kib() {
     rusage u{};
     ::getrusage(RUSAGE_SELF, &u);

@@ -29,8 +29,11 @@
 using namespace tenbin;
 using namespace std::chrono_literals;
 using test_support::check_same;
+using test_support::counted_tensor;
 using test_support::error_class;
 using test_support::error_text;
+using test_support::eventually;
+using test_support::holds_pattern;
 using test_support::le64;
 using test_support::numbered;
 using test_support::patterned;
@@ -56,12 +59,6 @@ std::vector<tensor> sample_tensors(int seed = 0) {
         patterned(dtype::i8, {1, 1, 2}, "i8", seed + 10),
         patterned(dtype::f2, {5}, "half", seed + 11),
     };
-}
-
-// The error class thrown by `f`, or "no error".
-template <class F>
-std::string errc_of(F&& f) {
-    return error_class(std::forward<F>(f));
 }
 
 enum class wire { single, multipart };
@@ -95,16 +92,6 @@ std::vector<std::vector<std::byte>> frames_of(tensor_span tensors) {
     std::vector<std::vector<std::byte>> out;
     for (const buffer& b : encode_list(tensors)) out.push_back(bytes_of(b));
     return out;
-}
-
-// Waits (bounded) until `pred` holds; true if it did.
-bool eventually(const std::function<bool()>& pred, std::chrono::milliseconds limit = 5000ms) {
-    const auto deadline = std::chrono::steady_clock::now() + limit;
-    while (!pred()) {
-        if (std::chrono::steady_clock::now() > deadline) return false;
-        std::this_thread::sleep_for(1ms);
-    }
-    return true;
 }
 
 }  // namespace
@@ -553,18 +540,18 @@ TEST_CASE("an envelope the message cannot hold is refused and the next message i
     recv_options five;
     five.envelope = envelope_spec::frames(5);
     REQUIRE(zsend_multipart(push, patterned(dtype::u1, {2})));  // 2 frames
-    CHECK(errc_of([&] { (void)zrecv(pull, five); }) == "odd_chunk_count");
+    CHECK(error_class([&] { (void)zrecv(pull, five); }) == "odd_chunk_count");
 
     recv_options delimited;
     delimited.envelope = envelope_spec::delimited();
     // No empty frame anywhere (a zero-size tensor's data frame would be one).
     REQUIRE(zsend_multipart(push, std::vector<tensor>{patterned(dtype::f4, {3}), patterned(dtype::i1, {1})}));
-    CHECK(errc_of([&] { (void)zrecv(pull, delimited); }) == "odd_chunk_count");
+    CHECK(error_class([&] { (void)zrecv(pull, delimited); }) == "odd_chunk_count");
 
     recv_options router;
     router.envelope = envelope_spec::router();
     REQUIRE(zsend_single(push, good));  // 1 frame: nothing after an identity
-    CHECK(errc_of([&] { (void)zrecv(pull, router); }) == "odd_chunk_count");
+    CHECK(error_class([&] { (void)zrecv(pull, router); }) == "odd_chunk_count");
 
     REQUIRE(zsend_multipart(push, good));
     auto got = zrecv(pull);
@@ -574,30 +561,6 @@ TEST_CASE("an envelope the message cannot hold is refused and the next message i
 
 // ---- zero-copy lifetimes ----------------------------------------------------
 
-namespace {
-
-// Memory of `n` bytes whose release bumps `released`.
-tensor counted_tensor(std::size_t n, std::atomic<int>& released, void** where) {
-    void* p = std::aligned_alloc(64, (n + 63) / 64 * 64);  // a size aligned_alloc accepts
-    REQUIRE(p);
-    auto* bytes = static_cast<unsigned char*>(p);
-    for (std::size_t i = 0; i < n; ++i) bytes[i] = static_cast<unsigned char>(i * 31 + 7);
-    *where = p;
-    buffer b = buffer::adopt(p, n, [p, &released] {
-        std::free(p);
-        released.fetch_add(1);
-    });
-    return tensor(dtype::f4, {static_cast<std::int64_t>(n / 4)}, std::move(b), "zc");
-}
-
-bool holds_pattern(const tensor& t) {
-    const auto bytes = t.data().bytes();
-    for (std::size_t i = 0; i < bytes.size(); ++i)
-        if (bytes[i] != std::byte(static_cast<unsigned char>(i * 31 + 7))) return false;
-    return true;
-}
-
-}  // namespace
 
 TEST_CASE("zero-copy over inproc: the receiver sees the sender's memory, released once after both let go") {
     constexpr std::size_t n = 1 << 16;
@@ -760,14 +723,14 @@ TEST_CASE_FIXTURE(pull_and_push, "receiving into a kept message: errors leave it
     frames[3].pop_back();
     send_raw(push, frames);
     REQUIRE(zsend_multipart(push, good));
-    CHECK(errc_of([&] { (void)zrecv(pull, into); }) == "data_size_mismatch");
+    CHECK(error_class([&] { (void)zrecv(pull, into); }) == "data_size_mismatch");
     CHECK(into.tensors.empty());
     REQUIRE(zrecv(pull, into));
     check_same(into.tensors, good);
 
     // The wrong form, refused.
     REQUIRE(zsend_multipart(push, good));
-    CHECK(errc_of([&] { (void)zrecv_single(pull, into); }) == "odd_chunk_count");
+    CHECK(error_class([&] { (void)zrecv_single(pull, into); }) == "odd_chunk_count");
     CHECK(into.tensors.empty());
 
     // A malformed message behind an envelope: the error carries the
@@ -1280,10 +1243,10 @@ TEST_CASE("tensors the format or libzmq cannot carry are refused before anything
             // A zero-copy frame built before the bad tensor is released too.
             const tensor first = counted_tensor(1 << 14, released, &original);
             const std::vector<tensor_view> list{first.view(), bad};
-            CHECK(errc_of([&] { (void)zsend_multipart(push, list); }) == "bad_argument");
-            CHECK(errc_of([&] { (void)zsend_single(push, list); }) == "bad_argument");
+            CHECK(error_class([&] { (void)zsend_multipart(push, list); }) == "bad_argument");
+            CHECK(error_class([&] { (void)zsend_single(push, list); }) == "bad_argument");
             const std::vector<tensor> owned_first{first};
-            CHECK(errc_of([&] {
+            CHECK(error_class([&] {
                       (void)zsend_multipart(push, with_infos(owned_first, std::vector<std::string>{"123456789"}));
                   }) == "bad_argument");
         }
@@ -1293,8 +1256,8 @@ TEST_CASE("tensors the format or libzmq cannot carry are refused before anything
         const shape_t shape{3};
         const std::uint8_t bytes[2] = {1, 2};
         const tensor_view bad{dtype::u2, shape, "", std::as_bytes(std::span(bytes))};
-        CHECK(errc_of([&] { (void)zsend_multipart(push, std::vector<tensor_view>{bad}); }) == "bad_argument");
-        CHECK(errc_of([&] { (void)zsend_single(push, std::vector<tensor_view>{bad}); }) == "bad_argument");
+        CHECK(error_class([&] { (void)zsend_multipart(push, std::vector<tensor_view>{bad}); }) == "bad_argument");
+        CHECK(error_class([&] { (void)zsend_single(push, std::vector<tensor_view>{bad}); }) == "bad_argument");
     }
     SUBCASE("a frame of 2^31 bytes") {
         // Address space only: the pages are never touched.
@@ -1305,18 +1268,18 @@ TEST_CASE("tensors the format or libzmq cannot carry are refused before anything
         const tensor_view view{dtype::u1, shape, "big", {static_cast<const std::byte*>(p), big}};
         const tensor small = patterned(dtype::u1, {3});
         const std::vector<tensor_view> list{small.view(), view};
-        CHECK(errc_of([&] { (void)zsend_multipart(push, list); }) == "unsupported");
-        CHECK(errc_of([&] { (void)zsend_single(push, list); }) == "unsupported");
+        CHECK(error_class([&] { (void)zsend_multipart(push, list); }) == "unsupported");
+        CHECK(error_class([&] { (void)zsend_single(push, list); }) == "unsupported");
         {
             const tensor owned(dtype::u1, shape, buffer::adopt(p, big, [p] { ::munmap(p, big); }), "big");
-            CHECK(errc_of([&] { (void)zsend_multipart(push, owned); }) == "unsupported");
+            CHECK(error_class([&] { (void)zsend_multipart(push, owned); }) == "unsupported");
         }
         // Just under the limit is still too much for one single-part frame.
         const shape_t under{static_cast<std::int64_t>(max_frame_size - 100)};
         void* q = ::mmap(nullptr, big, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
         REQUIRE(q != MAP_FAILED);
         const tensor_view near{dtype::u1, under, "", {static_cast<const std::byte*>(q), max_frame_size - 100}};
-        CHECK(errc_of([&] { (void)zsend_single(push, std::vector<tensor_view>{near}); }) == "unsupported");
+        CHECK(error_class([&] { (void)zsend_single(push, std::vector<tensor_view>{near}); }) == "unsupported");
         ::munmap(q, big);
     }
     CHECK_FALSE(zrecv(pull, now));  // nothing went out
@@ -1380,7 +1343,7 @@ TEST_CASE("the Python multipart vectors, sent frame by frame, decode as the mani
         for (const buffer& f : test_support::read_frames(entry)) raw.push_back(bytes_of(f));
         send_raw(push, raw);
         const auto allowed = test_support::allowed_errors(entry);
-        const std::string cls = errc_of([&] { (void)zrecv(pull); });
+        const std::string cls = error_class([&] { (void)zrecv(pull); });
         CHECK(std::find(allowed.begin(), allowed.end(), cls) != allowed.end());
         ++malformed;
     }
@@ -1417,7 +1380,7 @@ TEST_CASE("the Python buffers and .ten files, sent as one frame, decode single-p
         const buffer file = test_support::read_file(test_support::vectors_dir() / entry["path"].get<std::string>());
         send_raw(push, {bytes_of(file)});
         const auto allowed = test_support::allowed_errors(entry);
-        const std::string cls = errc_of([&] { (void)zrecv_single(pull); });
+        const std::string cls = error_class([&] { (void)zrecv_single(pull); });
         CHECK(std::find(allowed.begin(), allowed.end(), cls) != allowed.end());
         ++malformed;
     }

@@ -22,6 +22,8 @@
 using namespace tenbin;
 using test_support::check_same;
 using test_support::error_class;
+using test_support::error_what;
+using test_support::file_bytes;
 using test_support::patterned;
 using test_support::same_bytes;
 using test_support::temp_dir;
@@ -112,24 +114,10 @@ void write_in_bytes(sink& s, bytes_view all) {
     }
 }
 
-std::vector<std::byte> file_bytes(const fs::path& p) {
-    const buffer b = test_support::read_file(p);
-    return {b.data(), b.data() + b.size()};
-}
-
 void put_file(const fs::path& p, bytes_view bytes) {
     std::ofstream out(p, std::ios::binary | std::ios::trunc);
     out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
     REQUIRE(out.good());
-}
-
-std::string error_text_of(const std::function<void()>& f) {
-    try {
-        f();
-    } catch (const error& e) {
-        return e.what();
-    }
-    return "no error";
 }
 
 const std::uint8_t zstd_magic[4] = {0x28, 0xb5, 0x2f, 0xfd};
@@ -280,7 +268,7 @@ TEST_CASE("a stream cut anywhere inside a frame is truncated") {
         const bytes_view part(compressed.data(), cut);
         CHECK(error_class([&] { (void)decompress(part); }) == "truncated");
     }
-    const std::string text = error_text_of([&] { (void)decompress({compressed.data(), compressed.size() - 1}); });
+    const std::string text = error_what([&] { (void)decompress({compressed.data(), compressed.size() - 1}); });
     CHECK(text.find("inside a frame") != std::string::npos);
 }
 
@@ -289,7 +277,7 @@ TEST_CASE("corrupt compressed input is an io_error naming zstd's reason; the sou
     const auto good = compress(in);
     SUBCASE("not zstd at all") {
         const auto plain = plain_bytes(in);
-        const std::string text = error_text_of([&] { (void)decompress(plain); });
+        const std::string text = error_what([&] { (void)decompress(plain); });
         CHECK(error_class([&] { (void)decompress(plain); }) == "io_error");
         CHECK(text.find("corrupt zstd input") != std::string::npos);
         CHECK(text.find("Unknown frame descriptor") != std::string::npos);
@@ -319,7 +307,7 @@ TEST_CASE("corrupt compressed input is an io_error naming zstd's reason; the sou
     SUBCASE("a flipped checksum") {
         auto bad = good;
         bad.back() ^= std::byte{0x40};
-        const std::string text = error_text_of([&] { (void)decompress(bad); });
+        const std::string text = error_what([&] { (void)decompress(bad); });
         CHECK(text.find("checksum") != std::string::npos);
     }
     SUBCASE("a frame that is not zstd, whatever the reads' sizes") {
@@ -334,7 +322,7 @@ TEST_CASE("corrupt compressed input is an io_error naming zstd's reason; the sou
             split_source cut(ms, split);
             zstd_source z(cut);
             std::vector<std::byte> buf(64);
-            const std::string text = error_text_of([&] { while (z.read_some(buf) > 0) {} });
+            const std::string text = error_what([&] { while (z.read_some(buf) > 0) {} });
             CHECK(text.find("Unknown frame descriptor") != std::string::npos);
         }
         // A good stream read one byte at a time still passes its magic.
@@ -365,7 +353,7 @@ TEST_CASE("a frame needing a window above max_window_log is refused; invalid set
     const auto compressed = compress(in, 19);
     memory_source ms(compressed);
     zstd_source z(ms, 20);
-    const std::string text = error_text_of([&] { (void)read(z); });
+    const std::string text = error_what([&] { (void)read(z); });
     CHECK(text.find("corrupt zstd input") != std::string::npos);
     CHECK(text.find("memory") != std::string::npos);  // "Frame requires too much memory for decoding"
     memory_source ms2(compressed);
@@ -440,7 +428,7 @@ TEST_CASE(".ten.zst files save and load transparently, chosen by name or by opti
         bad[bad.size() / 2] ^= std::byte{0xff};
         bad.back() ^= std::byte{0xff};
         put_file(dir / "bad.ten.zst", bad);
-        const std::string text = error_text_of([&] { (void)load(dir / "bad.ten.zst"); });
+        const std::string text = error_what([&] { (void)load(dir / "bad.ten.zst"); });
         CHECK(error_class([&] { (void)load(dir / "bad.ten.zst"); }) == "io_error");
         CHECK(text.find("bad.ten.zst") != std::string::npos);
 
