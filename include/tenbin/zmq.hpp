@@ -71,15 +71,10 @@ struct envelope_spec {
 };
 
 /// Data frames smaller than this are copied instead of handed to ZeroMQ.
-/// A copied frame of more than 33 bytes is a block libzmq allocates on the
-/// sending thread and another thread frees; a zero-copy one costs a small
-/// block and a reference to the tensor instead. Measured with libzmq 4.3.4
-/// (one f4 tensor per multipart message, ns per message, 2-vCPU KVM guests,
-/// glibc 2.36): on an Intel Xeon guest zero-copy was as fast or faster from
-/// 512 bytes up, over inproc and tcp, with one malloc arena or one per
-/// thread (1 KiB: 510-580 against 690-790 ns over inproc, 1.3-2.3 against
-/// 1.6-2.7 us over tcp), and the copy faster under 128 bytes; on an AMD EPYC
-/// guest the two cost the same up to 2 KiB over inproc and 6 KiB over tcp.
+/// A copied frame is a block libzmq allocates on the sending thread and
+/// another thread frees; a zero-copy one costs a small block and a
+/// reference to the tensor instead. Zero-copy measured as fast or faster
+/// from 512 bytes up (the README's performance notes have the numbers).
 inline constexpr std::size_t default_copy_threshold = 512;
 
 /// libzmq 4.3.4 fails on frames of 2^31 bytes or more; senders refuse them

@@ -5,9 +5,8 @@
 // freed by whichever thread releases the message's last frame (the
 // receiver's over inproc, an I/O thread over tcp and ipc). Through malloc
 // that is glibc's slow path on both threads, since neither thread's cache
-// ever holds what the other frees: about 90 ns a message over inproc on
-// two threads, more than a third of what raw libzmq spends on one. A
-// pool per sending thread hands the same blocks round instead.
+// ever holds what the other frees, a large share of a small message's
+// cost. A pool per sending thread hands the same blocks round instead.
 #pragma once
 
 #include <atomic>
