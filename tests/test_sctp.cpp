@@ -27,6 +27,7 @@
 using namespace tenbin;
 using test_support::check_same;
 using test_support::numbered;
+using test_support::patterned;
 namespace fs = std::filesystem;
 
 namespace {
@@ -78,11 +79,6 @@ std::vector<std::byte> pattern(std::size_t n, std::uint64_t seed) {
     return out;
 }
 
-tensor make(dtype t, shape_t shape, std::string info, std::uint64_t seed) {
-    std::uint64_t n = itemsize(t);
-    for (auto d : shape) n *= static_cast<std::uint64_t>(d);
-    return tensor(t, std::move(shape), buffer::adopt(pattern(n, seed)), std::move(info));
-}
 
 // Runs `f`, which must throw tenbin::error with one of `codes`.
 template <class F>
@@ -111,11 +107,11 @@ TEST_CASE("a tensor list of each dtype and shape survives a SOCK_SEQPACKET round
     for (dtype t : all_dtypes) {
         CAPTURE(code(t));
         const std::vector<tensor> sent = {
-            make(t, {3, 5}, "matrix", 1),
-            make(t, {}, "scalar", 2),
-            make(t, {0, 4}, "", 3),
-            make(t, {7}, "odd", 4),
-            make(t, {2, 1, 3, 1, 2, 1, 1, 2, 1}, "ninedims", 5),
+            patterned(t, {3, 5}, "matrix", 1),
+            patterned(t, {}, "scalar", 2),
+            patterned(t, {0, 4}, "", 3),
+            patterned(t, {7}, "odd", 4),
+            patterned(t, {2, 1, 3, 1, 2, 1, 1, 2, 1}, "ninedims", 5),
         };
         sctp_send(sp.a.fd, sent);
         const auto got = sctp_recv(sp.b.fd);
@@ -136,15 +132,15 @@ TEST_CASE("shapes: rank 0, zero-size dimensions and sizes not a multiple of 64")
     SUBCASE("zero-size only dimension") { shape = {0}; }
     SUBCASE("13 elements") { shape = {13}; }
     SUBCASE("exactly 64 bytes of f8") { shape = {8}; }
-    const std::vector<tensor> sent = {make(dtype::f8, shape, "x", 9), make(dtype::i1, shape, "y", 10)};
+    const std::vector<tensor> sent = {patterned(dtype::f8, shape, "x", 9), patterned(dtype::i1, shape, "y", 10)};
     sctp_send(sp.a.fd, sent);
     check_same(sctp_recv(sp.b.fd), sent);
 }
 
 TEST_CASE("messages keep their boundaries, in both directions, and decode_options apply") {
     socket_pair sp;
-    const std::vector<tensor> first = {make(dtype::f4, {4, 3, 2}, "input", 1), make(dtype::i4, {4}, "target", 2)};
-    const std::vector<tensor> second = {make(dtype::u2, {5}, "", 3)};
+    const std::vector<tensor> first = {patterned(dtype::f4, {4, 3, 2}, "input", 1), patterned(dtype::i4, {4}, "target", 2)};
+    const std::vector<tensor> second = {patterned(dtype::u2, {5}, "", 3)};
     sctp_send(sp.a.fd, first);
     sctp_send(sp.a.fd, second);
     sctp_send(sp.b.fd, nullptr, 0, second);
@@ -188,15 +184,15 @@ TEST_CASE("a list with more pieces than IOV_MAX takes the copying path and arriv
     socket_pair sp;
     std::vector<tensor> sent;
     for (int i = 0; i < 700; ++i)  // up to 3 pieces each: over Linux's 1024
-        sent.push_back(make(i % 2 ? dtype::u1 : dtype::f4, {i % 5 + 1}, numbered("t", i), 100 + i));
+        sent.push_back(patterned(i % 2 ? dtype::u1 : dtype::f4, {i % 5 + 1}, numbered("t", i), 100 + i));
     sctp_send(sp.a.fd, sent);
     check_same(sctp_recv(sp.b.fd), sent);
 }
 
 TEST_CASE("a message over max_size is refused with limit_exceeded and discarded whole") {
     socket_pair sp;
-    const std::vector<tensor> big = {make(dtype::u1, {150000}, "big", 7)};
-    const std::vector<tensor> small = {make(dtype::i2, {3}, "small", 8)};
+    const std::vector<tensor> big = {patterned(dtype::u1, {150000}, "big", 7)};
+    const std::vector<tensor> small = {patterned(dtype::i2, {3}, "small", 8)};
     const std::size_t big_size = encoded_size(big);
     sctp_send(sp.a.fd, big);
     sctp_send(sp.a.fd, small);
@@ -212,7 +208,7 @@ TEST_CASE("a message over max_size is refused with limit_exceeded and discarded 
 
 TEST_CASE("the received buffer is as large as the message, not max_size") {
     socket_pair sp;
-    const std::vector<tensor> sent = {make(dtype::u1, {10}, "", 1)};
+    const std::vector<tensor> sent = {patterned(dtype::u1, {10}, "", 1)};
     sctp_send(sp.a.fd, sent);
     // A 1 TB max_size would fail to allocate if it were allocated.
     const auto got = sctp_recv(sp.b.fd, std::size_t{1} << 40);
@@ -255,12 +251,12 @@ TEST_CASE("malformed messages are rejected with the manifest's error class") {
         expect_error([&] { sctp_recv(sp.b.fd); }, {errc::bad_magic});
     }
     SUBCASE("a message cut inside a chunk preamble") {
-        const auto whole = encode_buffer(std::vector<tensor>{make(dtype::f4, {2}, "", 1)});
+        const auto whole = encode_buffer(std::vector<tensor>{patterned(dtype::f4, {2}, "", 1)});
         send_raw(sp.a.fd, whole.bytes().first(12));
         expect_error([&] { sctp_recv(sp.b.fd); }, {errc::truncated});
     }
     // A valid message after the broken ones is still received.
-    const std::vector<tensor> sent = {make(dtype::u8, {2}, "after", 1)};
+    const std::vector<tensor> sent = {patterned(dtype::u8, {2}, "after", 1)};
     sctp_send(sp.a.fd, sent);
     check_same(sctp_recv(sp.b.fd), sent);
 }
@@ -305,7 +301,7 @@ TEST_CASE("an empty list cannot be sent; an empty message reads as end of stream
     // A zero-length message from elsewhere is consumed, not found forever.
     REQUIRE(::send(sp.a.fd, "", 0, 0) == 0);
     expect_error([&] { sctp_recv(sp.b.fd); }, {errc::io_error});
-    const std::vector<tensor> sent = {make(dtype::i8, {1}, "", 1)};
+    const std::vector<tensor> sent = {patterned(dtype::i8, {1}, "", 1)};
     sctp_send(sp.a.fd, sent);
     check_same(sctp_recv(sp.b.fd), sent);
 }
@@ -322,7 +318,7 @@ TEST_CASE("a receive times out after SO_RCVTIMEO, or at once on a non-blocking s
     REQUIRE(fcntl(sp.b.fd, F_SETFL, fcntl(sp.b.fd, F_GETFL) | O_NONBLOCK) == 0);
     expect_error([&] { sctp_recv(sp.b.fd); }, {errc::timeout});
     // The socket still works afterwards.
-    const std::vector<tensor> sent = {make(dtype::f2, {3}, "late", 1)};
+    const std::vector<tensor> sent = {patterned(dtype::f2, {3}, "late", 1)};
     sctp_send(sp.a.fd, sent);
     check_same(sctp_recv(sp.b.fd), sent);
 }
@@ -330,7 +326,7 @@ TEST_CASE("a receive times out after SO_RCVTIMEO, or at once on a non-blocking s
 TEST_CASE("a full send buffer on a non-blocking socket is a timeout, not a partial send") {
     socket_pair sp;
     REQUIRE(fcntl(sp.a.fd, F_SETFL, fcntl(sp.a.fd, F_GETFL) | O_NONBLOCK) == 0);
-    const std::vector<tensor> sent = {make(dtype::u1, {60000}, "", 1)};
+    const std::vector<tensor> sent = {patterned(dtype::u1, {60000}, "", 1)};
     bool timed_out = false;
     int queued = 0;
     while (queued < 1000 && !timed_out) {
@@ -355,13 +351,13 @@ TEST_CASE("a closed peer is an io_error on both ends, without SIGPIPE") {
     sp.a.reset();
     const auto r = expect_error([&] { sctp_recv(sp.b.fd); }, {errc::io_error});
     CHECK(r.find("closed") != std::string::npos);
-    const std::vector<tensor> sent = {make(dtype::u1, {4}, "", 1)};
+    const std::vector<tensor> sent = {patterned(dtype::u1, {4}, "", 1)};
     const auto s = expect_error([&] { sctp_send(sp.b.fd, sent); }, {errc::io_error});
     CHECK(s.find("closed") != std::string::npos);
 }
 
 TEST_CASE("arguments: byte streams, non-sockets and mismatched destinations are refused") {
-    const std::vector<tensor> sent = {make(dtype::u1, {4}, "", 1)};
+    const std::vector<tensor> sent = {patterned(dtype::u1, {4}, "", 1)};
     SUBCASE("a stream socket") {
         socket_pair stream(SOCK_STREAM);
         const auto m = expect_error([&] { sctp_send(stream.a.fd, sent); }, {errc::bad_argument});
@@ -395,7 +391,7 @@ TEST_CASE("arguments: byte streams, non-sockets and mismatched destinations are 
         socket_pair sp;
         int small = 4096;
         REQUIRE(setsockopt(sp.a.fd, SOL_SOCKET, SO_SNDBUF, &small, sizeof small) == 0);
-        const std::vector<tensor> big = {make(dtype::u1, {100000}, "", 1)};
+        const std::vector<tensor> big = {patterned(dtype::u1, {100000}, "", 1)};
         const auto m = expect_error([&] { sctp_send(sp.a.fd, big); }, {errc::io_error});
         CHECK(m.find("too long") != std::string::npos);
     }
@@ -403,7 +399,7 @@ TEST_CASE("arguments: byte streams, non-sockets and mismatched destinations are 
 
 TEST_CASE("AF_UNIX SOCK_DGRAM works the same way") {
     socket_pair sp(SOCK_DGRAM);
-    const std::vector<tensor> sent = {make(dtype::f4, {10, 10}, "dgram", 3)};
+    const std::vector<tensor> sent = {patterned(dtype::f4, {10, 10}, "dgram", 3)};
     sctp_send(sp.a.fd, sent);
     check_same(sctp_recv(sp.b.fd), sent);
     set_timeout(sp.b.fd, SO_RCVTIMEO, 50);
@@ -590,13 +586,13 @@ TEST_CASE("real SCTP on 127.0.0.1: one-to-many sockets carry tensor lists") {
     }
     const auto* dest = reinterpret_cast<const sockaddr*>(&addr);
 
-    const std::vector<tensor> small = {make(dtype::f4, {3, 5}, "input", 1), make(dtype::u4, {}, "s", 2),
-                                       make(dtype::i8, {0, 3}, "", 3)};
+    const std::vector<tensor> small = {patterned(dtype::f4, {3, 5}, "input", 1), patterned(dtype::u4, {}, "s", 2),
+                                       patterned(dtype::i8, {0, 3}, "", 3)};
     sctp_send(client.fd, dest, sizeof addr, small);
     check_same(sctp_recv(server.fd), small);
 
     // Large enough that the kernel may deliver it in parts.
-    const std::vector<tensor> big = {make(dtype::u1, {300000}, "big", 4)};
+    const std::vector<tensor> big = {patterned(dtype::u1, {300000}, "big", 4)};
     sctp_send(client.fd, dest, sizeof addr, big);
     check_same(sctp_recv(server.fd), big);
 
@@ -632,8 +628,8 @@ TEST_CASE("real SCTP on 127.0.0.1: one-to-one (SOCK_STREAM) sockets keep message
     REQUIRE(conn.fd >= 0);
     set_timeout(conn.fd, SO_RCVTIMEO, receive_timeout_ms);
 
-    const std::vector<tensor> a = {make(dtype::f8, {4}, "a", 1)};
-    const std::vector<tensor> b = {make(dtype::i2, {2, 2}, "b", 2)};
+    const std::vector<tensor> a = {patterned(dtype::f8, {4}, "a", 1)};
+    const std::vector<tensor> b = {patterned(dtype::i2, {2, 2}, "b", 2)};
     sctp_send(client.fd, a);
     sctp_send(client.fd, b);
     check_same(sctp_recv(conn.fd), a);

@@ -75,7 +75,8 @@ def check_zip(path):
 
 def patterned(code, shape, seed):
     n = int(np.prod(shape, dtype=np.int64)) * np.dtype(CODES[code]).itemsize
-    raw = ((np.arange(n, dtype=np.int64) * 37 + seed * 11 + 5) & 0xFF).astype(np.uint8)
+    i = np.arange(n, dtype=np.int64)
+    raw = ((i * 37 + (i >> 8) * 101 + seed * 11 + 5) & 0xFF).astype(np.uint8)  # support.hpp's patterned
     return raw.view(CODES[code]).reshape(shape)
 
 
