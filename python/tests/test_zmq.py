@@ -17,7 +17,7 @@ import zmq
 import tenbin
 from tenbin import _tenbin
 
-import peer
+import peer  # tests/python/peer.py, the C++ interop tests' peer (see conftest)
 from conftest import free_port, run_python
 
 
@@ -71,9 +71,9 @@ def test_tensorcom_style_peer_both_directions_both_forms(pair):
     assert all(same(x, y) for x, y in zip(xs, tenbin.zrecv_single(pull)))
     # tenbin -> peer
     tenbin.zsend_multipart(push, xs)
-    assert all(same(x, y) for x, y in zip(xs, peer.decode_list(pull.recv_multipart())))
+    assert all(same(x, y) for x, y in zip(xs, peer.decode_list(pull.recv_multipart())[0]))
     tenbin.zsend_single(push, xs)
-    assert all(same(x, y) for x, y in zip(xs, peer.decode_buffer(pull.recv())))
+    assert all(same(x, y) for x, y in zip(xs, peer.decode_buffer(pull.recv())[0]))
     # and tenbin's Connection against the peer's sockets
     port = free_port()
     c = tenbin.Connection(f"zpull://127.0.0.1:{port}", timeout=10)

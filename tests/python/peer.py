@@ -96,7 +96,8 @@ def decode_header(h):
     return DTYPES[code], info, shape
 
 
-def encode_list(arrays, infos):
+def encode_list(arrays, infos=None):
+    infos = infos or [""] * len(arrays)
     out = []
     for arr, info in zip(arrays, infos):
         # (np.ascontiguousarray would turn a rank-0 array into rank 1)
@@ -155,7 +156,7 @@ def decode_chunks(buf):
     return out
 
 
-def encode_buffer(arrays, infos):
+def encode_buffer(arrays, infos=None):
     return encode_chunks(encode_list(arrays, infos))
 
 
