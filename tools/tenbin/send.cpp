@@ -179,7 +179,8 @@ subcommand add_send(CLI::App& parent) {
         "message, --count times: multipart [header, data, header, data, ...] or,\n"
         "with --single, one frame holding the whole chunked buffer. Both are what\n"
         "Python tensorcom sends and receives. A REQ socket waits for a reply to each\n"
-        "message. At exit, queued messages get --linger seconds to leave.\n" +
+        "message. At exit, queued messages get --linger seconds to leave. For\n"
+        "generated tensors, or batches at a rate, use tenbin serve --synthetic.\n" +
         plain_endpoint_note(opt->socket) +
         "Exit status: 0 sent, 1 error (unreadable file, refused endpoint, ...),\n"
         "2 timed out (no receiver took a message within --timeout, or no reply),\n"
