@@ -114,6 +114,7 @@ def main():
     ap.add_argument("--json")
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--reps", type=int)
+    ap.add_argument("--filter", help="only the cases whose label contains this")
     ap.add_argument("--peer", choices=["connection", "loader"])
     ap.add_argument("--warmup")
     ap.add_argument("--count")
@@ -126,6 +127,8 @@ def main():
     rows = []
     print(f"{'case':<44}{'tenbin':>12}{'baseline':>12}{'ratio':>8}  unit")
     for w in WORKLOADS:
+        if args.filter and args.filter not in w[7]:
+            continue
         count = w[5] if args.quick else w[4]
         kinds = ["tensorcom", "connection", "loader"] + ([] if w[8] else ["cpp-loader"])
         results = {k: [] for k in kinds}
