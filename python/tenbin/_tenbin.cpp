@@ -252,7 +252,6 @@ py::array array_of(const tenbin::tensor& t, bool pool = false) {
     const py::dtype& dt = numpy_dtypes()[static_cast<int>(t.dtype())];
     const auto& shape = t.shape();
     if (t.nbytes() == 0) return py::array(dt, std::vector<py::ssize_t>(shape.begin(), shape.end()));
-    // NumPy refuses ranks above its own bound (32) with its own error.
     std::array<Py_intptr_t, 64> small{};
     std::vector<Py_intptr_t> large;
     Py_intptr_t* dims = small.data();
@@ -273,7 +272,15 @@ py::array array_of(const tenbin::tensor& t, bool pool = false) {
     auto a = py::reinterpret_steal<py::array>(api.PyArray_NewFromDescr_(
         api.PyArray_Type_, dt.inc_ref().ptr(), static_cast<int>(shape.size()), dims, nullptr,
         const_cast<std::byte*>(keep->data()), flags, nullptr));
-    if (!a) throw py::error_already_set();
+    if (!a) {
+        // A rank the limits let through (max_rank raised) but NumPy's arrays cannot have.
+        if (shape.size() > 32 && PyErr_ExceptionMatches(PyExc_ValueError)) {
+            PyErr_Clear();
+            raise_error("limit_exceeded", "a tensor of rank " + std::to_string(shape.size()) +
+                                              ": NumPy's arrays have at most 32 dimensions");
+        }
+        throw py::error_already_set();
+    }
     // Steals the reference, also when it fails.
     if (api.PyArray_SetBaseObject_(a.ptr(), base.release().ptr()) != 0) throw py::error_already_set();
     return a;
