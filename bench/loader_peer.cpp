@@ -5,7 +5,8 @@
 // tenbin-bench's `--peer recv`: binds a PULL loader to --endpoint (an
 // address, or a URL such as zpull+shm:///tmp/x), prints "endpoint E", takes
 // --warmup batches, prints "ready", takes --count more and prints
-// "seconds S" for those. --hwm sets its recv_hwm (default: the library's).
+// "seconds S" for those. --hwm sets its recv_hwm (default: the library's);
+// --set (and --bytes) checks the first batch.
 //
 // Sending (--send URL): a producer on a tenbin::connection, for URLs that
 // need one (zpush+shm://...): sends --warmup messages of --set (batch, quad
@@ -107,9 +108,21 @@ int main(int argc, char** argv) {
         tenbin::loader l(args["endpoint"], o);
         std::cout << "endpoint " << l.endpoints().front().address << std::endl;
         auto take = [&l] {
-            if (!l.next()) throw std::runtime_error("no batch within the receive timeout");
+            auto m = l.next();
+            if (!m) throw std::runtime_error("no batch within the receive timeout");
+            return std::move(*m);
         };
-        for (int i = std::stoi(args["warmup"]); i > 0; --i) take();
+        // With --set, the first batch is checked against the producers' bytes.
+        for (int i = std::stoi(args["warmup"]); i > 0; --i) {
+            auto m = take();
+            if (!args.count("set") || i != std::stoi(args["warmup"])) continue;
+            const auto w = workload(args["set"], std::stoull(args.count("bytes") ? args["bytes"] : "0"));
+            bool same = m.size() == w.size();
+            for (std::size_t k = 0; same && k < m.size(); ++k)
+                same = m[k].dtype() == w[k].dtype() && m[k].shape() == w[k].shape() && m[k].nbytes() == w[k].nbytes() &&
+                       std::memcmp(m[k].data().data(), w[k].data().data(), w[k].nbytes()) == 0;
+            if (!same) throw std::runtime_error("received tensors differ");
+        }
         const auto t0 = std::chrono::steady_clock::now();
         std::cout << "ready" << std::endl;
         for (int i = std::stoi(args["count"]); i > 0; --i) take();

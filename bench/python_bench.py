@@ -48,7 +48,7 @@ WORKLOADS = [
     ("small", 256, "small", 1000, 40000, 5000, "msg/s", "small 256 B", 0, "tcp", None),
     ("small", 256, "small", 1000, 40000, 5000, "msg/s", "small 256 B recv_hwm 1000", 0, "tcp", 1000),
     ("small", 256, "small", 1000, 10000, 5000, "msg/s", "small 256 B queued", 1.0, "tcp", 10000),
-    ("batch", 256 * 3 * 224 * 224 * 2 + 256 * 4, "multi", 2, 24, 6, "GB/s", "batch 77 MB shm", 0, "shm", None),
+    ("batch", 256 * 3 * 224 * 224 * 2 + 256 * 4, "multi", 2, 40, 6, "GB/s", "batch 77 MB shm", 0, "shm", None),
     ("quad", MiB, "multi", 20, 2000, 300, "GB/s", "multi 1 MiB shm", 0, "shm", None),
 ]
 QUEUED_HWM = 10000
@@ -71,8 +71,14 @@ def peer_main(args):
         c = tenbin.Loader(args.url, timeout=120, **opts)
         take = c.next
     print("endpoint", c.endpoints[0][2], flush=True)
-    for _ in range(warmup):
-        take()
+    sys.path.insert(0, HERE)
+    import python_peer  # the producers' bytes, to check the first message against
+    expected, _ = python_peer.workload(args.set, int(args.bytes))
+    for i in range(warmup):
+        got = take()
+        # Bytes, not values: the pattern holds NaNs.
+        if i == 0 and [(a.dtype, a.shape, a.tobytes()) for a in got] != [(a.dtype, a.shape, a.tobytes()) for a in expected]:
+            raise SystemExit(f"{args.peer}: received arrays differ")
     print("ready", flush=True)
     time.sleep(args.settle)
     t0 = time.monotonic()
@@ -96,10 +102,12 @@ def run_once(args, kind, w, count):
         rx = [sys.executable, os.path.join(HERE, "python_peer.py"), "recv", "--form", form, "--set", setname,
               "--bytes", str(nbytes), "--endpoint", url] + common
     elif kind == "cpp-loader":
-        rx = [os.path.join(args.build, "bench", "tenbin-bench-loader"), "--endpoint", url] + common
+        rx = [os.path.join(args.build, "bench", "tenbin-bench-loader"), "--endpoint", url, "--set", setname,
+              "--bytes", str(nbytes)] + common
     else:
         url = url if shm else "zpull://127.0.0.1:0"
-        rx = [sys.executable, os.path.abspath(__file__), "--build", args.build, "--peer", kind, "--url", url] + common
+        rx = [sys.executable, os.path.abspath(__file__), "--build", args.build, "--peer", kind, "--url", url,
+              "--set", setname, "--bytes", str(nbytes)] + common
     r = subprocess.Popen(rx, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     line = r.stdout.readline().split()
     if not line or line[0] != "endpoint":
@@ -141,6 +149,8 @@ def main():
     ap.add_argument("--settle", type=float, default=0)
     ap.add_argument("--hwm", type=int)
     ap.add_argument("--url")
+    ap.add_argument("--set")
+    ap.add_argument("--bytes")
     args = ap.parse_args()
     args.build = os.path.abspath(args.build)
     if args.peer:
