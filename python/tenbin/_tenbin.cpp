@@ -614,8 +614,11 @@ struct py_loader {
     py::object next(const py::object& t) {
         drain_deferred();
         auto& l = get();
-        // A batch already queued is taken with the GIL held (as Connection.recv).
-        if (auto m = l.next(0ms)) return arrays_of(*m);
+        // A batch already queued is taken with the GIL held (as
+        // Connection.recv). Asked first: next(0ms) on an empty queue costs
+        // a timed wait that returns at once, a system call.
+        if (l.queued_messages() > 0)
+            if (auto m = l.next(0ms)) return arrays_of(*m);
         const auto limit = t.is_none() ? timeout : ms_of(t);
         const auto deadline = limit ? clock_type::now() + *limit : clock_type::time_point::max();
         for (;;) {
