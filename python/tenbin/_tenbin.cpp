@@ -246,8 +246,8 @@ input_list inputs(const py::iterable& list, hold how, const py::object& infos = 
 
 // A NumPy array viewing `t`'s bytes; its base keeps them alive. Read-only
 // unless the tensor's bytes are writable (e.g. the pool's). Made with
-// NumPy's C API directly: per message, pybind11's generic array path (shape
-// and stride vectors, flag fix-ups) costs as much as the receive.
+// NumPy's C API directly: pybind11's generic array path (shape and stride
+// vectors, flag fix-ups) shows per small message.
 py::array array_of(const tenbin::tensor& t, bool pool = false) {
     const py::dtype& dt = numpy_dtypes()[static_cast<int>(t.dtype())];
     const auto& shape = t.shape();
