@@ -115,7 +115,8 @@ class Connection:
 
     tenbin's options, as keywords: ``timeout`` (seconds recv waits before
     raising ``Timeout``; None = forever), ``send_timeout``, ``send_hwm``,
-    ``recv_hwm`` (messages; 16), ``linger`` (seconds close waits to deliver
+    ``recv_hwm`` (messages; 16: 1000, pyzmq's default, streams small
+    messages about twice as fast, holding more), ``linger`` (seconds close waits to deliver
     queued messages; 10), ``topic``, ``kind``, ``bind``, ``expect_infos``,
     ``max_tensors``, ``max_rank``, ``max_bytes``, ``pub_nodrop``,
     ``immediate``, ``heartbeat``.
@@ -215,7 +216,8 @@ class Connection:
         the received frames, then applies batch_transforms and converters.
         Raises ``Timeout`` after ``timeout`` seconds (default: the
         connection's), a ``Malformed`` subclass for a bad message (the
-        connection stays usable)."""
+        connection stays usable). A message already waiting is taken
+        without releasing the GIL; the GIL is released only to wait."""
         conn = self._conn if self._conn is not None else self._open()
         data = conn.recv(timeout)
         if self.batch_transforms:

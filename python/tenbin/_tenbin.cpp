@@ -20,6 +20,7 @@
 #include <netdb.h>
 #include <sys/un.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -244,24 +245,51 @@ input_list inputs(const py::iterable& list, hold how, const py::object& infos = 
 // ---- tensors out ---------------------------------------------------------
 
 // A NumPy array viewing `t`'s bytes; its base keeps them alive. Read-only
-// unless the tensor's bytes are writable (e.g. the pool's).
+// unless the tensor's bytes are writable (e.g. the pool's). Made with
+// NumPy's C API directly: pybind11's generic array path (shape and stride
+// vectors, flag fix-ups) shows per small message.
 py::array array_of(const tenbin::tensor& t, bool pool = false) {
-    std::vector<py::ssize_t> shape(t.shape().begin(), t.shape().end());
     const py::dtype& dt = numpy_dtypes()[static_cast<int>(t.dtype())];
-    if (t.nbytes() == 0) return py::array(dt, shape);
+    const auto& shape = t.shape();
+    if (t.nbytes() == 0) return py::array(dt, std::vector<py::ssize_t>(shape.begin(), shape.end()));
+    std::array<Py_intptr_t, 64> small{};
+    std::vector<Py_intptr_t> large;
+    Py_intptr_t* dims = small.data();
+    if (shape.size() > small.size()) {
+        large.assign(shape.begin(), shape.end());
+        dims = large.data();
+    } else {
+        std::copy(shape.begin(), shape.end(), small.begin());
+    }
     auto* keep = new tenbin::buffer(t.data());
     py::capsule base(keep, pool ? pool_capsule : buffer_capsule, [](PyObject* cap) {
         delete static_cast<tenbin::buffer*>(PyCapsule_GetPointer(cap, PyCapsule_GetName(cap)));
     });
-    py::array a(dt, shape, {}, keep->data(), base);
-    if (!t.data().writable())
-        py::detail::array_proxy(a.ptr())->flags &= ~py::detail::npy_api::NPY_ARRAY_WRITEABLE_;
+    auto& api = py::detail::npy_api::get();
+    // Null strides: C order. The flags: writable or not; NumPy works out
+    // contiguity and alignment.
+    const int flags = t.data().writable() ? py::detail::npy_api::NPY_ARRAY_WRITEABLE_ : 0;
+    auto a = py::reinterpret_steal<py::array>(api.PyArray_NewFromDescr_(
+        api.PyArray_Type_, dt.inc_ref().ptr(), static_cast<int>(shape.size()), dims, nullptr,
+        const_cast<std::byte*>(keep->data()), flags, nullptr));
+    if (!a) {
+        // A rank the limits let through (max_rank raised) but NumPy's arrays cannot have.
+        if (shape.size() > 32 && PyErr_ExceptionMatches(PyExc_ValueError)) {
+            PyErr_Clear();
+            raise_error("limit_exceeded", "a tensor of rank " + std::to_string(shape.size()) +
+                                              ": NumPy's arrays have at most 32 dimensions");
+        }
+        throw py::error_already_set();
+    }
+    // Steals the reference, also when it fails.
+    if (api.PyArray_SetBaseObject_(a.ptr(), base.release().ptr()) != 0) throw py::error_already_set();
     return a;
 }
 
 py::list arrays_of(const std::vector<tenbin::tensor>& tensors) {
     py::list out(tensors.size());
-    for (std::size_t i = 0; i < tensors.size(); ++i) out[i] = array_of(tensors[i]);
+    for (std::size_t i = 0; i < tensors.size(); ++i)
+        PyList_SET_ITEM(out.ptr(), static_cast<py::ssize_t>(i), array_of(tensors[i]).release().ptr());
     return out;
 }
 
@@ -533,6 +561,11 @@ struct py_connection {
     py::list recv(const py::object& timeout) {
         drain_deferred();
         auto& c = get();
+        // A message already waiting is taken with the GIL held: releasing
+        // and retaking it costs more than such a receive. Not over +shm,
+        // whose receive asks the sender on its side channel and waits.
+        if (!c.endpoints().front().shm)
+            if (auto m = c.try_recv()) return arrays_of(*m);
         const auto t = timeout.is_none() ? recv_timeout : ms_of(timeout);
         const auto deadline = t ? clock_type::now() + *t : clock_type::time_point::max();
         for (;;) {
@@ -581,6 +614,11 @@ struct py_loader {
     py::object next(const py::object& t) {
         drain_deferred();
         auto& l = get();
+        // A batch already queued is taken with the GIL held (as
+        // Connection.recv). Asked first: next(0ms) on an empty queue costs
+        // a timed wait that returns at once, a system call.
+        if (l.queued_messages() > 0)
+            if (auto m = l.next(0ms)) return arrays_of(*m);
         const auto limit = t.is_none() ? timeout : ms_of(t);
         const auto deadline = limit ? clock_type::now() + *limit : clock_type::time_point::max();
         for (;;) {

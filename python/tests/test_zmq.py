@@ -519,3 +519,49 @@ def test_sent_arrays_are_released_without_another_tenbin_call():
     assert ref() is None
     rx.close()
     tx.close()
+
+
+def test_waiting_messages_are_taken_as_blocking_receives_take_them():
+    # Messages already queued are taken without releasing the GIL: the same
+    # arrays, errors and guarantees as a receive that waits.
+    port = free_port()
+    rx = tenbin.Connection(f"zpull://127.0.0.1:{port}", timeout=10, recv_hwm=100, max_rank=40)
+    ctx = zmq.Context.instance()
+    s = ctx.socket(zmq.PUSH)
+    s.connect(f"tcp://127.0.0.1:{port}")
+    s.send_multipart(peer.encode_list([np.zeros(1, "u1")]))
+    rx.recv()  # connected: what follows queues up
+    arrays = [np.arange(24, dtype="f4").reshape(2, 3, 4), np.array(7, "u4"), np.zeros((0, 3), "i2"),
+              np.arange(512, dtype="u1").reshape((2,) * 9)]
+    rank33 = [np.array([peer.word("f4"), 0, 33] + [1] * 33, "<i8").tobytes(), np.float32(5).tobytes()]
+    s.send_multipart(peer.encode_list(arrays))
+    s.send(b"not tenbin at all")
+    s.send_multipart(rank33)
+    s.send_multipart(peer.encode_list(arrays[:1]))
+    time.sleep(0.3)  # all four queued by now (the test holds either way)
+    got = rx.recv()
+    assert all(same(a, b) for a, b in zip(got, arrays)) and len(got) == len(arrays)
+    for a in got[:2] + got[3:]:  # (an empty array views nothing)
+        assert not a.flags.writeable and not a.flags.owndata and a.flags.c_contiguous
+    with pytest.raises(tenbin.BadMagic):
+        rx.recv()
+    with pytest.raises(tenbin.Error) as e:
+        rx.recv()
+    assert e.value.errc == "limit_exceeded" and "rank 33" in str(e.value)
+    (last,) = rx.recv()
+    rx.close()
+    s.close(linger=0)
+    del rx
+    gc.collect()
+    assert same(last, arrays[0]) and same(got[3], arrays[3])  # the frames outlive the connection
+    # The loader: batches queued are taken at once, in order.
+    ld = tenbin.Loader(f"zpull://127.0.0.1:{port}", timeout=10)
+    tx = tenbin.Connection(f"zpush://127.0.0.1:{port}")
+    for i in range(5):
+        tx.send([np.full(3, i, "i4")])
+    deadline = time.monotonic() + 10
+    while ld.queued_messages < 5 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert [int(ld.next()[0][0]) for _ in range(5)] == list(range(5))
+    tx.close()
+    ld.close()
