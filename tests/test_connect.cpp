@@ -1,6 +1,7 @@
 // Connections and loaders: tensorcom URLs on real sockets, fan-in, the
 // bounded prefetching queue, shutdown and error delivery.
 #include "support.hpp"
+#include "zmq_fixture.hpp"
 
 #include <doctest/doctest.h>
 #include <tenbin/connect.hpp>
@@ -22,6 +23,7 @@ using namespace tenbin;
 using namespace std::chrono_literals;
 using test_support::error_class;
 using test_support::error_text;
+using test_zmq::bounded_options;
 using strings = std::vector<std::string>;
 
 namespace {
@@ -33,20 +35,6 @@ tensor batch_of(int n, std::int32_t seed) {
 }
 
 std::int32_t seed_of(const std::vector<tensor>& b) { return b.at(0).values<std::int32_t>()[0] / 1000; }
-
-// ipc socket files live in a directory removed when the tests end.
-std::string ipc_path(const char* tag) {
-    static const test_support::temp_dir dir("tenbin-connect");
-    return (dir / tag).string();
-}
-
-connection_options quick() {
-    connection_options o;
-    o.recv_timeout = 5000ms;
-    o.send_timeout = 5000ms;
-    o.linger = 1000ms;
-    return o;
-}
 
 // Sends until the receiver gets one (PUB/SUB joins late), then `extra` more.
 std::vector<tensor> send_until_received(connection& tx, connection& rx) {
@@ -76,7 +64,7 @@ TEST_CASE("every tensorcom scheme over every transport carries a batch") {
             const std::string tag = std::to_string(n++);
             std::string bind_addr, connect_addr;
             if (std::string(transport) == "tcp") bind_addr = "127.0.0.1:*";
-            else if (std::string(transport) == "ipc") bind_addr = connect_addr = ipc_path(tag.c_str());
+            else if (std::string(transport) == "ipc") bind_addr = connect_addr = test_zmq::fresh_ipc_path();
             else bind_addr = connect_addr = "conn-" + tag;
             auto url = [&](const char* scheme, const std::string& addr) {
                 std::string u = std::string(scheme) + "+" + transport + "://";
@@ -85,13 +73,13 @@ TEST_CASE("every tensorcom scheme over every transport carries a batch") {
             // The binding side goes first so the connecting one knows the port.
             std::optional<connection> tx, rx;
             if (p.tx_binds) {
-                tx.emplace(ctx, strings{url(p.tx, bind_addr)}, quick());
+                tx.emplace(ctx, strings{url(p.tx, bind_addr)}, bounded_options());
                 if (connect_addr.empty()) connect_addr = tx->endpoints()[0].address.substr(6);
-                rx.emplace(ctx, strings{url(p.rx, connect_addr)}, quick());
+                rx.emplace(ctx, strings{url(p.rx, connect_addr)}, bounded_options());
             } else {
-                rx.emplace(ctx, strings{url(p.rx, bind_addr)}, quick());
+                rx.emplace(ctx, strings{url(p.rx, bind_addr)}, bounded_options());
                 if (connect_addr.empty()) connect_addr = rx->endpoints()[0].address.substr(6);
-                tx.emplace(ctx, strings{url(p.tx, connect_addr)}, quick());
+                tx.emplace(ctx, strings{url(p.tx, connect_addr)}, bounded_options());
             }
             CHECK(tx->endpoints()[0].bind == p.tx_binds);
             CHECK(rx->endpoints()[0].bind == !p.tx_binds);
@@ -104,11 +92,11 @@ TEST_CASE("every tensorcom scheme over every transport carries a batch") {
 
 TEST_CASE("single-part connections, plain endpoints and infos") {
     auto ctx = std::make_shared<zmq::context_t>(1);
-    connection_options rxo = quick();
+    connection_options rxo = bounded_options();
     rxo.kind = socket_kind::pull;
     rxo.decode.expect_infos = strings{"input"};
     connection rx(ctx, strings{"tcp://127.0.0.1:*"}, rxo);
-    connection_options txo = quick();
+    connection_options txo = bounded_options();
     txo.kind = socket_kind::push;
     txo.multipart = false;
     txo.infos = {"input"};
@@ -119,7 +107,7 @@ TEST_CASE("single-part connections, plain endpoints and infos") {
     CHECK((*got)[0].info() == "input");
     CHECK(seed_of(*got) == 3);
     // A message without the expected infos is refused, and the next one is fine.
-    connection_options plain = quick();
+    connection_options plain = bounded_options();
     plain.kind = socket_kind::push;
     connection tx2(ctx, strings{rx.endpoints()[0].address}, plain);
     REQUIRE(tx2.send(batch_of(5, 4)));
@@ -132,17 +120,17 @@ TEST_CASE("connections and loaders made without a context meet over inproc") {
     // Each made its own context before, so these never met.
     for (int round = 0; round < 2; ++round) {  // the shared context ends with its last user, then comes anew
         CAPTURE(round);
-        connection rx("zpull+inproc://meet", quick());
-        connection tx("zpush+inproc://meet", quick());
+        connection rx("zpull+inproc://meet", bounded_options());
+        connection tx("zpush+inproc://meet", bounded_options());
         REQUIRE(tx.send(batch_of(4, 11 + round)));
         const auto got = rx.recv();
         REQUIRE(got);
         CHECK(seed_of(*got) == 11 + round);
     }
     loader_options lo;
-    lo.connection = quick();
+    lo.connection = bounded_options();
     loader l("zpull+inproc://meet-loader", lo);
-    connection tx("zpush+inproc://meet-loader", quick());
+    connection tx("zpush+inproc://meet-loader", bounded_options());
     REQUIRE(tx.send(batch_of(4, 13)));
     const auto got = l.next(5000ms);
     REQUIRE(got);
@@ -150,8 +138,8 @@ TEST_CASE("connections and loaders made without a context meet over inproc") {
 }
 
 TEST_CASE("sending on a receiving socket, or the reverse, is refused with a clear error") {
-    connection rx("zpull://127.0.0.1:*", quick());
-    connection tx(strings{"zpush://" + rx.endpoints()[0].address.substr(6)}, quick());
+    connection rx("zpull://127.0.0.1:*", bounded_options());
+    connection tx(strings{"zpush://" + rx.endpoints()[0].address.substr(6)}, bounded_options());
     CHECK(error_class([&] { (void)rx.send(batch_of(2, 1)); }) == "bad_argument");
     CHECK(error_class([&] { (void)tx.recv(); }) == "bad_argument");
     CHECK(error_class([&] { (void)tx.try_recv(); }) == "bad_argument");
@@ -176,7 +164,7 @@ TEST_CASE("receiving sockets close at once; sending ones linger as told") {
     // A sub that never met its publisher holds its subscription, which a
     // linger would wait for at close (10 s by default).
     const std::string nobody = "127.0.0.1:1";  // nothing listens there
-    connection_options o = quick();
+    connection_options o = bounded_options();
     o.recv_timeout = 100ms;
     const auto t0 = std::chrono::steady_clock::now();
     {
@@ -193,13 +181,13 @@ TEST_CASE("receiving sockets close at once; sending ones linger as told") {
 }
 
 TEST_CASE("a router connection is refused; a closed or moved-from one says so") {
-    connection_options router = quick();
+    connection_options router = bounded_options();
     router.kind = socket_kind::router;
     CHECK(error_class([&] { connection c("tcp://127.0.0.1:*", router); }) == "bad_argument");
     CHECK(error_text([&] { connection c("tcp://127.0.0.1:*", router); }).find("envelope_spec::router()") !=
           std::string::npos);
 
-    connection rx("zpull://127.0.0.1:*", quick());
+    connection rx("zpull://127.0.0.1:*", bounded_options());
     connection moved = std::move(rx);
     CHECK(error_text([&] { (void)rx.recv(); }) ==
           "bad_argument: cannot receive: the connection is closed (or moved from)");
@@ -207,18 +195,18 @@ TEST_CASE("a router connection is refused; a closed or moved-from one says so") 
     CHECK(error_class([&] { (void)moved.try_recv(); }) == "bad_argument");
     // Assigning over a connection that is the only owner of its context
     // closes its socket before the context ends (which waits for it).
-    connection reassigned("zpull://127.0.0.1:*", quick());
-    reassigned = connection("zpull://127.0.0.1:*", quick());
+    connection reassigned("zpull://127.0.0.1:*", bounded_options());
+    reassigned = connection("zpull://127.0.0.1:*", bounded_options());
     CHECK(reassigned.endpoints().size() == 1);
     CHECK_FALSE(reassigned.try_recv());
-    connection tx("zpush://127.0.0.1:9", quick());
+    connection tx("zpush://127.0.0.1:9", bounded_options());
     tx.close();
     CHECK(error_text([&] { (void)tx.send(batch_of(1, 1)); }) ==
           "bad_argument: cannot send: the connection is closed (or moved from)");
 }
 
 TEST_CASE("heartbeats are set on the socket, and must be positive") {
-    connection_options o = quick();
+    connection_options o = bounded_options();
     o.heartbeat = 250ms;
     connection c(strings{"zpull://127.0.0.1:*"}, o);
     CHECK(c.socket().get(zmq::sockopt::heartbeat_ivl) == 250);
@@ -229,7 +217,7 @@ TEST_CASE("heartbeats are set on the socket, and must be positive") {
 }
 
 TEST_CASE("64-bit dtypes need allow64, as in tensorcom") {
-    connection_options o = quick();
+    connection_options o = bounded_options();
     o.kind = socket_kind::push;
     connection tx(strings{"inproc://no64"}, o);
     const tensor f8 = tensor::zeros(dtype::f8, {2});
@@ -240,10 +228,10 @@ TEST_CASE("64-bit dtypes need allow64, as in tensorcom") {
 
 TEST_CASE("tensorcom_compatible refuses what a tensorcom receiver cannot decode") {
     auto ctx = std::make_shared<zmq::context_t>(1);
-    connection_options o = quick();
+    connection_options o = bounded_options();
     o.tensorcom_compatible = true;
     connection tx(ctx, strings{"zpush+inproc://tensorcom-compatible"}, o);
-    connection rx(ctx, strings{"zpull+inproc://tensorcom-compatible"}, quick());
+    connection rx(ctx, strings{"zpull+inproc://tensorcom-compatible"}, bounded_options());
     const std::string u4 = error_text([&] { (void)tx.send({tensor::zeros(dtype::f4, {2}), tensor::zeros(dtype::u4, {3})}); });
     CHECK(u4.find("tensor 1 is u4, which a Python tensorcom receiver cannot decode") != std::string::npos);
     const std::string scalar = error_text([&] { (void)tx.send({tensor::zeros(dtype::i4, {})}); });
@@ -258,19 +246,19 @@ TEST_CASE("tensorcom_compatible refuses what a tensorcom receiver cannot decode"
     REQUIRE(got);
     CHECK((*got)[0].info() == "ok");
     // Without the option, both go out (a tenbin receiver reads them).
-    connection plain(ctx, strings{"zpush+inproc://tensorcom-compatible"}, quick());
+    connection plain(ctx, strings{"zpush+inproc://tensorcom-compatible"}, bounded_options());
     CHECK(plain.send({tensor::zeros(dtype::u4, {3}), tensor::zeros(dtype::i4, {})}));
 }
 
 TEST_CASE("a topic goes out as a frame in front and is filtered on") {
     auto ctx = std::make_shared<zmq::context_t>(1);
-    connection_options po = quick();
+    connection_options po = bounded_options();
     po.topic = "train";
     connection pub(ctx, strings{"zpub+inproc://topics"}, po);
-    connection_options so = quick();
+    connection_options so = bounded_options();
     so.topic = "train";
     connection sub(ctx, strings{"zsub+inproc://topics"}, so);
-    connection_options other = quick();
+    connection_options other = bounded_options();
     other.topic = "eval";
     connection sub_eval(ctx, strings{"zsub+inproc://topics"}, other);
     const auto got = send_until_received(pub, sub);
@@ -297,18 +285,18 @@ TEST_CASE("a topic goes out as a frame in front and is filtered on") {
 
 TEST_CASE("a URL's #topic is the connection's topic") {
     auto ctx = std::make_shared<zmq::context_t>(1);
-    connection pub(ctx, strings{"zpub+inproc://url-topics#train"}, quick());
+    connection pub(ctx, strings{"zpub+inproc://url-topics#train"}, bounded_options());
     CHECK(pub.options().topic == "train");
-    connection_options same = quick();
+    connection_options same = bounded_options();
     same.topic = "train";  // the same topic twice is no conflict
     connection sub(ctx, strings{"zsub+inproc://url-topics#train"}, same);
-    connection sub_eval(ctx, strings{"zsub+inproc://url-topics#eval"}, quick());
+    connection sub_eval(ctx, strings{"zsub+inproc://url-topics#eval"}, bounded_options());
     const auto got = send_until_received(pub, sub);
     CHECK(seed_of(got) == 7);
     sub_eval.socket().set(zmq::sockopt::rcvtimeo, 200);
     CHECK_FALSE(sub_eval.recv());
 
-    connection_options other = quick();
+    connection_options other = bounded_options();
     other.topic = "eval";
     const std::string conflict = error_text([&] { connection(ctx, strings{"zsub+inproc://url-topics#train"}, other); });
     CHECK(conflict.find("the URL's #train and connection_options::topic 'eval' differ") != std::string::npos);
@@ -350,7 +338,7 @@ TEST_CASE("messages of longer topics, dropped, do not stretch a receive's timeou
     auto ctx = std::make_shared<zmq::context_t>(1);
     other_topic_flood flood(*ctx);
     SUBCASE("connection::recv") {
-        connection_options so = quick();
+        connection_options so = bounded_options();
         so.topic = "train";
         so.recv_timeout = 300ms;
         connection sub(ctx, strings{flood.url}, so);
@@ -381,7 +369,7 @@ TEST_CASE("a sub connection is subscribed once connected, before it is first use
     xpub.set(zmq::sockopt::rcvtimeo, 5000);
     xpub.bind("tcp://127.0.0.1:*");
     const std::string address = xpub.get(zmq::sockopt::last_endpoint);
-    connection sub(ctx, strings{"zsub" + address.substr(3)}, quick());
+    connection sub(ctx, strings{"zsub" + address.substr(3)}, bounded_options());
     zmq::message_t subscription;
     REQUIRE(xpub.recv(subscription));
     CHECK(subscription.size() == 1);  // "\x01" + the empty topic
@@ -393,9 +381,9 @@ TEST_CASE("a sub connection is subscribed once connected, before it is first use
 
 TEST_CASE("a connection's frame bound follows limits::max_tensors") {
     auto ctx = std::make_shared<zmq::context_t>(1);
-    connection_options many = quick();
+    connection_options many = bounded_options();
     many.decode.limits.max_tensors = 70000;
-    connection tx(ctx, strings{"zpush+inproc://many"}, quick());
+    connection tx(ctx, strings{"zpush+inproc://many"}, bounded_options());
     connection rx(ctx, strings{"zpull+inproc://many"}, many);
     const tensor one = tensor::zeros(dtype::u1, {1});
     const std::vector<tensor> list(66000, one);  // 132,000 frames: over recv_options' default
@@ -410,12 +398,12 @@ TEST_CASE("braces make one socket that fans in from three publishers") {
     std::vector<connection> pubs;
     std::string ports;
     for (int i = 0; i < 3; ++i) {
-        pubs.emplace_back(ctx, strings{"zpub://127.0.0.1:*"}, quick());
+        pubs.emplace_back(ctx, strings{"zpub://127.0.0.1:*"}, bounded_options());
         const std::string addr = pubs.back().endpoints()[0].address;
         if (i) ports += ',';
         ports += addr.substr(addr.rfind(':') + 1);
     }
-    connection sub(ctx, strings{"zsub://127.0.0.1:{" + ports + "}"}, quick());
+    connection sub(ctx, strings{"zsub://127.0.0.1:{" + ports + "}"}, bounded_options());
     REQUIRE(sub.endpoints().size() == 3);
     sub.socket().set(zmq::sockopt::rcvtimeo, 50);
     std::set<std::int32_t> seen;
@@ -449,10 +437,10 @@ TEST_CASE("statistics count messages and bytes over all time and a recent window
 
 TEST_CASE("a connection serves a generator and iterates until a timeout") {
     auto ctx = std::make_shared<zmq::context_t>(1);
-    connection_options o = quick();
+    connection_options o = bounded_options();
     o.recv_timeout = 300ms;
     connection rx(ctx, strings{"zpull+inproc://serve"}, o);
-    connection tx(ctx, strings{"zpush+inproc://serve"}, quick());
+    connection tx(ctx, strings{"zpush+inproc://serve"}, bounded_options());
     std::vector<std::vector<tensor>> source;
     for (int i = 0; i < 5; ++i) source.push_back({batch_of(3, i)});
     CHECK(tx.serve(source) == 5);
@@ -471,7 +459,7 @@ TEST_CASE("a loader prefetches in order and keeps its queue within bounds") {
     loader l(strings{"zpull://127.0.0.1:*"}, lo);
     const std::string addr = l.endpoints().at(0).address;
     connection tx(strings{addr}, [] {
-        connection_options o = quick();
+        connection_options o = bounded_options();
         o.kind = socket_kind::push;
         o.send_hwm = 2;
         return o;
@@ -555,7 +543,7 @@ TEST_CASE("a deep queue hands a long burst to the consumer in parts, not at its 
 
 TEST_CASE("a loader's next(milliseconds::max()) waits for ever, not for nothing") {
     loader l("zpull://127.0.0.1:*", {});
-    connection tx(strings{"zpush://" + l.endpoints().at(0).address.substr(6)}, quick());
+    connection tx(strings{"zpush://" + l.endpoints().at(0).address.substr(6)}, bounded_options());
     std::thread producer([&] {
         std::this_thread::sleep_for(200ms);
         CHECK(tx.send(batch_of(3, 4)));
@@ -609,10 +597,10 @@ TEST_CASE("a loader takes off its socket no more than its queue has room for, in
 
 TEST_CASE("try_recv takes a waiting message and never blocks") {
     auto ctx = std::make_shared<zmq::context_t>(1);
-    connection_options ro = quick();
+    connection_options ro = bounded_options();
     ro.recv_timeout = 60000ms;  // try_recv must not wait for it
     connection rx(ctx, strings{"zpull+inproc://try"}, ro);
-    connection tx(ctx, strings{"zpush+inproc://try"}, quick());
+    connection tx(ctx, strings{"zpush+inproc://try"}, bounded_options());
     const auto t0 = std::chrono::steady_clock::now();
     CHECK(!rx.try_recv());
     CHECK(std::chrono::steady_clock::now() - t0 < 30s);
@@ -634,7 +622,7 @@ TEST_CASE("the byte bound holds with messages larger than it, one at a time") {
     lo.connection.recv_timeout = 10000ms;
     auto ctx = std::make_shared<zmq::context_t>(1);
     loader l(ctx, strings{"zpull+inproc://bytes"}, lo);
-    connection tx(ctx, strings{"zpush+inproc://bytes"}, quick());
+    connection tx(ctx, strings{"zpush+inproc://bytes"}, bounded_options());
     for (int i = 0; i < 6; ++i) REQUIRE(tx.send(batch_of(10000, i)));
     std::this_thread::sleep_for(200ms);
     CHECK(l.queued_messages() == 1);
@@ -658,7 +646,7 @@ TEST_CASE("a loader shuts down cleanly from either side, even while blocked") {
     }
     SUBCASE("destroying a loader whose queue is full and producer still sending") {
         auto ctx = std::make_shared<zmq::context_t>(1);
-        connection tx(ctx, strings{"zpush+inproc://full"}, quick());
+        connection tx(ctx, strings{"zpush+inproc://full"}, bounded_options());
         {
             loader_options lo;
             lo.queue_messages = 1;
@@ -671,7 +659,7 @@ TEST_CASE("a loader shuts down cleanly from either side, even while blocked") {
     }
     SUBCASE("closing takes and transforms no more of what waits on the socket") {
         auto ctx = std::make_shared<zmq::context_t>(1);
-        connection tx(ctx, strings{"zpush+inproc://slow-transform"}, quick());
+        connection tx(ctx, strings{"zpush+inproc://slow-transform"}, bounded_options());
         std::atomic<int> transforms{0};
         {
             loader_options lo;
@@ -704,7 +692,7 @@ TEST_CASE("a loader shuts down cleanly from either side, even while blocked") {
     SUBCASE("iteration ends when the loader is closed") {
         auto ctx = std::make_shared<zmq::context_t>(1);
         loader l(ctx, strings{"zpull+inproc://iter"}, {});
-        connection tx(ctx, strings{"zpush+inproc://iter"}, quick());
+        connection tx(ctx, strings{"zpush+inproc://iter"}, bounded_options());
         for (int i = 0; i < 3; ++i) REQUIRE(tx.send(batch_of(2, i)));
         int n = 0;
         for (auto& batch : l) {
@@ -737,10 +725,10 @@ struct interrupting_handler {
 TEST_CASE("a signal handler interrupting a blocked receive costs nothing: the receive goes on") {
     const interrupting_handler handler;
     auto ctx = std::make_shared<zmq::context_t>(1);
-    connection tx(ctx, strings{"zpush+inproc://signals"}, quick());
+    connection tx(ctx, strings{"zpush+inproc://signals"}, bounded_options());
 
     SUBCASE("connection::recv (zrecv underneath)") {
-        connection rx(ctx, strings{"zpull+inproc://signals"}, quick());
+        connection rx(ctx, strings{"zpull+inproc://signals"}, bounded_options());
         std::optional<std::vector<tensor>> got;
         std::thread receiver([&] { got = rx.recv(); });
         const int before = signals_caught;
@@ -798,7 +786,7 @@ TEST_CASE("several consumers share a loader: each batch goes to one of them, non
     };
     std::vector<std::thread> consumers;
     for (int i = 0; i < 3; ++i) consumers.emplace_back(consume);
-    connection tx(ctx, strings{"zpush+inproc://many-consumers"}, quick());
+    connection tx(ctx, strings{"zpush+inproc://many-consumers"}, bounded_options());
     for (int i = 0; i < count; ++i) {
         REQUIRE(tx.send(batch_of(1, i)));
         std::this_thread::sleep_for(200us);  // one at a time: every consumer wakes for each
@@ -820,7 +808,7 @@ TEST_CASE("errors on the loader thread reach the consumer") {
         raw.send(zmq::str_buffer("not a tenbin header"), zmq::send_flags::sndmore);
         raw.send(zmq::str_buffer("x"), zmq::send_flags::sndmore);
         raw.send(zmq::str_buffer("y"), zmq::send_flags::none);
-        connection tx(ctx, strings{"zpush+inproc://bad"}, quick());
+        connection tx(ctx, strings{"zpush+inproc://bad"}, bounded_options());
         REQUIRE(tx.send(batch_of(3, 9)));
         const std::string c = error_class([&] { (void)l.next(5000ms); });
         CHECK((c == "bad_header" || c == "odd_chunk_count"));
@@ -834,7 +822,7 @@ TEST_CASE("errors on the loader thread reach the consumer") {
         zmq::socket_t raw(*ctx, zmq::socket_type::push);
         raw.connect("inproc://skip");
         raw.send(zmq::str_buffer("garbage"), zmq::send_flags::none);
-        connection tx(ctx, strings{"zpush+inproc://skip"}, quick());
+        connection tx(ctx, strings{"zpush+inproc://skip"}, bounded_options());
         REQUIRE(tx.send(batch_of(3, 8)));
         CHECK(seed_of(*l.next(5000ms)) == 8);
         CHECK(l.malformed() == 1);
@@ -849,7 +837,7 @@ TEST_CASE("errors on the loader thread reach the consumer") {
             return b;
         };
         loader l(ctx, strings{"zpull+inproc://transform"}, lo);
-        connection tx(ctx, strings{"zpush+inproc://transform"}, quick());
+        connection tx(ctx, strings{"zpush+inproc://transform"}, bounded_options());
         for (int i = 0; i < 3; ++i) REQUIRE(tx.send(batch_of(3, i)));
         CHECK(l.next(5000ms)->size() == 2);
         CHECK(error_class([&] { (void)l.next(5000ms); }) == "bad_argument");
@@ -865,7 +853,7 @@ TEST_CASE("errors on the loader thread reach the consumer") {
             return b;
         };
         loader l(ctx, strings{"zpull+inproc://transform-any"}, lo);
-        connection tx(ctx, strings{"zpush+inproc://transform-any"}, quick());
+        connection tx(ctx, strings{"zpush+inproc://transform-any"}, bounded_options());
         for (int i = 0; i < 5; ++i) REQUIRE(tx.send(batch_of(3, i)));
         CHECK(seed_of(*l.next(5000ms)) == 0);
         CHECK(seed_of(*l.next(5000ms)) == 1);
@@ -875,7 +863,7 @@ TEST_CASE("errors on the loader thread reach the consumer") {
         CHECK(l.malformed() == 0);
     }
     SUBCASE("a refused endpoint (address in use) fails the constructor") {
-        connection holder(ctx, strings{"zpull://127.0.0.1:*"}, quick());
+        connection holder(ctx, strings{"zpull://127.0.0.1:*"}, bounded_options());
         const std::string addr = holder.endpoints()[0].address;
         loader_options lo;
         lo.connection.kind = socket_kind::pull;
@@ -883,7 +871,7 @@ TEST_CASE("errors on the loader thread reach the consumer") {
         const std::string text = error_text([&] { loader(strings{addr}, lo); });
         CHECK(text.find("cannot bind to " + addr + ": Address already in use") != std::string::npos);
         CHECK(error_class([&] { loader(strings{addr}, lo); }) == "io_error");
-        CHECK(error_class([&] { connection(strings{"zpull://" + addr.substr(6)}, quick()); }) == "io_error");
+        CHECK(error_class([&] { connection(strings{"zpull://" + addr.substr(6)}, bounded_options()); }) == "io_error");
         // The same for a socket of the caller's, through attach.
         zmq::socket_t own(*ctx, zmq::socket_type::pull);
         const endpoint taken = parse_url("zpull://" + addr.substr(6));
@@ -897,7 +885,7 @@ TEST_CASE("errors on the loader thread reach the consumer") {
     SUBCASE("a fatal error (the context shut down) comes after every batch received before it, once") {
         loader l(ctx, strings{"zpull+inproc://fatal"}, {});
         {
-            connection tx(ctx, strings{"zpush+inproc://fatal"}, quick());
+            connection tx(ctx, strings{"zpush+inproc://fatal"}, bounded_options());
             for (int i = 0; i < 3; ++i) REQUIRE(tx.send(batch_of(2, i)));
         }
         while (l.queued_messages() < 3) std::this_thread::sleep_for(1ms);

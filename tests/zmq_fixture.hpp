@@ -4,9 +4,11 @@
 
 #include "support.hpp"
 
+#include <tenbin/connect.hpp>
 #include <zmq.hpp>
 
 #include <atomic>
+#include <chrono>
 #include <string>
 
 namespace test_zmq {
@@ -25,18 +27,35 @@ inline const char* transport_name(transport t) {
     return "?";
 }
 
+// A path unique per call for an ipc socket file (or a +shm name), in a
+// directory removed when the tests end.
+inline std::string fresh_ipc_path() {
+    static std::atomic<int> counter{0};
+    static const test_support::temp_dir ipc_dir("tenbin-zmq");
+    return (ipc_dir.path() / ("s" + std::to_string(counter++))).string();
+}
+
 // A fresh address to bind: inproc names and ipc paths are unique per call;
 // tcp lets the kernel pick the port.
 inline std::string bind_address(transport t) {
     static std::atomic<int> counter{0};
-    static const test_support::temp_dir ipc_dir("tenbin-zmq");  // ipc socket files, removed at exit
-    const std::string id = std::to_string(counter++);
     switch (t) {
-    case transport::inproc: return "inproc://tenbin-test-" + id;
-    case transport::ipc: return "ipc://" + (ipc_dir.path() / ("s" + id)).string();
+    case transport::inproc: return "inproc://tenbin-test-" + std::to_string(counter++);
+    case transport::ipc: return "ipc://" + fresh_ipc_path();
     case transport::tcp: return "tcp://127.0.0.1:*";
     }
     return {};
+}
+
+// Options for the tests' connections: sends and receives wait at most
+// `wait`, and close gives queued messages `linger`.
+inline tenbin::connection_options bounded_options(std::chrono::milliseconds wait = std::chrono::seconds(5),
+                                                  std::chrono::milliseconds linger = std::chrono::seconds(1)) {
+    tenbin::connection_options o;
+    o.recv_timeout = wait;
+    o.send_timeout = wait;
+    o.linger = linger;
+    return o;
 }
 
 // Every socket of these tests: receives and sends time out, close drops
