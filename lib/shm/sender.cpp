@@ -131,17 +131,22 @@ public:
             f.segments.push_back(where->first);
         }
 
-        std::uint64_t seq = 0;
+        std::uint64_t seq = 0, claim_by = 0;
         {
             std::lock_guard lock(mutex_);
             seq = next_seq_++;
+            // Quiet claims only while nothing forces an answer (see internal.hpp);
+            // read before f.sent, so half a lease before the give-up at the latest.
+            if (closed_untold_ == 0 && !memory_->has_closed() && !(fan_out_ && peers_.empty()))
+                claim_by = monotonic_ns() + static_cast<std::uint64_t>(
+                                                std::chrono::duration_cast<std::chrono::nanoseconds>(lease_).count() / 2);
         }
         for (shm_descriptor& d : descs) d.generation = d.segment ? seq : 0;
         // Frames: built before the first is sent, so the message goes whole or not at all.
         std::vector<zmq::message_t> frames;
         frames.reserve(envelope.size() + 1 + 2 * tensors.size());
         for (const zmq::const_buffer& e : envelope) frames.emplace_back(e.data(), e.size());
-        const std::vector<std::byte> first = encode_shm_first({name_, seq});
+        const std::vector<std::byte> first = encode_shm_first({name_, seq, claim_by});
         frames.emplace_back(first.data(), first.size());
         for (std::size_t i = 0; i < tensors.size(); ++i) {
             const tensor_view v = tensors[i];
@@ -152,11 +157,13 @@ public:
             frames.emplace_back(d.data(), d.size());
         }
         f.sent = std::chrono::steady_clock::now();
+        bool sooner = false;
         {
             std::lock_guard lock(mutex_);
+            sooner = deadline(f) < deadline_;
             flights_.emplace(seq, std::move(f));
         }
-        wake();  // its lease starts
+        if (sooner) wake();  // the thread sleeps past its lease
         const auto flags = zmq::send_flags::none;
         for (std::size_t i = 0; i < frames.size(); ++i) {
             const bool more = i + 1 < frames.size();
@@ -192,6 +199,11 @@ private:
         [[maybe_unused]] const ssize_t r = ::write(wake_.fd, &one, sizeof one);
     }
 
+    // When message `f` is given up unless done with (under the lock).
+    std::chrono::steady_clock::time_point deadline(const flight& f) const {
+        return f.sent + (fan_out_ && peers_.empty() ? std::min<std::chrono::milliseconds>(lease_, fan_out_grace) : lease_);
+    }
+
     // Whether message `seq` is done with (under the lock).
     bool finished(std::uint64_t seq, const flight& f, std::chrono::steady_clock::time_point now) const {
         if (!f.claimers.empty()) return false;
@@ -208,6 +220,15 @@ private:
     std::chrono::steady_clock::time_point collect() {
         std::vector<flight> dropped;
         auto next = std::chrono::steady_clock::time_point::max();
+        bool expiring = false;
+        {
+            std::lock_guard lock(mutex_);
+            const auto now = std::chrono::steady_clock::now();
+            for (auto& [seq, f] : flights_) expiring = expiring || now >= deadline(f);
+        }
+        // A quiet claim written in time is seen before its message is given up.
+        if (expiring)
+            for (int fd : peer_fds()) serve(fd);
         {
             std::lock_guard lock(mutex_);
             const auto now = std::chrono::steady_clock::now();
@@ -224,17 +245,18 @@ private:
                     dropped.push_back(std::move(it->second));
                     it = flights_.erase(it);
                 } else {
-                    next = std::min(next, it->second.sent + (peers_.empty() && fan_out_ ? fan_out_grace : lease_));
+                    next = std::min(next, deadline(it->second));
                     ++it;
                 }
             }
+            deadline_ = next;
         }
         done_.notify_all();
         dropped.clear();  // blocks go back to the pool outside the lock
         return next;
     }
 
-    void on_claim(int fd, peer& p, std::uint64_t seq) {
+    void on_claim(int fd, peer& p, std::uint64_t seq, bool quiet) {
         std::vector<std::uint64_t> segs;
         bool ok = false;
         {
@@ -245,8 +267,12 @@ private:
                 it->second.claimed = true;
                 it->second.claimers.insert(fd);
                 p.holding.insert(seq);
+                // A quiet claimer maps every segment already: no answer.
+                if (quiet) return;
                 for (std::uint64_t s : it->second.segments)
                     if (p.given.insert(s).second) segs.push_back(s);
+            } else if (quiet) {
+                return;  // given up: the claimer was late, and will ask again
             }
         }
         std::sort(segs.begin(), segs.end());
@@ -254,7 +280,7 @@ private:
         for (std::size_t at = 0; at < segs.size(); at += fds_per_packet) {
             const std::size_t n = std::min(fds_per_packet, segs.size() - at);
             std::vector<int> fds;
-            std::vector<std::byte> body(8 + 8 * n);
+            std::vector<std::byte> body(16 + 8 * n);
             store_u32(body.data(), msg_fds);
             store_u32(body.data() + 4, static_cast<std::uint32_t>(n));
             for (std::size_t k = 0; k < n; ++k) {
@@ -266,7 +292,7 @@ private:
                     break;
                 }
                 fds.push_back(ro);
-                store_u64(body.data() + 8 + 8 * k, segs[at + k]);
+                store_u64(body.data() + 16 + 8 * k, segs[at + k]);
             }
             if (!ok) break;
             const bool sent = send_packet(fd, body, fds);
@@ -276,13 +302,18 @@ private:
         if (!ok) on_release(fd, p, seq);
         // Segments gone since: the receiver drops its mappings of them.
         std::vector<std::uint64_t> gone;
-        const std::size_t k = std::min(p.closed.size(), closed_per_reply);
-        gone.assign(p.closed.begin(), p.closed.begin() + static_cast<std::ptrdiff_t>(k));
-        p.closed.erase(p.closed.begin(), p.closed.begin() + static_cast<std::ptrdiff_t>(k));
-        std::vector<std::byte> reply(8 + 8 * gone.size());
+        {
+            std::lock_guard lock(mutex_);
+            const std::size_t k = std::min(p.closed.size(), closed_per_reply);
+            gone.assign(p.closed.begin(), p.closed.begin() + static_cast<std::ptrdiff_t>(k));
+            p.closed.erase(p.closed.begin(), p.closed.begin() + static_cast<std::ptrdiff_t>(k));
+            closed_untold_ -= k;
+        }
+        std::vector<std::byte> reply(16 + 8 * gone.size());
         store_u32(reply.data(), ok ? msg_ok : msg_gone);
         store_u32(reply.data() + 4, static_cast<std::uint32_t>(gone.size()));
-        for (std::size_t k = 0; k < gone.size(); ++k) store_u64(reply.data() + 8 + 8 * k, gone[k]);
+        store_u64(reply.data() + 8, monotonic_ns());  // read after the claim: the receiver learns our clock
+        for (std::size_t k = 0; k < gone.size(); ++k) store_u64(reply.data() + 16 + 8 * k, gone[k]);
         if (!send_packet(fd, reply)) drop_peer(fd);
     }
 
@@ -298,6 +329,7 @@ private:
             peer& p = peers_[fd];
             for (std::uint64_t seq : p.holding)
                 if (auto it = flights_.find(seq); it != flights_.end()) it->second.claimers.erase(fd);
+            closed_untold_ -= p.closed.size();
             peers_.erase(fd);
         }
         ::close(fd);
@@ -306,9 +338,15 @@ private:
     void run() {
         for (;;) {
             const auto next = collect();
-            for (std::uint64_t id : memory_->take_closed())
-                for (auto& [fd, p] : peers_)
-                    if (p.given.erase(id)) p.closed.push_back(id);
+            {
+                std::lock_guard lock(mutex_);
+                for (std::uint64_t id : memory_->take_closed())
+                    for (auto& [fd, p] : peers_)
+                        if (p.given.erase(id)) {
+                            p.closed.push_back(id);
+                            ++closed_untold_;
+                        }
+            }
             std::vector<pollfd> fds{{listen_.fd, POLLIN, 0}, {wake_.fd, POLLIN, 0}};
             {
                 std::lock_guard lock(mutex_);
@@ -328,27 +366,41 @@ private:
                 [[maybe_unused]] const ssize_t r = ::read(wake_.fd, &v, sizeof v);
             }
             if (fds[0].revents & POLLIN) accept_peers();
-            for (std::size_t i = 2; i < fds.size(); ++i) {
-                if (!fds[i].revents) continue;
-                const int fd = fds[i].fd;
-                std::array<std::byte, 16> req{};
-                const ssize_t n = ::recv(fd, req.data(), req.size(), MSG_DONTWAIT);
-                if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
-                if (n != 16) {  // closed, died, or spoke nonsense
-                    drop_peer(fd);
-                    continue;
-                }
-                peer* p = nullptr;
-                {
-                    std::lock_guard lock(mutex_);
-                    p = &peers_[fd];
-                }
-                const std::uint32_t type = load_u32(req.data());
-                const std::uint64_t seq = load_u64(req.data() + 8);
-                if (type == msg_claim) on_claim(fd, *p, seq);
-                else if (type == msg_release) on_release(fd, *p, seq);
-                else drop_peer(fd);
+            for (std::size_t i = 2; i < fds.size(); ++i)
+                if (fds[i].revents) serve(fds[i].fd);
+        }
+    }
+
+    std::vector<int> peer_fds() {
+        std::lock_guard lock(mutex_);
+        std::vector<int> out;
+        for (auto& [fd, p] : peers_) out.push_back(fd);
+        return out;
+    }
+
+    // Every request waiting on peer `fd`'s socket.
+    void serve(int fd) {
+        for (;;) {
+            peer* p = nullptr;
+            {
+                std::lock_guard lock(mutex_);
+                const auto it = peers_.find(fd);
+                if (it == peers_.end()) return;  // dropped
+                p = &it->second;
             }
+            std::array<std::byte, 16> req{};
+            const ssize_t n = ::recv(fd, req.data(), req.size(), MSG_DONTWAIT);
+            if (n < 0 && errno == EINTR) continue;
+            if (n < 0 && errno == EAGAIN) return;
+            if (n != 16) {  // closed, died, or spoke nonsense
+                drop_peer(fd);
+                return;
+            }
+            const std::uint32_t type = load_u32(req.data());
+            const std::uint64_t seq = load_u64(req.data() + 8);
+            if (type == msg_claim || type == msg_claim_quiet) on_claim(fd, *p, seq, type == msg_claim_quiet);
+            else if (type == msg_release) on_release(fd, *p, seq);
+            else drop_peer(fd);
         }
     }
 
@@ -385,6 +437,9 @@ private:
     // Peers: added, removed and changed by the thread only (under the lock
     // where collect() reads them).
     std::map<int, peer> peers_;
+    std::size_t closed_untold_ = 0;  // closed segment ids waiting in peers' `closed`
+    // When the thread wakes up next at the latest.
+    std::chrono::steady_clock::time_point deadline_ = std::chrono::steady_clock::time_point::max();
     bool stopping_ = false;
     std::thread thread_;
 };
