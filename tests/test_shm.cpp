@@ -97,6 +97,13 @@ std::size_t count_maps() {
     return n;
 }
 
+// Waits (at most 10 s) until every block of `c`'s pool is back.
+bool wait_idle(connection& c) {
+    const auto deadline = std::chrono::steady_clock::now() + 10s;
+    while (c.pool().stats().in_use > 0 && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(1ms);
+    return c.pool().stats().in_use == 0;
+}
+
 connection_options timeouts() {
     connection_options o;
     o.recv_timeout = 10s;
@@ -331,6 +338,7 @@ TEST_CASE("fds and mappings stay bounded over 10,000 messages") {
     o.shm_pool_bytes = 1u << 20;
     connection pull("zpull+shm://" + name, timeouts());
     connection push("zpush+shm://" + name, o);
+    const std::uint64_t quiet = detail::shm_quiet_claims();
     std::size_t fds = 0, maps = 0;
     for (std::int32_t k = 1; k <= 10000; ++k) {
         REQUIRE(push.send(batch(push, k, 256)));
@@ -342,8 +350,71 @@ TEST_CASE("fds and mappings stay bounded over 10,000 messages") {
             maps = count_maps();
         }
     }
+    // Only a segment's first message waits for the answer to its claim.
+    CHECK(detail::shm_quiet_claims() - quiet >= 9000);
     CHECK(count_fds() <= fds + 4);
     CHECK(count_maps() <= maps + 8);
+}
+
+TEST_CASE("segments the sender closes are unmapped by the receiver, quiet claims or not") {
+    const std::string name = fresh_name();
+    connection_options o = timeouts();
+    o.shm_pool_bytes = 1u << 20;
+    connection pull("zpull+shm://" + name, timeouts());
+    connection push("zpush+shm://" + name, o);
+    const std::uint64_t quiet = detail::shm_quiet_claims();
+    std::size_t fds = 0, maps = 0;
+    for (std::int32_t k = 1; k <= 3000; ++k) {
+        // Runs of 900 KiB and 150 KiB messages: the pool cannot hold both
+        // and closes the idle blocks of one size to make the other.
+        REQUIRE(push.send(batch(push, k, (k / 10) % 2 ? 153600 : 25600)));
+        REQUIRE(check_batch(pull.recv().value()) == k);
+        if (k == 300) {
+            fds = count_fds();
+            maps = count_maps();
+        }
+    }
+    CHECK(push.pool().stats().allocations > 20);  // blocks were closed and made again
+    CHECK(detail::shm_quiet_claims() > quiet);
+    CHECK(count_fds() <= fds + 4);
+    CHECK(count_maps() <= maps + 8);
+}
+
+TEST_CASE("a message given up before its claim is skipped; one held past its lease stays intact") {
+    const std::string name = fresh_name();
+    connection_options o = timeouts();
+    o.shm_lease = 300ms;
+    connection pull("zpull+shm://" + name, timeouts());
+    connection push("zpush+shm://" + name, o);
+    // The first claims wait for answers (segments to map, the sender's clock to learn).
+    for (std::int32_t k = 1; k <= 3; ++k) {
+        REQUIRE(push.send(batch(push, k)));
+        REQUIRE(check_batch(pull.recv().value()) == k);
+    }
+    // Claimed quietly (its blocks reused: segments we map), then held past
+    // the lease: the sender retires its segments and reuses the blocks, our
+    // pages stay as they were.
+    REQUIRE(wait_idle(push));
+    std::uint64_t quiet = detail::shm_quiet_claims();
+    REQUIRE(push.send(batch(push, 4)));
+    auto held = pull.recv().value();
+    CHECK(detail::shm_quiet_claims() == quiet + 1);
+    REQUIRE(wait_idle(push));  // given up
+    for (std::int32_t k = 5; k <= 8; ++k) {
+        REQUIRE(push.send(batch(push, k)));
+        REQUIRE(check_batch(pull.recv().value()) == k);
+    }
+    CHECK(check_batch(held) == 4);
+    held.clear();
+    // Given up before anyone claimed it: its claim-by time has passed, the
+    // claim waits for the answer (GONE) and the message is skipped.
+    REQUIRE(wait_idle(push));
+    REQUIRE(push.send(batch(push, 9)));
+    REQUIRE(wait_idle(push));  // given up
+    REQUIRE(push.send(batch(push, 10)));
+    quiet = detail::shm_quiet_claims();
+    CHECK(check_batch(pull.recv().value()) == 10);
+    CHECK(detail::shm_quiet_claims() <= quiet + 1);  // 10 may go quietly, 9 may not
 }
 
 TEST_CASE("a receiver forgets senders that are gone: fds and mappings stay bounded") {
@@ -485,10 +556,7 @@ TEST_CASE("expected infos are checked on shm messages, and the one refused is gi
     CHECK(m->at(0).values<float>()[999] == 2.0f);
     m.reset();
     // Both messages came back to the sender's pool (the refused one at once, not at its lease).
-    const auto deadline = std::chrono::steady_clock::now() + 10s;
-    while (push.pool().stats().in_use > 0 && std::chrono::steady_clock::now() < deadline)
-        std::this_thread::sleep_for(1ms);
-    CHECK(push.pool().stats().in_use == 0);
+    CHECK(wait_idle(push));
 }
 
 TEST_CASE("a plain receiver refuses an shm message; an shm receiver refuses a plain one") {
