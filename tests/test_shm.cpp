@@ -339,7 +339,7 @@ TEST_CASE("fds and mappings stay bounded over 10,000 messages") {
     connection pull("zpull+shm://" + name, timeouts());
     connection push("zpush+shm://" + name, o);
     const std::uint64_t quiet = detail::shm_quiet_claims();
-    std::size_t fds = 0, maps = 0;
+    std::size_t fds = 0, maps = 0, blocks = 0;
     for (std::int32_t k = 1; k <= 10000; ++k) {
         REQUIRE(push.send(batch(push, k, 256)));
         auto m = pull.recv();
@@ -348,12 +348,18 @@ TEST_CASE("fds and mappings stay bounded over 10,000 messages") {
         if (k == 1000) {
             fds = count_fds();
             maps = count_maps();
+            blocks = push.pool().stats().buffers;
         }
     }
     // Only a segment's first message waits for the answer to its claim.
     CHECK(detail::shm_quiet_claims() - quiet >= 9000);
-    CHECK(count_fds() <= fds + 4);
-    CHECK(count_maps() <= maps + 8);
+    // The pool may still grow (a release the sender has not read yet when
+    // the next message is made): one fd and two mappings per block it
+    // holds, and nothing else.
+    const std::size_t grown = push.pool().stats().buffers - blocks;
+    MESSAGE("pool blocks at message 1000: " << blocks << ", grown by " << grown);
+    CHECK(count_fds() <= fds + 4 + grown);
+    CHECK(count_maps() <= maps + 8 + 2 * grown);
 }
 
 TEST_CASE("segments the sender closes are unmapped by the receiver, quiet claims or not") {
