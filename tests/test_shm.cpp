@@ -603,11 +603,14 @@ TEST_CASE("a plain receiver refuses an shm message; an shm receiver refuses a pl
 
 TEST_CASE("the wire parsers refuse what is not theirs") {
     using namespace tenbin::detail;
-    const auto first = encode_shm_first({"side", 42});
+    const auto first = encode_shm_first({"side", 42, 123456789});
     const shm_first f = parse_shm_first(first);
     CHECK(f.side == "side");
     CHECK(f.seq == 42);
-    std::vector<std::byte> bad = first;
+    CHECK(f.claim_by == 123456789);
+    std::vector<std::byte> bad(first.begin(), first.end() - 8);  // version 1's length
+    CHECK_THROWS_AS(parse_shm_first(bad), error);
+    bad = first;
     bad[12] = std::byte{200};  // name longer than the frame
     CHECK_THROWS_AS(parse_shm_first(bad), error);
     bad = first;
