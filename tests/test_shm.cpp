@@ -212,6 +212,27 @@ TEST_CASE("PUSH/PULL across processes: pool tensors and copied-in ones arrive in
     for (std::size_t i = 0; i < kept.size(); ++i) CHECK(check_batch(kept[i]) == static_cast<std::int32_t>(10 * (i + 1)));
 }
 
+TEST_CASE("large copied-in tensors (streamed into shared memory) arrive intact, tails included") {
+    const std::string name = fresh_name();
+    connection pull("zpull+shm://" + name, timeouts());
+    connection push("zpush+shm://" + name, timeouts());
+    std::vector<tensor> m;
+    for (std::size_t n : {(std::size_t{5} << 20) + 37, std::size_t{100}, std::size_t{3} << 20}) {
+        std::vector<std::uint8_t> v(n);
+        for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<std::uint8_t>(i * 7 + n);
+        m.push_back(tensor::from_vector(std::move(v), {static_cast<std::int64_t>(n)}));
+    }
+    for (int k = 0; k < 3; ++k) {
+        REQUIRE(push.send(m));
+        const auto got = pull.recv().value();
+        REQUIRE(got.size() == m.size());
+        for (std::size_t t = 0; t < m.size(); ++t) {
+            REQUIRE(got[t].nbytes() == m[t].nbytes());
+            CHECK(std::memcmp(got[t].data().data(), m[t].data().data(), m[t].nbytes()) == 0);
+        }
+    }
+}
+
 TEST_CASE("a loader receives +shm batches on its thread; the consumer releases them") {
     const std::string name = fresh_name();
     loader_options lo;

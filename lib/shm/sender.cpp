@@ -13,6 +13,10 @@
 #include <set>
 #include <thread>
 
+#if defined(__x86_64__)
+#include <emmintrin.h>
+#endif
+
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -21,6 +25,38 @@
 namespace tenbin::detail {
 
 using namespace shm_impl;
+
+namespace {
+
+// Copy-ins of at least this many bytes use streaming stores: their
+// destination (a pool block last written many messages ago) is out of the
+// caches, and the bytes are for another process. Smaller ones may find
+// their block still cached, where memcpy is faster (measured: bench shm).
+constexpr std::size_t stream_bytes = std::size_t{4} << 20;
+
+// Copies `n` bytes to 64-byte-aligned `dst`, past this core's caches
+// (x86-64: SSE2 streaming stores, no read of the destination first).
+void stream_copy(std::byte* dst, const std::byte* src, std::size_t n) {
+#if defined(__x86_64__)
+    const std::size_t body = n / 64 * 64;
+    for (std::size_t i = 0; i < body; i += 64) {
+        const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
+        const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 16));
+        const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 32));
+        const __m128i d = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 48));
+        _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i), a);
+        _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 16), b);
+        _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 32), c);
+        _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 48), d);
+    }
+    std::memcpy(dst + body, src + body, n - body);
+    _mm_sfence();  // the streamed bytes are visible before the message is sent
+#else
+    std::memcpy(dst, src, n);
+#endif
+}
+
+}  // namespace
 
 class shm_sender {
 public:
@@ -123,7 +159,8 @@ public:
             std::size_t at = 0;
             for (std::size_t i : copy_in) {
                 const bytes_view src = tensors[i].data;
-                std::memcpy(base + at, src.data(), src.size());
+                if (copy_bytes >= stream_bytes) stream_copy(base + at, src.data(), src.size());
+                else std::memcpy(base + at, src.data(), src.size());
                 descs[i] = {where->first, 0, where->second + at, src.size()};
                 at += (src.size() + buffer_alignment - 1) / buffer_alignment * buffer_alignment;
             }
