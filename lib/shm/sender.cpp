@@ -174,9 +174,11 @@ public:
             seq = next_seq_++;
             // Quiet claims only while nothing forces an answer (see internal.hpp);
             // read before f.sent, so half a lease before the give-up at the latest.
+            // Fan-out: before the grace too, should every subscriber leave the side channel.
+            const auto horizon = fan_out_ ? std::min<std::chrono::milliseconds>(lease_, fan_out_grace) : lease_;
             if (closed_untold_ == 0 && !memory_->has_closed() && !(fan_out_ && peers_.empty()))
                 claim_by = monotonic_ns() + static_cast<std::uint64_t>(
-                                                std::chrono::duration_cast<std::chrono::nanoseconds>(lease_).count() / 2);
+                                                std::chrono::duration_cast<std::chrono::nanoseconds>(horizon).count() / 2);
         }
         for (shm_descriptor& d : descs) d.generation = d.segment ? seq : 0;
         // Frames: built before the first is sent, so the message goes whole or not at all.
@@ -258,9 +260,10 @@ private:
         std::vector<flight> dropped;
         auto next = std::chrono::steady_clock::time_point::max();
         bool expiring = false;
+        // One `now` for both passes: what is given up below was due before the requests are read.
+        const auto now = std::chrono::steady_clock::now();
         {
             std::lock_guard lock(mutex_);
-            const auto now = std::chrono::steady_clock::now();
             for (auto& [seq, f] : flights_) expiring = expiring || now >= deadline(f);
         }
         // A quiet claim written in time is seen before its message is given up.
@@ -268,7 +271,6 @@ private:
             for (int fd : peer_fds()) serve(fd);
         {
             std::lock_guard lock(mutex_);
-            const auto now = std::chrono::steady_clock::now();
             for (auto it = flights_.begin(); it != flights_.end();) {
                 if (finished(it->first, it->second, now)) {
                     dropped.push_back(std::move(it->second));
