@@ -339,7 +339,8 @@ private:
             if (!sent) return drop_peer(fd);
         }
         if (!ok) on_release(fd, p, seq);
-        // Segments gone since: the receiver drops its mappings of them.
+        // Segments gone since (up to now): the receiver drops its mappings of them.
+        note_closed();
         std::vector<std::uint64_t> gone;
         {
             std::lock_guard lock(mutex_);
@@ -377,15 +378,7 @@ private:
     void run() {
         for (;;) {
             const auto next = collect();
-            {
-                std::lock_guard lock(mutex_);
-                for (std::uint64_t id : memory_->take_closed())
-                    for (auto& [fd, p] : peers_)
-                        if (p.given.erase(id)) {
-                            p.closed.push_back(id);
-                            ++closed_untold_;
-                        }
-            }
+            note_closed();
             std::vector<pollfd> fds{{listen_.fd, POLLIN, 0}, {wake_.fd, POLLIN, 0}};
             {
                 std::lock_guard lock(mutex_);
@@ -408,6 +401,17 @@ private:
             for (std::size_t i = 2; i < fds.size(); ++i)
                 if (fds[i].revents) serve(fds[i].fd);
         }
+    }
+
+    // Segments the pool closed, to tell the peers that had them.
+    void note_closed() {
+        std::lock_guard lock(mutex_);
+        for (std::uint64_t id : memory_->take_closed())
+            for (auto& [fd, p] : peers_)
+                if (p.given.erase(id)) {
+                    p.closed.push_back(id);
+                    ++closed_untold_;
+                }
     }
 
     std::vector<int> peer_fds() {
