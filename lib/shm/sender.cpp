@@ -200,6 +200,7 @@ public:
         {
             std::lock_guard lock(mutex_);
             sooner = deadline(f) < deadline_;
+            deadline_ = std::min(deadline_, deadline(f));
             flights_.emplace(seq, std::move(f));
         }
         if (sooner) wake();  // the thread sleeps past its lease
@@ -259,19 +260,32 @@ private:
     std::chrono::steady_clock::time_point collect() {
         std::vector<flight> dropped;
         auto next = std::chrono::steady_clock::time_point::max();
-        bool expiring = false;
+        bool expiring = false, full = false;
         // One `now` for both passes: what is given up below was due before the requests are read.
         const auto now = std::chrono::steady_clock::now();
         {
             std::lock_guard lock(mutex_);
-            for (auto& [seq, f] : flights_) expiring = expiring || now >= deadline(f);
+            // PUSH/PAIR: between deadlines only the messages claimed or
+            // released since can be done with (no scan of all in flight).
+            full = fan_out_ || now >= deadline_;
+            if (full)
+                for (auto& [seq, f] : flights_) expiring = expiring || now >= deadline(f);
         }
         // A quiet claim written in time is seen before its message is given up.
         if (expiring)
             for (int fd : peer_fds()) serve(fd);
         {
             std::lock_guard lock(mutex_);
-            for (auto it = flights_.begin(); it != flights_.end();) {
+            if (!full) {
+                for (std::uint64_t seq : touched_)
+                    if (auto it = flights_.find(seq); it != flights_.end() && finished(seq, it->second, now)) {
+                        dropped.push_back(std::move(it->second));
+                        flights_.erase(it);
+                    }
+                touched_.clear();
+                next = deadline_;
+            }
+            for (auto it = flights_.begin(); full && it != flights_.end();) {
                 if (finished(it->first, it->second, now)) {
                     dropped.push_back(std::move(it->second));
                     it = flights_.erase(it);
@@ -288,7 +302,10 @@ private:
                     ++it;
                 }
             }
-            deadline_ = next;
+            if (full) {
+                deadline_ = next;
+                touched_.clear();
+            }
         }
         done_.notify_all();
         dropped.clear();  // blocks go back to the pool outside the lock
@@ -306,6 +323,7 @@ private:
                 it->second.claimed = true;
                 it->second.claimers.insert(fd);
                 p.holding.insert(seq);
+                touched_.push_back(seq);
                 // A quiet claimer maps every segment already: no answer.
                 if (quiet) return;
                 for (std::uint64_t s : it->second.segments)
@@ -360,7 +378,10 @@ private:
     void on_release(int fd, peer& p, std::uint64_t seq) {
         std::lock_guard lock(mutex_);
         p.holding.erase(seq);
-        if (auto it = flights_.find(seq); it != flights_.end()) it->second.claimers.erase(fd);
+        if (auto it = flights_.find(seq); it != flights_.end()) {
+            it->second.claimers.erase(fd);
+            touched_.push_back(seq);
+        }
     }
 
     void drop_peer(int fd) {
@@ -368,7 +389,10 @@ private:
             std::lock_guard lock(mutex_);
             peer& p = peers_[fd];
             for (std::uint64_t seq : p.holding)
-                if (auto it = flights_.find(seq); it != flights_.end()) it->second.claimers.erase(fd);
+                if (auto it = flights_.find(seq); it != flights_.end()) {
+                    it->second.claimers.erase(fd);
+                    touched_.push_back(seq);
+                }
             closed_untold_ -= p.closed.size();
             peers_.erase(fd);
         }
@@ -481,8 +505,9 @@ private:
     // where collect() reads them).
     std::map<int, peer> peers_;
     std::size_t closed_untold_ = 0;  // closed segment ids waiting in peers' `closed`
-    // When the thread wakes up next at the latest.
+    // No message in flight is due before this (the thread's next full scan).
     std::chrono::steady_clock::time_point deadline_ = std::chrono::steady_clock::time_point::max();
+    std::vector<std::uint64_t> touched_;  // claimed or released since the last collect()
     bool stopping_ = false;
     std::thread thread_;
 };
