@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <limits>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -423,7 +424,7 @@ private:
             }
             if (fds[0].revents & POLLIN) accept_peers();
             for (std::size_t i = 2; i < fds.size(); ++i)
-                if (fds[i].revents) serve(fds[i].fd);
+                if (fds[i].revents) serve(fds[i].fd, 64);  // a busy peer does not hold up the others
         }
     }
 
@@ -445,9 +446,9 @@ private:
         return out;
     }
 
-    // Every request waiting on peer `fd`'s socket.
-    void serve(int fd) {
-        for (;;) {
+    // The requests waiting on peer `fd`'s socket (at most `most`; all by default).
+    void serve(int fd, std::size_t most = std::numeric_limits<std::size_t>::max()) {
+        for (std::size_t served = 0; served < most; ++served) {
             peer* p = nullptr;
             {
                 std::lock_guard lock(mutex_);
