@@ -2,6 +2,12 @@
 """Throughput against message size from tenbin-bench JSON, as one PNG.
 
     /usr/bin/python3 bench/plot.py bench/results/results.json bench/results/throughput.png
+    /usr/bin/python3 bench/plot.py bench/results/shm.json bench/results/shm.png
+
+A run of the shm group alone (--filter shm) draws the +shm rows instead:
+per size, the pool path and the copy-in path against ipc and tcp between
+two processes and a warm memcpy (bars, log scale). A full run draws both,
+the shm figure beside OUT as OUT-shm.png.
 
 Two panels (multipart and single-part); one line per transport for tenbin
 (solid) and raw libzmq (dashed), and the tensorcom-style Python peer over
@@ -33,12 +39,49 @@ def size_label(n):
     return "%d B" % n
 
 
+# The shm bars: label, row name, which column of it.
+SHM_BARS = [("+shm, pool (no copy)", "shm pool vs memcpy", "tenbin", "tab:purple"),
+            ("+shm, copy-in", "shm copy-in vs memcpy", "tenbin", "plum"),
+            ("warm memcpy", "shm pool vs memcpy", "baseline", "tab:gray"),
+            ("ipc, two processes", "shm pool vs ipc-2proc", "baseline", "tab:orange"),
+            ("tcp, two processes", "shm pool vs tcp-2proc", "baseline", "tab:red")]
+
+
+def plot_shm(rows, out):
+    rows = [r for r in rows if r["transport"] == "shm-2proc"]
+    sizes = sorted({r["bytes"] for r in rows})
+    fig, ax = plt.subplots(figsize=(8, 4.8))
+    width = 0.8 / len(SHM_BARS)
+    for i, (label, name, key, color) in enumerate(SHM_BARS):
+        by_size = {r["bytes"]: r[key] for r in rows if r["name"] == name}
+        xs = [k + (i - (len(SHM_BARS) - 1) / 2) * width for k, s in enumerate(sizes) if s in by_size]
+        ys = [by_size[s] for s in sizes if s in by_size]
+        bars = ax.bar(xs, ys, width, color=color, label=label)
+        ax.bar_label(bars, labels=[("%.0f" if y >= 100 else "%.3g") % y for y in ys], fontsize=6, padding=2)
+    ax.set_yscale("log")
+    ax.set_ylim(top=ax.get_ylim()[1] * 3)  # room for the labels
+    ax.set_xticks(range(len(sizes)))
+    ax.set_xticklabels([("77 MB batch" if s > 64 << 20 else size_label(s)) for s in sizes])
+    ax.set_xlabel("payload per message (4 float32 tensors; the 77 MB batch: f2 images + i4 labels)")
+    ax.set_ylabel("GB/s of tensor data (log)")
+    ax.set_title("+shm between two processes (medians)")
+    ax.grid(True, axis="y", which="both", alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+
+
 def main():
     if len(sys.argv) != 3:
         sys.exit("usage: plot.py RESULTS.json OUT.png")
     rows = json.load(open(sys.argv[1]))
+    has_shm = any(r["transport"] == "shm-2proc" for r in rows)
     if not any(r["name"] in ("multi", "single") for r in rows):
-        sys.exit(f"plot.py: {sys.argv[1]} has no multi or single rows to plot (run tenbin-bench without --filter)")
+        if has_shm:
+            return plot_shm(rows, sys.argv[2])
+        sys.exit(f"plot.py: {sys.argv[1]} has no multi, single or shm rows to plot")
+    if has_shm:
+        plot_shm(rows, sys.argv[2].removesuffix(".png") + "-shm.png")
     fig, axes = plt.subplots(1, 2, figsize=(13, 5.5))
     for ax, form in zip(axes, ["multi", "single"]):
         sizes = set()

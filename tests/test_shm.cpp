@@ -97,6 +97,22 @@ std::size_t count_maps() {
     return n;
 }
 
+// Waits (at most 10 s) until every block of `c`'s pool but `held` is back.
+bool wait_idle(connection& c, std::size_t held = 0) {
+    const auto deadline = std::chrono::steady_clock::now() + 10s;
+    while (c.pool().stats().in_use > held && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(1ms);
+    return c.pool().stats().in_use == held;
+}
+
+// Mappings of shm segments in this process (both ends' when both are here).
+std::size_t count_shm_maps() {
+    std::ifstream in("/proc/self/maps");
+    std::size_t n = 0;
+    for (std::string line; std::getline(in, line);) n += line.find("memfd:tenbin-shm") != std::string::npos;
+    return n;
+}
+
 connection_options timeouts() {
     connection_options o;
     o.recv_timeout = 10s;
@@ -203,6 +219,27 @@ TEST_CASE("PUSH/PULL across processes: pool tensors and copied-in ones arrive in
     CHECK(wait_exit(child) == 0);
     // The sender is gone; what we kept is still there.
     for (std::size_t i = 0; i < kept.size(); ++i) CHECK(check_batch(kept[i]) == static_cast<std::int32_t>(10 * (i + 1)));
+}
+
+TEST_CASE("large copied-in tensors (streamed into shared memory) arrive intact, tails included") {
+    const std::string name = fresh_name();
+    connection pull("zpull+shm://" + name, timeouts());
+    connection push("zpush+shm://" + name, timeouts());
+    std::vector<tensor> m;
+    for (std::size_t n : {(std::size_t{5} << 20) + 37, std::size_t{100}, std::size_t{3} << 20}) {
+        std::vector<std::uint8_t> v(n);
+        for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<std::uint8_t>(i * 7 + n);
+        m.push_back(tensor::from_vector(std::move(v), {static_cast<std::int64_t>(n)}));
+    }
+    for (int k = 0; k < 3; ++k) {
+        REQUIRE(push.send(m));
+        const auto got = pull.recv().value();
+        REQUIRE(got.size() == m.size());
+        for (std::size_t t = 0; t < m.size(); ++t) {
+            REQUIRE(got[t].nbytes() == m[t].nbytes());
+            CHECK(std::memcmp(got[t].data().data(), m[t].data().data(), m[t].nbytes()) == 0);
+        }
+    }
 }
 
 TEST_CASE("a loader receives +shm batches on its thread; the consumer releases them") {
@@ -331,7 +368,8 @@ TEST_CASE("fds and mappings stay bounded over 10,000 messages") {
     o.shm_pool_bytes = 1u << 20;
     connection pull("zpull+shm://" + name, timeouts());
     connection push("zpush+shm://" + name, o);
-    std::size_t fds = 0, maps = 0;
+    const std::uint64_t quiet = detail::shm_quiet_claims();
+    std::size_t fds = 0, maps = 0, blocks = 0;
     for (std::int32_t k = 1; k <= 10000; ++k) {
         REQUIRE(push.send(batch(push, k, 256)));
         auto m = pull.recv();
@@ -340,10 +378,109 @@ TEST_CASE("fds and mappings stay bounded over 10,000 messages") {
         if (k == 1000) {
             fds = count_fds();
             maps = count_maps();
+            blocks = push.pool().stats().buffers;
         }
     }
-    CHECK(count_fds() <= fds + 4);
-    CHECK(count_maps() <= maps + 8);
+    // Only a segment's first message waits for the answer to its claim.
+    CHECK(detail::shm_quiet_claims() - quiet >= 9000);
+    // The pool may still grow (a release the sender has not read yet when
+    // the next message is made): one fd and two mappings per block it
+    // holds, and nothing else.
+    const std::size_t grown = push.pool().stats().buffers - blocks;
+    MESSAGE("pool blocks at message 1000: " << blocks << ", grown by " << grown);
+    CHECK(count_fds() <= fds + 4 + grown);
+    CHECK(count_maps() <= maps + 8 + 2 * grown);
+}
+
+TEST_CASE("segments the sender closes are unmapped by the receiver, quiet claims or not") {
+    const std::string name = fresh_name();
+    connection_options o = timeouts();
+    o.shm_pool_bytes = 1u << 20;
+    connection pull("zpull+shm://" + name, timeouts());
+    connection push("zpush+shm://" + name, o);
+    const std::uint64_t quiet = detail::shm_quiet_claims();
+    std::size_t fds = 0, blocks = 0;
+    for (std::int32_t k = 1; k <= 3000; ++k) {
+        // Runs of 900 KiB and 150 KiB messages: the pool cannot hold both
+        // and closes the idle blocks of one size to make the other.
+        REQUIRE(push.send(batch(push, k, (k / 10) % 2 ? 153600 : 25600)));
+        REQUIRE(check_batch(pull.recv().value()) == k);
+        if (k == 300) {
+            fds = count_fds();
+            blocks = push.pool().stats().buffers;
+        }
+    }
+    const std::size_t now = push.pool().stats().buffers;
+    CHECK(push.pool().stats().allocations > 20);  // blocks were closed and made again
+    CHECK(detail::shm_quiet_claims() > quiet);
+    // Each block the pool holds is mapped twice (sender, receiver); no closed one stays mapped.
+    CHECK(count_shm_maps() <= 2 * now);
+    CHECK(count_fds() <= fds + 4 + (now > blocks ? now - blocks : 0));
+}
+
+TEST_CASE("a segment the sender closes is unmapped by its receiver at the next message, quiet claims or not") {
+    const std::string name = fresh_name();
+    connection pull("zpull+shm://" + name, timeouts());
+    connection push("zpush+shm://" + name, timeouts());
+    tensor a = push.pool().acquire(dtype::i4, {4096}, "a");  // held here: its block stays
+    std::ranges::fill(a.mutable_values<std::int32_t>(), 7);
+    REQUIRE(push.send(tensor::from_vector(std::vector<float>(100000, 1.0f), {100000})));  // a copy-in block
+    (void)pull.recv().value();
+    for (int k = 0; k < 3; ++k) {
+        REQUIRE(push.send(a));
+        CHECK(pull.recv().value().at(0).values<std::int32_t>()[4095] == 7);
+    }
+    REQUIRE(wait_idle(push, 1));
+    const std::size_t before = count_shm_maps();
+    push.pool().trim();  // the copy-in block's segment is closed
+    CHECK(count_shm_maps() == before - 1);
+    // Only known segments, but a closed one to tell of: the next claim waits for the answer.
+    const std::uint64_t quiet = detail::shm_quiet_claims();
+    REQUIRE(push.send(a));
+    CHECK(pull.recv().value().at(0).values<std::int32_t>()[0] == 7);
+    CHECK(detail::shm_quiet_claims() == quiet);
+    CHECK(count_shm_maps() == before - 2);
+    // Nothing more to tell: quiet again.
+    REQUIRE(push.send(a));
+    (void)pull.recv().value();
+    CHECK(detail::shm_quiet_claims() == quiet + 1);
+}
+
+TEST_CASE("a message given up before its claim is skipped; one held past its lease stays intact") {
+    const std::string name = fresh_name();
+    connection_options o = timeouts();
+    o.shm_lease = 300ms;
+    connection pull("zpull+shm://" + name, timeouts());
+    connection push("zpush+shm://" + name, o);
+    // The first claims wait for answers (segments to map, the sender's clock to learn).
+    for (std::int32_t k = 1; k <= 3; ++k) {
+        REQUIRE(push.send(batch(push, k)));
+        REQUIRE(check_batch(pull.recv().value()) == k);
+    }
+    // Claimed quietly (its blocks reused: segments we map), then held past
+    // the lease: the sender retires its segments and reuses the blocks, our
+    // pages stay as they were.
+    REQUIRE(wait_idle(push));
+    std::uint64_t quiet = detail::shm_quiet_claims();
+    REQUIRE(push.send(batch(push, 4)));
+    auto held = pull.recv().value();
+    CHECK(detail::shm_quiet_claims() == quiet + 1);
+    REQUIRE(wait_idle(push));  // given up
+    for (std::int32_t k = 5; k <= 8; ++k) {
+        REQUIRE(push.send(batch(push, k)));
+        REQUIRE(check_batch(pull.recv().value()) == k);
+    }
+    CHECK(check_batch(held) == 4);
+    held.clear();
+    // Given up before anyone claimed it: its claim-by time has passed, the
+    // claim waits for the answer (GONE) and the message is skipped.
+    REQUIRE(wait_idle(push));
+    REQUIRE(push.send(batch(push, 9)));
+    REQUIRE(wait_idle(push));  // given up
+    REQUIRE(push.send(batch(push, 10)));
+    quiet = detail::shm_quiet_claims();
+    CHECK(check_batch(pull.recv().value()) == 10);
+    CHECK(detail::shm_quiet_claims() <= quiet + 1);  // 10 may go quietly, 9 may not
 }
 
 TEST_CASE("a receiver forgets senders that are gone: fds and mappings stay bounded") {
@@ -485,10 +622,7 @@ TEST_CASE("expected infos are checked on shm messages, and the one refused is gi
     CHECK(m->at(0).values<float>()[999] == 2.0f);
     m.reset();
     // Both messages came back to the sender's pool (the refused one at once, not at its lease).
-    const auto deadline = std::chrono::steady_clock::now() + 10s;
-    while (push.pool().stats().in_use > 0 && std::chrono::steady_clock::now() < deadline)
-        std::this_thread::sleep_for(1ms);
-    CHECK(push.pool().stats().in_use == 0);
+    CHECK(wait_idle(push));
 }
 
 TEST_CASE("a plain receiver refuses an shm message; an shm receiver refuses a plain one") {
@@ -529,11 +663,14 @@ TEST_CASE("a plain receiver refuses an shm message; an shm receiver refuses a pl
 
 TEST_CASE("the wire parsers refuse what is not theirs") {
     using namespace tenbin::detail;
-    const auto first = encode_shm_first({"side", 42});
+    const auto first = encode_shm_first({"side", 42, 123456789});
     const shm_first f = parse_shm_first(first);
     CHECK(f.side == "side");
     CHECK(f.seq == 42);
-    std::vector<std::byte> bad = first;
+    CHECK(f.claim_by == 123456789);
+    std::vector<std::byte> bad(first.begin(), first.end() - 8);  // version 1's length
+    CHECK_THROWS_AS(parse_shm_first(bad), error);
+    bad = first;
     bad[12] = std::byte{200};  // name longer than the frame
     CHECK_THROWS_AS(parse_shm_first(bad), error);
     bad = first;

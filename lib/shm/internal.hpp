@@ -9,6 +9,18 @@
 //   message). The sender answers with the segments this receiver has not
 //   had yet (read-only descriptors by SCM_RIGHTS) and OK, or GONE when it
 //   has given the message up; tensors are made only after OK.
+// - Quiet claims: a round trip per message costs more than the copy of a
+//   MiB, so a receiver that already maps every segment a message names
+//   claims it without waiting for the answer (the sender sends none) when
+//   it is still before the message's claim-by time (first frame): the
+//   sender's clock, read by the receiver after the claim was written, as
+//   an upper bound learnt from OK answers (they carry the sender's clock:
+//   robust to time namespaces). Claim-by is half the lease after the send;
+//   0 (claim and wait) while the sender has closed segments to tell
+//   receivers of (so their mappings stay bounded) and for a PUB message
+//   while no subscriber is on the side channel (the grace rule below). The
+//   sender reads every pending request before it gives any message up, so
+//   a quiet claim written in time is always seen.
 // - The sender keeps a copy of each sent block's buffer (so the pool cannot
 //   reuse it) until the message is done with: a PUSH/PAIR message once its
 //   claimer RELEASEs it (its last tensor is dropped) or dies; a PUB message
@@ -69,8 +81,16 @@ inline constexpr std::size_t max_side_name = 100;
 #ifdef __linux__
 
 // The side channel's packets: a receiver's requests (type, seq) and the
-// sender's replies (type, count, count u64s; msg_fds with descriptors).
-enum : std::uint32_t { msg_claim = 1, msg_release = 2, msg_fds = 10, msg_ok = 11, msg_gone = 12 };
+// sender's replies (type, count, the sender's clock, count u64s; msg_fds
+// with descriptors). msg_claim_quiet gets no reply.
+enum : std::uint32_t {
+    msg_claim = 1,
+    msg_release = 2,
+    msg_claim_quiet = 3,
+    msg_fds = 10,
+    msg_ok = 11,
+    msg_gone = 12
+};
 // Descriptors per SCM_RIGHTS packet (the kernel allows 253).
 inline constexpr std::size_t fds_per_packet = 64;
 // How long a PUB message waits for a first subscriber on the side channel.
@@ -79,6 +99,13 @@ inline constexpr std::chrono::milliseconds fan_out_grace{1000};
 inline constexpr long claim_timeout_s = 30;
 // Closed segment ids per reply; more wait for the next one.
 inline constexpr std::size_t closed_per_reply = 256;
+
+// The clock of the claim-by times: CLOCK_MONOTONIC (steady_clock on Linux), ns.
+inline std::uint64_t monotonic_ns() {
+    return static_cast<std::uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+            .count());
+}
 
 // Throws errc::io_error with `what` and errno's message.
 [[noreturn]] void sys_fail(const std::string& what);

@@ -89,6 +89,11 @@ std::vector<std::uint64_t> shm_memory::take_closed() {
     return std::exchange(closed_, {});
 }
 
+bool shm_memory::has_closed() {
+    std::lock_guard lock(mutex_);
+    return !closed_.empty();
+}
+
 }  // namespace tenbin::detail::shm_impl
 
 #endif

@@ -39,6 +39,8 @@ public:
     void retire(std::uint64_t id) noexcept;
 
     std::vector<std::uint64_t> take_closed();
+    // Whether segments were closed since the last take_closed().
+    bool has_closed();
 
 private:
     std::mutex mutex_;

@@ -10,6 +10,9 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <optional>
+#include <span>
+#include <vector>
 
 #include <fcntl.h>
 #include <poll.h>
@@ -24,6 +27,8 @@ namespace tenbin::detail {
 using namespace shm_impl;
 
 namespace {
+
+std::atomic<std::uint64_t> quiet_claims{0};
 
 struct mapping {
     const std::byte* base = nullptr;
@@ -63,13 +68,26 @@ public:
         return dead();
     }
 
-    // CLAIMs `seq`: the mappings it needs are then in `maps()`. False for GONE.
-    bool claim(std::uint64_t seq) {
+    // CLAIMs `seq` of a message naming `segments`: their mappings are then
+    // in `segment()`. False for GONE. Quiet (no answer awaited) when every
+    // segment is mapped and the sender's clock is surely before `claim_by`.
+    bool claim(std::uint64_t seq, std::uint64_t claim_by, std::span<const std::uint64_t> segments) {
         std::lock_guard lock(mutex_);
-        const auto req = request(msg_claim, seq);
-        if (!send_packet(fd_.fd, req)) return lost("cannot claim a message");
+        if (claim_by != 0 && offset_ && std::all_of(segments.begin(), segments.end(), [&](std::uint64_t id) {
+                return maps_.count(id) != 0;
+            })) {
+            if (!send_packet(fd_.fd, request(msg_claim_quiet, seq))) return lost("cannot claim a message");
+            // Read after the claim was written: the sender sees it before giving the message up.
+            if (static_cast<__int128>(monotonic_ns()) + *offset_ < static_cast<__int128>(claim_by)) {
+                quiet_claims.fetch_add(1, std::memory_order_relaxed);
+                return true;
+            }
+            // Too late to be sure: the answer to a claim says whether it was in time.
+        }
+        const std::uint64_t asked = monotonic_ns();
+        if (!send_packet(fd_.fd, request(msg_claim, seq))) return lost("cannot claim a message");
         for (;;) {
-            std::array<std::byte, 8 + 8 * closed_per_reply> body{};
+            std::array<std::byte, 16 + 8 * closed_per_reply> body{};
             iovec iov{body.data(), body.size()};
             alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * fds_per_packet)];
             msghdr mh{};
@@ -92,17 +110,21 @@ public:
                     }
                 }
             if (n <= 0) return lost("the shm sender closed its side channel");
-            if (n < 8 || (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC))) return lost("a malformed side-channel reply");
+            if (n < 16 || (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC))) return lost("a malformed side-channel reply");
             const std::uint32_t type = load_u32(body.data());
             const std::uint32_t count = load_u32(body.data() + 4);
-            if (static_cast<std::size_t>(n) != 8 + std::size_t{count} * 8) return lost("a malformed side-channel reply");
+            if (static_cast<std::size_t>(n) != 16 + std::size_t{count} * 8) return lost("a malformed side-channel reply");
+            const std::byte* ids = body.data() + 16;
             if (type == msg_fds) {
                 if (fds.size() != count) return lost("a side-channel reply with the wrong number of descriptors");
-                for (std::size_t k = 0; k < count; ++k) add_segment(load_u64(body.data() + 8 + 8 * k), fds[k].fd);
+                for (std::size_t k = 0; k < count; ++k) add_segment(load_u64(ids + 8 * k), fds[k].fd);
                 continue;
             }
             if ((type != msg_ok && type != msg_gone) || !fds.empty()) return lost("a malformed side-channel reply");
-            for (std::size_t k = 0; k < count; ++k) maps_.erase(load_u64(body.data() + 8 + 8 * k));
+            for (std::size_t k = 0; k < count; ++k) maps_.erase(load_u64(ids + 8 * k));
+            // The sender's clock was read after `asked`: clock minus `asked` bounds the offset from above.
+            const __int128 offset = static_cast<__int128>(load_u64(body.data() + 8)) - asked;
+            offset_ = offset_ ? std::min(*offset_, offset) : offset;
             return type == msg_ok;
         }
     }
@@ -141,6 +163,8 @@ private:
     fd_guard fd_;
     std::atomic<bool> dead_{false};
     std::map<std::uint64_t, std::shared_ptr<const mapping>> maps_;
+    // Upper bound of the sender's clock minus ours (ns), once answered.
+    std::optional<__int128> offset_;
 };
 
 // Keeps one message's mappings; gives the message back when its last
@@ -182,7 +206,10 @@ public:
         std::shared_ptr<side_link> link = link_for(first.side);
         bool ok = false;
         try {
-            ok = link->claim(first.seq);
+            std::vector<std::uint64_t> segments;
+            for (const shm_descriptor& d : descs)
+                if (d.length != 0) segments.push_back(d.segment);
+            ok = link->claim(first.seq, first.claim_by, segments);
         } catch (...) {
             links_.erase(first.side);
             throw;
@@ -236,6 +263,7 @@ private:
     std::map<std::string, std::shared_ptr<side_link>> links_;
 };
 
+std::uint64_t shm_quiet_claims() { return quiet_claims.load(); }
 std::shared_ptr<shm_receiver> make_shm_receiver() { return std::make_shared<shm_receiver>(); }
 std::optional<std::vector<tensor>> shm_receive(shm_receiver& r, std::span<const zmq::message_t> frames,
                                                const decode_options& opt) {

@@ -6,12 +6,17 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <limits>
 #include <cstring>
 #include <map>
 #include <mutex>
 #include <random>
 #include <set>
 #include <thread>
+
+#if defined(__x86_64__)
+#include <emmintrin.h>
+#endif
 
 #include <poll.h>
 #include <sys/eventfd.h>
@@ -21,6 +26,38 @@
 namespace tenbin::detail {
 
 using namespace shm_impl;
+
+namespace {
+
+// Copy-ins of at least this many bytes use streaming stores: their
+// destination (a pool block last written many messages ago) is out of the
+// caches, and the bytes are for another process. Smaller ones may find
+// their block still cached, where memcpy is faster (measured: bench shm).
+constexpr std::size_t stream_bytes = std::size_t{4} << 20;
+
+// Copies `n` bytes to 64-byte-aligned `dst`, past this core's caches
+// (x86-64: SSE2 streaming stores, no read of the destination first).
+void stream_copy(std::byte* dst, const std::byte* src, std::size_t n) {
+#if defined(__x86_64__)
+    const std::size_t body = n / 64 * 64;
+    for (std::size_t i = 0; i < body; i += 64) {
+        const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
+        const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 16));
+        const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 32));
+        const __m128i d = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 48));
+        _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i), a);
+        _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 16), b);
+        _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 32), c);
+        _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 48), d);
+    }
+    std::memcpy(dst + body, src + body, n - body);
+    _mm_sfence();  // the streamed bytes are visible before the message is sent
+#else
+    std::memcpy(dst, src, n);
+#endif
+}
+
+}  // namespace
 
 class shm_sender {
 public:
@@ -123,7 +160,8 @@ public:
             std::size_t at = 0;
             for (std::size_t i : copy_in) {
                 const bytes_view src = tensors[i].data;
-                std::memcpy(base + at, src.data(), src.size());
+                if (copy_bytes >= stream_bytes) stream_copy(base + at, src.data(), src.size());
+                else std::memcpy(base + at, src.data(), src.size());
                 descs[i] = {where->first, 0, where->second + at, src.size()};
                 at += (src.size() + buffer_alignment - 1) / buffer_alignment * buffer_alignment;
             }
@@ -131,17 +169,24 @@ public:
             f.segments.push_back(where->first);
         }
 
-        std::uint64_t seq = 0;
+        std::uint64_t seq = 0, claim_by = 0;
         {
             std::lock_guard lock(mutex_);
             seq = next_seq_++;
+            // Quiet claims only while nothing forces an answer (see internal.hpp);
+            // read before f.sent, so half a lease before the give-up at the latest.
+            // Fan-out: before the grace too, should every subscriber leave the side channel.
+            const auto horizon = fan_out_ ? std::min<std::chrono::milliseconds>(lease_, fan_out_grace) : lease_;
+            if (closed_untold_ == 0 && !memory_->has_closed() && !(fan_out_ && peers_.empty()))
+                claim_by = monotonic_ns() + static_cast<std::uint64_t>(
+                                                std::chrono::duration_cast<std::chrono::nanoseconds>(horizon).count() / 2);
         }
         for (shm_descriptor& d : descs) d.generation = d.segment ? seq : 0;
         // Frames: built before the first is sent, so the message goes whole or not at all.
         std::vector<zmq::message_t> frames;
         frames.reserve(envelope.size() + 1 + 2 * tensors.size());
         for (const zmq::const_buffer& e : envelope) frames.emplace_back(e.data(), e.size());
-        const std::vector<std::byte> first = encode_shm_first({name_, seq});
+        const std::vector<std::byte> first = encode_shm_first({name_, seq, claim_by});
         frames.emplace_back(first.data(), first.size());
         for (std::size_t i = 0; i < tensors.size(); ++i) {
             const tensor_view v = tensors[i];
@@ -152,11 +197,14 @@ public:
             frames.emplace_back(d.data(), d.size());
         }
         f.sent = std::chrono::steady_clock::now();
+        bool sooner = false;
         {
             std::lock_guard lock(mutex_);
+            sooner = deadline(f) < deadline_;
+            deadline_ = std::min(deadline_, deadline(f));
             flights_.emplace(seq, std::move(f));
         }
-        wake();  // its lease starts
+        if (sooner) wake();  // the thread sleeps past its lease
         const auto flags = zmq::send_flags::none;
         for (std::size_t i = 0; i < frames.size(); ++i) {
             const bool more = i + 1 < frames.size();
@@ -192,6 +240,11 @@ private:
         [[maybe_unused]] const ssize_t r = ::write(wake_.fd, &one, sizeof one);
     }
 
+    // When message `f` is given up unless done with (under the lock).
+    std::chrono::steady_clock::time_point deadline(const flight& f) const {
+        return f.sent + (fan_out_ && peers_.empty() ? std::min<std::chrono::milliseconds>(lease_, fan_out_grace) : lease_);
+    }
+
     // Whether message `seq` is done with (under the lock).
     bool finished(std::uint64_t seq, const flight& f, std::chrono::steady_clock::time_point now) const {
         if (!f.claimers.empty()) return false;
@@ -208,10 +261,32 @@ private:
     std::chrono::steady_clock::time_point collect() {
         std::vector<flight> dropped;
         auto next = std::chrono::steady_clock::time_point::max();
+        bool expiring = false, full = false;
+        // One `now` for both passes: what is given up below was due before the requests are read.
+        const auto now = std::chrono::steady_clock::now();
         {
             std::lock_guard lock(mutex_);
-            const auto now = std::chrono::steady_clock::now();
-            for (auto it = flights_.begin(); it != flights_.end();) {
+            // PUSH/PAIR: between deadlines only the messages claimed or
+            // released since can be done with (no scan of all in flight).
+            full = fan_out_ || now >= deadline_;
+            if (full)
+                for (auto& [seq, f] : flights_) expiring = expiring || now >= deadline(f);
+        }
+        // A quiet claim written in time is seen before its message is given up.
+        if (expiring)
+            for (int fd : peer_fds()) serve(fd);
+        {
+            std::lock_guard lock(mutex_);
+            if (!full) {
+                for (std::uint64_t seq : touched_)
+                    if (auto it = flights_.find(seq); it != flights_.end() && finished(seq, it->second, now)) {
+                        dropped.push_back(std::move(it->second));
+                        flights_.erase(it);
+                    }
+                touched_.clear();
+                next = deadline_;
+            }
+            for (auto it = flights_.begin(); full && it != flights_.end();) {
                 if (finished(it->first, it->second, now)) {
                     dropped.push_back(std::move(it->second));
                     it = flights_.erase(it);
@@ -224,9 +299,13 @@ private:
                     dropped.push_back(std::move(it->second));
                     it = flights_.erase(it);
                 } else {
-                    next = std::min(next, it->second.sent + (peers_.empty() && fan_out_ ? fan_out_grace : lease_));
+                    next = std::min(next, deadline(it->second));
                     ++it;
                 }
+            }
+            if (full) {
+                deadline_ = next;
+                touched_.clear();
             }
         }
         done_.notify_all();
@@ -234,7 +313,7 @@ private:
         return next;
     }
 
-    void on_claim(int fd, peer& p, std::uint64_t seq) {
+    void on_claim(int fd, peer& p, std::uint64_t seq, bool quiet) {
         std::vector<std::uint64_t> segs;
         bool ok = false;
         {
@@ -245,8 +324,13 @@ private:
                 it->second.claimed = true;
                 it->second.claimers.insert(fd);
                 p.holding.insert(seq);
+                touched_.push_back(seq);
+                // A quiet claimer maps every segment already: no answer.
+                if (quiet) return;
                 for (std::uint64_t s : it->second.segments)
                     if (p.given.insert(s).second) segs.push_back(s);
+            } else if (quiet) {
+                return;  // given up: the claimer was late, and will ask again
             }
         }
         std::sort(segs.begin(), segs.end());
@@ -254,7 +338,7 @@ private:
         for (std::size_t at = 0; at < segs.size(); at += fds_per_packet) {
             const std::size_t n = std::min(fds_per_packet, segs.size() - at);
             std::vector<int> fds;
-            std::vector<std::byte> body(8 + 8 * n);
+            std::vector<std::byte> body(16 + 8 * n);
             store_u32(body.data(), msg_fds);
             store_u32(body.data() + 4, static_cast<std::uint32_t>(n));
             for (std::size_t k = 0; k < n; ++k) {
@@ -266,7 +350,7 @@ private:
                     break;
                 }
                 fds.push_back(ro);
-                store_u64(body.data() + 8 + 8 * k, segs[at + k]);
+                store_u64(body.data() + 16 + 8 * k, segs[at + k]);
             }
             if (!ok) break;
             const bool sent = send_packet(fd, body, fds);
@@ -274,22 +358,31 @@ private:
             if (!sent) return drop_peer(fd);
         }
         if (!ok) on_release(fd, p, seq);
-        // Segments gone since: the receiver drops its mappings of them.
+        // Segments gone since (up to now): the receiver drops its mappings of them.
+        note_closed();
         std::vector<std::uint64_t> gone;
-        const std::size_t k = std::min(p.closed.size(), closed_per_reply);
-        gone.assign(p.closed.begin(), p.closed.begin() + static_cast<std::ptrdiff_t>(k));
-        p.closed.erase(p.closed.begin(), p.closed.begin() + static_cast<std::ptrdiff_t>(k));
-        std::vector<std::byte> reply(8 + 8 * gone.size());
+        {
+            std::lock_guard lock(mutex_);
+            const std::size_t k = std::min(p.closed.size(), closed_per_reply);
+            gone.assign(p.closed.begin(), p.closed.begin() + static_cast<std::ptrdiff_t>(k));
+            p.closed.erase(p.closed.begin(), p.closed.begin() + static_cast<std::ptrdiff_t>(k));
+            closed_untold_ -= k;
+        }
+        std::vector<std::byte> reply(16 + 8 * gone.size());
         store_u32(reply.data(), ok ? msg_ok : msg_gone);
         store_u32(reply.data() + 4, static_cast<std::uint32_t>(gone.size()));
-        for (std::size_t k = 0; k < gone.size(); ++k) store_u64(reply.data() + 8 + 8 * k, gone[k]);
+        store_u64(reply.data() + 8, monotonic_ns());  // read after the claim: the receiver learns our clock
+        for (std::size_t k = 0; k < gone.size(); ++k) store_u64(reply.data() + 16 + 8 * k, gone[k]);
         if (!send_packet(fd, reply)) drop_peer(fd);
     }
 
     void on_release(int fd, peer& p, std::uint64_t seq) {
         std::lock_guard lock(mutex_);
         p.holding.erase(seq);
-        if (auto it = flights_.find(seq); it != flights_.end()) it->second.claimers.erase(fd);
+        if (auto it = flights_.find(seq); it != flights_.end()) {
+            it->second.claimers.erase(fd);
+            touched_.push_back(seq);
+        }
     }
 
     void drop_peer(int fd) {
@@ -297,7 +390,11 @@ private:
             std::lock_guard lock(mutex_);
             peer& p = peers_[fd];
             for (std::uint64_t seq : p.holding)
-                if (auto it = flights_.find(seq); it != flights_.end()) it->second.claimers.erase(fd);
+                if (auto it = flights_.find(seq); it != flights_.end()) {
+                    it->second.claimers.erase(fd);
+                    touched_.push_back(seq);
+                }
+            closed_untold_ -= p.closed.size();
             peers_.erase(fd);
         }
         ::close(fd);
@@ -306,9 +403,7 @@ private:
     void run() {
         for (;;) {
             const auto next = collect();
-            for (std::uint64_t id : memory_->take_closed())
-                for (auto& [fd, p] : peers_)
-                    if (p.given.erase(id)) p.closed.push_back(id);
+            note_closed();
             std::vector<pollfd> fds{{listen_.fd, POLLIN, 0}, {wake_.fd, POLLIN, 0}};
             {
                 std::lock_guard lock(mutex_);
@@ -328,27 +423,52 @@ private:
                 [[maybe_unused]] const ssize_t r = ::read(wake_.fd, &v, sizeof v);
             }
             if (fds[0].revents & POLLIN) accept_peers();
-            for (std::size_t i = 2; i < fds.size(); ++i) {
-                if (!fds[i].revents) continue;
-                const int fd = fds[i].fd;
-                std::array<std::byte, 16> req{};
-                const ssize_t n = ::recv(fd, req.data(), req.size(), MSG_DONTWAIT);
-                if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
-                if (n != 16) {  // closed, died, or spoke nonsense
-                    drop_peer(fd);
-                    continue;
+            for (std::size_t i = 2; i < fds.size(); ++i)
+                if (fds[i].revents) serve(fds[i].fd, 64);  // a busy peer does not hold up the others
+        }
+    }
+
+    // Segments the pool closed, to tell the peers that had them.
+    void note_closed() {
+        std::lock_guard lock(mutex_);
+        for (std::uint64_t id : memory_->take_closed())
+            for (auto& [fd, p] : peers_)
+                if (p.given.erase(id)) {
+                    p.closed.push_back(id);
+                    ++closed_untold_;
                 }
-                peer* p = nullptr;
-                {
-                    std::lock_guard lock(mutex_);
-                    p = &peers_[fd];
-                }
-                const std::uint32_t type = load_u32(req.data());
-                const std::uint64_t seq = load_u64(req.data() + 8);
-                if (type == msg_claim) on_claim(fd, *p, seq);
-                else if (type == msg_release) on_release(fd, *p, seq);
-                else drop_peer(fd);
+    }
+
+    std::vector<int> peer_fds() {
+        std::lock_guard lock(mutex_);
+        std::vector<int> out;
+        for (auto& [fd, p] : peers_) out.push_back(fd);
+        return out;
+    }
+
+    // The requests waiting on peer `fd`'s socket (at most `most`; all by default).
+    void serve(int fd, std::size_t most = std::numeric_limits<std::size_t>::max()) {
+        for (std::size_t served = 0; served < most; ++served) {
+            peer* p = nullptr;
+            {
+                std::lock_guard lock(mutex_);
+                const auto it = peers_.find(fd);
+                if (it == peers_.end()) return;  // dropped
+                p = &it->second;
             }
+            std::array<std::byte, 16> req{};
+            const ssize_t n = ::recv(fd, req.data(), req.size(), MSG_DONTWAIT);
+            if (n < 0 && errno == EINTR) continue;
+            if (n < 0 && errno == EAGAIN) return;
+            if (n != 16) {  // closed, died, or spoke nonsense
+                drop_peer(fd);
+                return;
+            }
+            const std::uint32_t type = load_u32(req.data());
+            const std::uint64_t seq = load_u64(req.data() + 8);
+            if (type == msg_claim || type == msg_claim_quiet) on_claim(fd, *p, seq, type == msg_claim_quiet);
+            else if (type == msg_release) on_release(fd, *p, seq);
+            else drop_peer(fd);
         }
     }
 
@@ -385,6 +505,10 @@ private:
     // Peers: added, removed and changed by the thread only (under the lock
     // where collect() reads them).
     std::map<int, peer> peers_;
+    std::size_t closed_untold_ = 0;  // closed segment ids waiting in peers' `closed`
+    // No message in flight is due before this (the thread's next full scan).
+    std::chrono::steady_clock::time_point deadline_ = std::chrono::steady_clock::time_point::max();
+    std::vector<std::uint64_t> touched_;  // claimed or released since the last collect()
     bool stopping_ = false;
     std::thread thread_;
 };

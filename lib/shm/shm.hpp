@@ -4,8 +4,8 @@
 // Wire (over ZeroMQ, ipc): [envelope...] first, header_0, desc_0, header_1,
 // desc_1, ...: the multipart form with every data frame replaced by a
 // 32-byte descriptor. `first` = "~TenShm~", u32 version, u32 name length,
-// the sender's side-channel name, u64 sequence number. All integers little
-// endian. A plain multipart receiver takes `first` for a header and fails.
+// the sender's side-channel name, u64 sequence number, u64 claim-by time
+// (see shm_first). All integers little endian. A plain multipart receiver takes `first` for a header and fails.
 #pragma once
 
 #include <tenbin/codec.hpp>
@@ -24,7 +24,7 @@
 
 namespace tenbin::detail {
 
-inline constexpr std::uint32_t shm_version = 1;
+inline constexpr std::uint32_t shm_version = 2;
 inline constexpr std::size_t shm_descriptor_size = 32;
 
 // Where one tensor's bytes lie: `length` bytes at `offset` in segment
@@ -41,6 +41,10 @@ struct shm_descriptor {
 struct shm_first {
     std::string side;  // the sender's side-channel name (abstract namespace)
     std::uint64_t seq = 0;
+    // The sender's CLOCK_MONOTONIC (ns) until which a claim sent without
+    // waiting for the answer is sure to be seen before the message can be
+    // given up; 0: claim and wait for the answer.
+    std::uint64_t claim_by = 0;
 };
 
 // Parsers of the wire, for the receiver and the fuzz target: bad input is a
@@ -76,6 +80,8 @@ bool shm_send(shm_sender& s, zmq::socket_ref socket, tensor_span tensors, std::s
 void shm_close(shm_sender& s, std::chrono::milliseconds linger);
 // Messages sent and not yet given back by every receiver (for tests).
 std::size_t shm_in_flight(shm_sender& s);
+// Claims this process sent without waiting for the answer (for tests).
+std::uint64_t shm_quiet_claims();
 
 // Tensors of one shm message (frames after the envelope), or nothing when
 // the sender had already given the message up (a late subscriber, an

@@ -17,22 +17,24 @@ shm_first parse_shm_first(bytes_view f) {
         throw error(errc::unsupported, "shm wire version " + std::to_string(version) + ", this build speaks " +
                                            std::to_string(shm_version));
     const std::uint32_t n = load_u32(f.data() + 12);
-    if (n == 0 || n > max_side_name || f.size() != 16 + std::size_t{n} + 8)
+    if (n == 0 || n > max_side_name || f.size() != 16 + std::size_t{n} + 16)
         throw error(errc::bad_header, "shm first frame: bad side-channel name length " + std::to_string(n) +
                                           " in a frame of " + std::to_string(f.size()) + " bytes");
     shm_first out;
     out.side.assign(reinterpret_cast<const char*>(f.data() + 16), n);
     out.seq = load_u64(f.data() + 16 + n);
+    out.claim_by = load_u64(f.data() + 24 + n);
     return out;
 }
 
 std::vector<std::byte> encode_shm_first(const shm_first& f) {
-    std::vector<std::byte> out(16 + f.side.size() + 8);
+    std::vector<std::byte> out(16 + f.side.size() + 16);
     std::memcpy(out.data(), shm_magic, 8);
     store_u32(out.data() + 8, shm_version);
     store_u32(out.data() + 12, static_cast<std::uint32_t>(f.side.size()));
     std::memcpy(out.data() + 16, f.side.data(), f.side.size());
     store_u64(out.data() + 16 + f.side.size(), f.seq);
+    store_u64(out.data() + 24 + f.side.size(), f.claim_by);
     return out;
 }
 
