@@ -5,6 +5,7 @@
 
 #include "shm/shm.hpp"
 #include "support.hpp"
+#include "zmq_fixture.hpp"
 
 #include <doctest/doctest.h>
 
@@ -28,12 +29,6 @@ using namespace tenbin;
 using namespace std::chrono_literals;
 
 namespace {
-
-// A fresh ipc name per use (the socket file lives in /tmp).
-std::string fresh_name() {
-    static std::atomic<int> n{0};
-    return "/tmp/tenbin-test-shm-" + std::to_string(::getpid()) + "-" + std::to_string(n++);
-}
 
 // Runs peer `role` (see the "shm peer" case below) in a child process: a
 // fresh exec of this binary, since a forked copy of a threaded process
@@ -113,13 +108,9 @@ std::size_t count_shm_maps() {
     return n;
 }
 
-connection_options timeouts() {
-    connection_options o;
-    o.recv_timeout = 10s;
-    o.send_timeout = 10s;
-    o.linger = 5s;
-    return o;
-}
+// Longer waits than the other tests': the far end is a fresh process,
+// and runs under the sanitizers too.
+connection_options timeouts() { return test_zmq::bounded_options(10s, 5s); }
 
 }  // namespace
 
@@ -205,7 +196,7 @@ TEST_CASE("+shm URLs are ipc carrying shared memory; mixing transports is refuse
 }
 
 TEST_CASE("PUSH/PULL across processes: pool tensors and copied-in ones arrive intact") {
-    const std::string name = fresh_name();
+    const std::string name = test_zmq::fresh_ipc_path();
     connection pull("zpull+shm://" + name, timeouts());
     const pid_t child = spawn("push " + name + " 50");
     std::vector<std::vector<tensor>> kept;
@@ -222,7 +213,7 @@ TEST_CASE("PUSH/PULL across processes: pool tensors and copied-in ones arrive in
 }
 
 TEST_CASE("large copied-in tensors (streamed into shared memory) arrive intact, tails included") {
-    const std::string name = fresh_name();
+    const std::string name = test_zmq::fresh_ipc_path();
     connection pull("zpull+shm://" + name, timeouts());
     connection push("zpush+shm://" + name, timeouts());
     std::vector<tensor> m;
@@ -243,7 +234,7 @@ TEST_CASE("large copied-in tensors (streamed into shared memory) arrive intact, 
 }
 
 TEST_CASE("a loader receives +shm batches on its thread; the consumer releases them") {
-    const std::string name = fresh_name();
+    const std::string name = test_zmq::fresh_ipc_path();
     loader_options lo;
     lo.connection = timeouts();
     loader l("zpull+shm://" + name, lo);
@@ -257,7 +248,7 @@ TEST_CASE("a loader receives +shm batches on its thread; the consumer releases t
 }
 
 TEST_CASE("PAIR both ways across processes") {
-    const std::string name = fresh_name();
+    const std::string name = test_zmq::fresh_ipc_path();
     connection_options o = timeouts();
     o.kind = socket_kind::pair;
     o.bind = true;
@@ -273,7 +264,7 @@ TEST_CASE("PAIR both ways across processes") {
 }
 
 TEST_CASE("PUB/SUB fans out to 3 subscriber processes, and held messages stay intact") {
-    const std::string name = fresh_name();
+    const std::string name = test_zmq::fresh_ipc_path();
     connection_options po = timeouts();
     po.shm_pool_bytes = 8u << 20;
     connection pub("zpub+shm://" + name, po);
@@ -304,7 +295,7 @@ TEST_CASE("PUB/SUB fans out to 3 subscriber processes, and held messages stay in
 }
 
 TEST_CASE("a burst published before the first subscriber claims anything reaches it whole") {
-    const std::string name = fresh_name();
+    const std::string name = test_zmq::fresh_ipc_path();
     connection pub("zpub+shm://" + name, timeouts());
     connection sub("zsub+shm://" + name, timeouts());
     std::this_thread::sleep_for(300ms);  // subscribed (ZeroMQ), not yet on the side channel
@@ -314,7 +305,7 @@ TEST_CASE("a burst published before the first subscriber claims anything reaches
 }
 
 TEST_CASE("a sender killed mid-stream leaves received tensors valid") {
-    const std::string name = fresh_name();
+    const std::string name = test_zmq::fresh_ipc_path();
     connection pull("zpull+shm://" + name, timeouts());
     const pid_t child = spawn("push " + name + " 0");  // for ever
     std::vector<std::vector<tensor>> kept;
@@ -337,7 +328,7 @@ TEST_CASE("a sender killed mid-stream leaves received tensors valid") {
 }
 
 TEST_CASE("a receiver killed while holding tensors does not pin the pool") {
-    const std::string name = fresh_name();
+    const std::string name = test_zmq::fresh_ipc_path();
     connection_options o = timeouts();
     o.shm_pool_bytes = 5u << 20;  // three messages of 1.5 MiB, and not a fourth
     // Messages ZeroMQ queued to the dead peer before it noticed are lost
@@ -363,7 +354,7 @@ TEST_CASE("a receiver killed while holding tensors does not pin the pool") {
 }
 
 TEST_CASE("fds and mappings stay bounded over 10,000 messages") {
-    const std::string name = fresh_name();
+    const std::string name = test_zmq::fresh_ipc_path();
     connection_options o = timeouts();
     o.shm_pool_bytes = 1u << 20;
     connection pull("zpull+shm://" + name, timeouts());
@@ -393,7 +384,7 @@ TEST_CASE("fds and mappings stay bounded over 10,000 messages") {
 }
 
 TEST_CASE("segments the sender closes are unmapped by the receiver, quiet claims or not") {
-    const std::string name = fresh_name();
+    const std::string name = test_zmq::fresh_ipc_path();
     connection_options o = timeouts();
     o.shm_pool_bytes = 1u << 20;
     connection pull("zpull+shm://" + name, timeouts());
@@ -419,7 +410,7 @@ TEST_CASE("segments the sender closes are unmapped by the receiver, quiet claims
 }
 
 TEST_CASE("a segment the sender closes is unmapped by its receiver at the next message, quiet claims or not") {
-    const std::string name = fresh_name();
+    const std::string name = test_zmq::fresh_ipc_path();
     connection pull("zpull+shm://" + name, timeouts());
     connection push("zpush+shm://" + name, timeouts());
     tensor a = push.pool().acquire(dtype::i4, {4096}, "a");  // held here: its block stays
@@ -447,7 +438,7 @@ TEST_CASE("a segment the sender closes is unmapped by its receiver at the next m
 }
 
 TEST_CASE("a message given up before its claim is skipped; one held past its lease stays intact") {
-    const std::string name = fresh_name();
+    const std::string name = test_zmq::fresh_ipc_path();
     connection_options o = timeouts();
     o.shm_lease = 300ms;
     connection pull("zpull+shm://" + name, timeouts());
@@ -484,7 +475,7 @@ TEST_CASE("a message given up before its claim is skipped; one held past its lea
 }
 
 TEST_CASE("a receiver forgets senders that are gone: fds and mappings stay bounded") {
-    const std::string name = fresh_name();
+    const std::string name = test_zmq::fresh_ipc_path();
     connection pull("zpull+shm://" + name, timeouts());
     std::size_t fds = 0, maps = 0;
     for (int s = 0; s < 60; ++s) {
@@ -506,7 +497,7 @@ TEST_CASE("a receiver forgets senders that are gone: fds and mappings stay bound
 }
 
 TEST_CASE("a full pool makes send wait, and time out") {
-    const std::string name = fresh_name();
+    const std::string name = test_zmq::fresh_ipc_path();
     connection_options o = timeouts();
     o.shm_pool_bytes = 1u << 20;
     o.send_timeout = 200ms;
@@ -539,7 +530,7 @@ namespace {
 // One shm message as it travels, caught by a plain socket.
 struct tap {
     zmq::context_t ctx{1};
-    std::string name = fresh_name();
+    std::string name = test_zmq::fresh_ipc_path();
     connection push{"zpush+shm://" + name, [] {
         connection_options o = timeouts();
         o.linger = 100ms;  // messages refused before their claim are never claimed
@@ -563,16 +554,16 @@ void forward(zmq::socket_t& out, std::vector<zmq::message_t>& frames) {
         out.send(frames[i], i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
 }
 
+// Writes a descriptor word of frame `f` in place.
 void put_u64(zmq::message_t& f, std::size_t at, std::uint64_t v) {
-    auto* p = static_cast<unsigned char*>(f.data());
-    for (int i = 0; i < 8; ++i) p[at + i] = static_cast<unsigned char>(v >> (8 * i));
+    test_support::store_le({static_cast<std::byte*>(f.data()), f.size()}, at, 8, v);
 }
 
 }  // namespace
 
 TEST_CASE("corrupt descriptors are typed errors, and the connection goes on") {
     tap t;
-    const std::string name = fresh_name();
+    const std::string name = test_zmq::fresh_ipc_path();
     connection_options ro = timeouts();
     ro.recv_timeout = 2s;
     connection pull("zpull+shm://" + name, ro);
@@ -609,7 +600,7 @@ TEST_CASE("corrupt descriptors are typed errors, and the connection goes on") {
 }
 
 TEST_CASE("expected infos are checked on shm messages, and the one refused is given back") {
-    const std::string name = fresh_name();
+    const std::string name = test_zmq::fresh_ipc_path();
     connection_options ro = timeouts();
     ro.decode.expect_infos = std::vector<std::string>{"x"};
     connection pull("zpull+shm://" + name, ro);
@@ -630,7 +621,7 @@ TEST_CASE("a plain receiver refuses an shm message; an shm receiver refuses a pl
     const tensor x = tensor::from_vector(std::vector<float>(100, 3.0f), {100}, "x");
     auto frames = t.next(x);
     {
-        const std::string name = fresh_name();
+        const std::string name = test_zmq::fresh_ipc_path();
         connection_options o = timeouts();
         connection plain("zpull+ipc://" + name, o);
         zmq::socket_t out(t.ctx, zmq::socket_type::push);
@@ -648,7 +639,7 @@ TEST_CASE("a plain receiver refuses an shm message; an shm receiver refuses a pl
         }
     }
     {
-        const std::string name = fresh_name();
+        const std::string name = test_zmq::fresh_ipc_path();
         connection shm("zpull+shm://" + name, timeouts());
         connection plain("zpush+ipc://" + name, timeouts());
         REQUIRE(plain.send(x));
