@@ -48,7 +48,7 @@ WORKLOADS = [
     ("small", 256, "small", 1000, 40000, 5000, "msg/s", "small 256 B", 0, "tcp", None),
     ("small", 256, "small", 1000, 40000, 5000, "msg/s", "small 256 B recv_hwm 1000", 0, "tcp", 1000),
     ("small", 256, "small", 1000, 10000, 5000, "msg/s", "small 256 B queued", 1.0, "tcp", 10000),
-    ("batch", 256 * 3 * 224 * 224 * 2 + 256 * 4, "multi", 2, 40, 6, "GB/s", "batch 77 MB shm", 0, "shm", None),
+    ("batch", 256 * 3 * 224 * 224 * 2 + 256 * 4, "multi", 2, 150, 20, "GB/s", "batch 77 MB shm", 0, "shm", None),
     ("quad", MiB, "multi", 20, 2000, 300, "GB/s", "multi 1 MiB shm", 0, "shm", None),
 ]
 QUEUED_HWM = 10000
