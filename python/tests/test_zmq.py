@@ -533,7 +533,7 @@ def test_waiting_messages_are_taken_as_blocking_receives_take_them():
     rx.recv()  # connected: what follows queues up
     arrays = [np.arange(24, dtype="f4").reshape(2, 3, 4), np.array(7, "u4"), np.zeros((0, 3), "i2"),
               np.arange(512, dtype="u1").reshape((2,) * 9)]
-    rank33 = [np.array([peer.word("f4"), 0, 33] + [1] * 33, "<i8").tobytes(), np.float32(5).tobytes()]
+    rank33 = [np.array([peer.str64("f4"), 0, 33] + [1] * 33, "<i8").tobytes(), np.float32(5).tobytes()]
     s.send_multipart(peer.encode_list(arrays))
     s.send(b"not tenbin at all")
     s.send_multipart(rank33)
