@@ -112,6 +112,13 @@ std::size_t count_shm_maps() {
 // and runs under the sanitizers too.
 connection_options timeouts() { return test_zmq::bounded_options(10s, 5s); }
 
+// The same, with a sender's pool of `bytes`.
+connection_options with_pool(std::uint64_t bytes) {
+    connection_options o = timeouts();
+    o.shm_pool_bytes = bytes;
+    return o;
+}
+
 }  // namespace
 
 // The far ends, in processes of their own (see spawn); nothing unless
@@ -265,8 +272,7 @@ TEST_CASE("PAIR both ways across processes") {
 
 TEST_CASE("PUB/SUB fans out to 3 subscriber processes, and held messages stay intact") {
     const std::string name = test_zmq::fresh_ipc_path();
-    connection_options po = timeouts();
-    po.shm_pool_bytes = 8u << 20;
+    connection_options po = with_pool(8u << 20);
     connection pub("zpub+shm://" + name, po);
     std::vector<pid_t> subs;
     for (int s = 0; s < 3; ++s)
@@ -329,8 +335,7 @@ TEST_CASE("a sender killed mid-stream leaves received tensors valid") {
 
 TEST_CASE("a receiver killed while holding tensors does not pin the pool") {
     const std::string name = test_zmq::fresh_ipc_path();
-    connection_options o = timeouts();
-    o.shm_pool_bytes = 5u << 20;  // three messages of 1.5 MiB, and not a fourth
+    connection_options o = with_pool(5u << 20);  // three messages of 1.5 MiB, and not a fourth
     // Messages ZeroMQ queued to the dead peer before it noticed are lost
     // unclaimed: the lease gives them up.
     o.shm_lease = 2s;
@@ -355,8 +360,7 @@ TEST_CASE("a receiver killed while holding tensors does not pin the pool") {
 
 TEST_CASE("fds and mappings stay bounded over 10,000 messages") {
     const std::string name = test_zmq::fresh_ipc_path();
-    connection_options o = timeouts();
-    o.shm_pool_bytes = 1u << 20;
+    connection_options o = with_pool(1u << 20);
     connection pull("zpull+shm://" + name, timeouts());
     connection push("zpush+shm://" + name, o);
     const std::uint64_t quiet = detail::shm_quiet_claims();
@@ -385,8 +389,7 @@ TEST_CASE("fds and mappings stay bounded over 10,000 messages") {
 
 TEST_CASE("segments the sender closes are unmapped by the receiver, quiet claims or not") {
     const std::string name = test_zmq::fresh_ipc_path();
-    connection_options o = timeouts();
-    o.shm_pool_bytes = 1u << 20;
+    connection_options o = with_pool(1u << 20);
     connection pull("zpull+shm://" + name, timeouts());
     connection push("zpush+shm://" + name, o);
     const std::uint64_t quiet = detail::shm_quiet_claims();
@@ -479,8 +482,7 @@ TEST_CASE("a receiver forgets senders that are gone: fds and mappings stay bound
     connection pull("zpull+shm://" + name, timeouts());
     std::size_t fds = 0, maps = 0;
     for (int s = 0; s < 60; ++s) {
-        connection_options o = timeouts();
-        o.shm_pool_bytes = 1u << 20;
+        connection_options o = with_pool(1u << 20);
         connection push("zpush+shm://" + name, o);
         for (std::int32_t k = 1; k <= 5; ++k) {
             REQUIRE(push.send(batch(push, k, 256)));
@@ -498,8 +500,7 @@ TEST_CASE("a receiver forgets senders that are gone: fds and mappings stay bound
 
 TEST_CASE("a full pool makes send wait, and time out") {
     const std::string name = test_zmq::fresh_ipc_path();
-    connection_options o = timeouts();
-    o.shm_pool_bytes = 1u << 20;
+    connection_options o = with_pool(1u << 20);
     o.send_timeout = 200ms;
     connection pull("zpull+shm://" + name, timeouts());
     connection push("zpush+shm://" + name, o);
