@@ -251,16 +251,16 @@ input_list inputs(const py::iterable& list, hold how, const py::object& infos = 
 py::array array_of(const tenbin::tensor& t, bool pool = false) {
     const py::dtype& dt = numpy_dtypes()[static_cast<int>(t.dtype())];
     const auto& shape = t.shape();
+    // NumPy's arrays have at most 32 dimensions (64 from NumPy 2 on); the
+    // limits may let more through (max_rank raised).
+    const auto too_many = [&] {
+        raise_error("limit_exceeded", "a tensor of rank " + std::to_string(shape.size()) +
+                                          ": more dimensions than NumPy's arrays can have");
+    };
+    std::array<Py_intptr_t, 64> dims{};
+    if (shape.size() > dims.size()) too_many();
+    std::copy(shape.begin(), shape.end(), dims.begin());
     if (t.nbytes() == 0) return py::array(dt, std::vector<py::ssize_t>(shape.begin(), shape.end()));
-    std::array<Py_intptr_t, 64> small{};
-    std::vector<Py_intptr_t> large;
-    Py_intptr_t* dims = small.data();
-    if (shape.size() > small.size()) {
-        large.assign(shape.begin(), shape.end());
-        dims = large.data();
-    } else {
-        std::copy(shape.begin(), shape.end(), small.begin());
-    }
     auto* keep = new tenbin::buffer(t.data());
     py::capsule base(keep, pool ? pool_capsule : buffer_capsule, [](PyObject* cap) {
         delete static_cast<tenbin::buffer*>(PyCapsule_GetPointer(cap, PyCapsule_GetName(cap)));
@@ -270,14 +270,12 @@ py::array array_of(const tenbin::tensor& t, bool pool = false) {
     // contiguity and alignment.
     const int flags = t.data().writable() ? py::detail::npy_api::NPY_ARRAY_WRITEABLE_ : 0;
     auto a = py::reinterpret_steal<py::array>(api.PyArray_NewFromDescr_(
-        api.PyArray_Type_, dt.inc_ref().ptr(), static_cast<int>(shape.size()), dims, nullptr,
+        api.PyArray_Type_, dt.inc_ref().ptr(), static_cast<int>(shape.size()), dims.data(), nullptr,
         const_cast<std::byte*>(keep->data()), flags, nullptr));
     if (!a) {
-        // A rank the limits let through (max_rank raised) but NumPy's arrays cannot have.
         if (shape.size() > 32 && PyErr_ExceptionMatches(PyExc_ValueError)) {
             PyErr_Clear();
-            raise_error("limit_exceeded", "a tensor of rank " + std::to_string(shape.size()) +
-                                              ": NumPy's arrays have at most 32 dimensions");
+            too_many();
         }
         throw py::error_already_set();
     }
