@@ -562,6 +562,30 @@ void put_u64(zmq::message_t& f, std::size_t at, std::uint64_t v) {
 
 }  // namespace
 
+TEST_CASE("a closed sender hands out none of its blocks again; what was received stays intact") {
+    const std::string name = test_zmq::fresh_ipc_path();
+    connection pull("zpull+shm://" + name, timeouts());
+    connection push("zpush+shm://" + name, timeouts());
+    tensor_pool& pool = push.pool();
+    std::vector<tensor> got;
+    {
+        tensor t = pool.acquire(dtype::u1, {1 << 16});
+        std::span<std::byte> b = t.mutable_bytes();
+        for (std::size_t i = 0; i < b.size(); ++i) b[i] = static_cast<std::byte>(test_support::counted_pattern(i));
+        REQUIRE(push.send(t));
+        got = pull.recv().value();
+    }  // the message's block is the pool's again once claimed and released: we still hold it
+    push.close();
+    CHECK(test_support::error_class([&] { push.pool(); }) == "bad_argument");
+    // The block the receiver reads is not handed out again, not even
+    // through a reference taken before the close.
+    const pool_stats before = pool.stats();
+    tensor fresh = pool.acquire(dtype::u1, {1 << 16});
+    std::fill(fresh.mutable_bytes().begin(), fresh.mutable_bytes().end(), std::byte{0xee});
+    CHECK(pool.stats().reuses == before.reuses);
+    CHECK(test_support::holds_pattern(got.at(0)));
+}
+
 TEST_CASE("corrupt descriptors are typed errors, and the connection goes on") {
     tap t;
     const std::string name = test_zmq::fresh_ipc_path();

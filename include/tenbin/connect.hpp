@@ -275,7 +275,8 @@ public:
     void close();
     /// `+shm` senders: the pool whose tensors send() hands over without a
     /// copy (fill them, send, drop them). Throws bad_argument on other
-    /// connections.
+    /// connections, and once closed: close() retires the pool's blocks, as
+    /// a receiver may still read them (tensors taken before stay valid).
     tensor_pool& pool();
 
 private:

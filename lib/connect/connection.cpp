@@ -239,6 +239,7 @@ connection::~connection() {
 }
 
 tensor_pool& connection::pool() {
+    check_open(socket_, "take the pool");
     if (!shm_sender_)
         throw error(errc::bad_argument, "connection::pool() is for +shm connections that send");
     return detail::shm_pool(*shm_sender_);

@@ -111,6 +111,11 @@ public:
             std::lock_guard lock(mutex_);
             dropped.swap(flights_);
         }
+        dropped.clear();
+        // Receivers may still hold what was in flight, or claim it after
+        // the stop: none of the pool's blocks is handed out again (they
+        // leave as their last holders drop them); a fresh pool replaces it.
+        pool_ = tensor_pool(pool_.options(), memory_);
     }
 
     tensor_pool& pool() { return pool_; }
