@@ -68,13 +68,14 @@ public:
         return dead();
     }
 
-    // CLAIMs `seq` of a message naming `segments`: their mappings are then
-    // in `segment()`. False for GONE. Quiet (no answer awaited) when every
-    // segment is mapped and the sender's clock is surely before `claim_by`.
-    bool claim(std::uint64_t seq, std::uint64_t claim_by, std::span<const std::uint64_t> segments) {
+    // CLAIMs `seq` of a message described by `descs`: their segments'
+    // mappings are then in `segment()`. False for GONE. Quiet (no answer
+    // awaited) when every segment is mapped and the sender's clock is
+    // surely before `claim_by`.
+    bool claim(std::uint64_t seq, std::uint64_t claim_by, std::span<const shm_descriptor> descs) {
         std::lock_guard lock(mutex_);
-        if (claim_by != 0 && offset_ && std::all_of(segments.begin(), segments.end(), [&](std::uint64_t id) {
-                return maps_.count(id) != 0;
+        if (claim_by != 0 && offset_ && std::all_of(descs.begin(), descs.end(), [&](const shm_descriptor& d) {
+                return d.length == 0 || maps_.count(d.segment) != 0;
             })) {
             if (!send_packet(fd_.fd, request(msg_claim_quiet, seq))) return lost("cannot claim a message");
             // Read after the claim was written: the sender sees it before giving the message up.
@@ -206,10 +207,7 @@ public:
         std::shared_ptr<side_link> link = link_for(first.side);
         bool ok = false;
         try {
-            std::vector<std::uint64_t> segments;
-            for (const shm_descriptor& d : descs)
-                if (d.length != 0) segments.push_back(d.segment);
-            ok = link->claim(first.seq, first.claim_by, segments);
+            ok = link->claim(first.seq, first.claim_by, descs);
         } catch (...) {
             links_.erase(first.side);
             throw;

@@ -182,7 +182,9 @@ public:
             // read before f.sent, so half a lease before the give-up at the latest.
             // Fan-out: before the grace too, should every subscriber leave the side channel.
             const auto horizon = fan_out_ ? std::min<std::chrono::milliseconds>(lease_, fan_out_grace) : lease_;
-            if (closed_untold_ == 0 && !memory_->has_closed() && !(fan_out_ && peers_.empty()))
+            const bool untold =
+                std::any_of(peers_.begin(), peers_.end(), [](auto& e) { return !e.second.closed.empty(); });
+            if (!untold && !memory_->has_closed() && !(fan_out_ && peers_.empty()))
                 claim_by = monotonic_ns() + static_cast<std::uint64_t>(
                                                 std::chrono::duration_cast<std::chrono::nanoseconds>(horizon).count() / 2);
         }
@@ -371,7 +373,6 @@ private:
             const std::size_t k = std::min(p.closed.size(), closed_per_reply);
             gone.assign(p.closed.begin(), p.closed.begin() + static_cast<std::ptrdiff_t>(k));
             p.closed.erase(p.closed.begin(), p.closed.begin() + static_cast<std::ptrdiff_t>(k));
-            closed_untold_ -= k;
         }
         std::vector<std::byte> reply(16 + 8 * gone.size());
         store_u32(reply.data(), ok ? msg_ok : msg_gone);
@@ -399,7 +400,6 @@ private:
                     it->second.claimers.erase(fd);
                     touched_.push_back(seq);
                 }
-            closed_untold_ -= p.closed.size();
             peers_.erase(fd);
         }
         ::close(fd);
@@ -438,10 +438,7 @@ private:
         std::lock_guard lock(mutex_);
         for (std::uint64_t id : memory_->take_closed())
             for (auto& [fd, p] : peers_)
-                if (p.given.erase(id)) {
-                    p.closed.push_back(id);
-                    ++closed_untold_;
-                }
+                if (p.given.erase(id)) p.closed.push_back(id);
     }
 
     std::vector<int> peer_fds() {
@@ -510,7 +507,6 @@ private:
     // Peers: added, removed and changed by the thread only (under the lock
     // where collect() reads them).
     std::map<int, peer> peers_;
-    std::size_t closed_untold_ = 0;  // closed segment ids waiting in peers' `closed`
     // No message in flight is due before this (the thread's next full scan).
     std::chrono::steady_clock::time_point deadline_ = std::chrono::steady_clock::time_point::max();
     std::vector<std::uint64_t> touched_;  // claimed or released since the last collect()
