@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -238,6 +239,51 @@ TEST_CASE("large copied-in tensors (streamed into shared memory) arrive intact, 
             CHECK(std::memcmp(got[t].data().data(), m[t].data().data(), m[t].nbytes()) == 0);
         }
     }
+}
+
+TEST_CASE("small tensors kept from a copied-in message hold none of the pool; kept pool tensors hold theirs") {
+    const std::string name = test_zmq::fresh_ipc_path();
+    connection pull("zpull+shm://" + name, timeouts());
+    connection push("zpush+shm://" + name, timeouts());
+    // Copied in together, into one block: an image, its labels, an empty tensor.
+    auto message = [](std::int32_t k) {
+        return std::vector<tensor>{tensor::from_vector(std::vector<float>(256 * 1024, 0.5f * static_cast<float>(k))),
+                                   tensor::from_vector(std::vector<std::int32_t>{k, k + 1, k + 2}),
+                                   tensor::zeros(dtype::u1, {0})};
+    };
+    std::vector<tensor> kept;
+    for (std::int32_t k = 1; k <= 3; ++k) {
+        REQUIRE(push.send(message(k)));
+        auto got = pull.recv().value();
+        REQUIRE(got.size() == 3);
+        CHECK(got[0].values<float>()[1000] == 0.5f * static_cast<float>(k));
+        CHECK_FALSE(got[1].data().writable());
+        kept.push_back(got[1]);
+        kept.push_back(got[2]);
+    }
+    // The images are dropped: every block is back, and is written again.
+    CHECK(wait_idle(push));
+    for (std::int32_t k = 10; k <= 12; ++k) {
+        REQUIRE(push.send(message(k)));
+        CHECK(pull.recv().value().at(1).values<std::int32_t>()[0] == k);
+    }
+    CHECK(push.pool().stats().reuses > 0);
+    for (std::int32_t k = 1; k <= 3; ++k) {
+        const auto labels = kept[2 * static_cast<std::size_t>(k - 1)].values<std::int32_t>();
+        CHECK(std::vector<std::int32_t>(labels.begin(), labels.end()) == std::vector<std::int32_t>{k, k + 1, k + 2});
+    }
+    // A small pool tensor is the shared memory itself, not a copy: kept, it
+    // holds its message's blocks (its own and the heap tensor's).
+    REQUIRE(wait_idle(push));
+    tensor small = push.pool().acquire(dtype::i4, {3});
+    std::ranges::fill(small.mutable_values<std::int32_t>(), 42);
+    REQUIRE(push.send({small, tensor::from_vector(std::vector<std::int32_t>{1})}));
+    small = tensor();
+    tensor held = pull.recv().value().at(0);
+    CHECK(held.values<std::int32_t>()[2] == 42);
+    CHECK(wait_idle(push, 2));
+    held = tensor();
+    CHECK(wait_idle(push));
 }
 
 TEST_CASE("a loader receives +shm batches on its thread; the consumer releases them") {

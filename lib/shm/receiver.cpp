@@ -30,6 +30,12 @@ namespace {
 
 std::atomic<std::uint64_t> quiet_claims{0};
 
+// A tensor of at most this many bytes that shares its segment with other
+// tensors of its message (the sender copies a message's heap tensors into
+// one block) is copied out on receipt: kept alone (labels, keys), it would
+// hold the whole block from the sender's pool.
+constexpr std::uint64_t copy_out_bytes = 64 * 1024;
+
 struct mapping {
     const std::byte* base = nullptr;
     std::size_t size = 0;
@@ -217,26 +223,32 @@ public:
         auto keeper = std::make_shared<message_keeper>();
         keeper->link = link;
         keeper->seq = first.seq;
-        std::vector<std::pair<const std::byte*, std::size_t>> where(n);
-        for (std::size_t i = 0; i < n; ++i) {
-            const shm_descriptor& d = descs[i];
-            if (d.length == 0) continue;
-            std::shared_ptr<const mapping> m = link->segment(d.segment);
-            if (!m)
-                throw error(errc::bad_header, "tensor " + std::to_string(i) + ": unknown shm segment " +
-                                                  std::to_string(d.segment));
-            check_shm_extent(d, m->size, headers[i].dtype, i);
-            where[i] = {m->base + d.offset, static_cast<std::size_t>(d.length)};
-            if (std::find(keeper->maps.begin(), keeper->maps.end(), m) == keeper->maps.end())
-                keeper->maps.push_back(std::move(m));
-        }
+        const buffer::keeper_type shared = keeper;
+        std::vector<std::uint64_t> segments;
+        for (const shm_descriptor& d : descs)
+            if (d.length != 0) segments.push_back(d.segment);
+        std::sort(segments.begin(), segments.end());
         std::vector<tensor> out;
         out.reserve(n);
-        const buffer::keeper_type shared = keeper;
         for (std::size_t i = 0; i < n; ++i) {
-            buffer b = where[i].first
-                           ? buffer::share(shared, {const_cast<std::byte*>(where[i].first), where[i].second}, false)
-                           : buffer::share(shared, {}, false);
+            const shm_descriptor& d = descs[i];
+            buffer b;  // an empty tensor holds nothing
+            if (d.length != 0) {
+                std::shared_ptr<const mapping> m = link->segment(d.segment);
+                if (!m)
+                    throw error(errc::bad_header, "tensor " + std::to_string(i) + ": unknown shm segment " +
+                                                      std::to_string(d.segment));
+                check_shm_extent(d, m->size, headers[i].dtype, i);
+                const bytes_view bytes{m->base + d.offset, static_cast<std::size_t>(d.length)};
+                const auto [lo, hi] = std::equal_range(segments.begin(), segments.end(), d.segment);
+                if (d.length <= copy_out_bytes && hi - lo > 1) {
+                    b = buffer::copy(bytes).read_only();
+                } else {
+                    b = buffer::share(shared, {const_cast<std::byte*>(bytes.data()), bytes.size()}, false);
+                    if (std::find(keeper->maps.begin(), keeper->maps.end(), m) == keeper->maps.end())
+                        keeper->maps.push_back(std::move(m));
+                }
+            }
             out.emplace_back(headers[i].dtype, std::move(headers[i].shape), std::move(b), headers[i].info);
         }
         // Checked on the tensors, as every decoder does: refused, they give the message back at once.
