@@ -38,8 +38,11 @@ public:
         released.fetch_add(1);
         std::free(block.data());
     }
+    void waiting(bool begins) noexcept override { (begins ? waits_begun : waits_ended).fetch_add(1); }
     std::atomic<int> allocated{0};
     std::atomic<int> released{0};
+    std::atomic<int> waits_begun{0};
+    std::atomic<int> waits_ended{0};
 };
 
 // A PUSH/PULL pair over inproc or tcp, with timeouts so that a failure
@@ -213,6 +216,31 @@ TEST_CASE("an exhausted pool waits for a release, or fails clearly") {
     CHECK(small.stats().allocations == 3);
     CHECK(small.stats().buffers == 2);  // the idle 200 KiB block made room
     CHECK(small.stats().bytes <= 256 << 10);
+}
+
+TEST_CASE("a pool tells its memory source when an acquire waits, and when that wait is over") {
+    auto source = std::make_shared<counting_memory>();
+    tensor_pool pool({.max_bytes = 1 << 20, .max_buffers = 1, .wait = 0ms}, source);
+    tensor a = pool.acquire(dtype::u1, {1000});
+    CHECK(source->waits_begun == 0);
+    // A wait that times out.
+    CHECK_FALSE(pool.try_acquire(dtype::u1, {1000}, {}, 0ms));
+    CHECK(source->waits_begun == 1);
+    CHECK(source->waits_ended == 1);
+    // A wait a release on another thread ends (once the acquire waits).
+    std::thread releaser([&pool, held = std::move(a)]() mutable {
+        while (pool.stats().waits < 2) std::this_thread::sleep_for(1ms);
+        held = tensor();
+    });
+    auto c = pool.try_acquire(dtype::u1, {1000}, {}, 10000ms);
+    releaser.join();
+    REQUIRE(c.has_value());
+    CHECK(source->waits_begun == 2);
+    CHECK(source->waits_ended == 2);
+    // No wait, nothing told.
+    c.reset();
+    (void)pool.acquire(dtype::u1, {1000});
+    CHECK(source->waits_begun == 2);
 }
 
 TEST_CASE("a pool can go before its tensors, and before the ZeroMQ context") {

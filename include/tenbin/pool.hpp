@@ -38,6 +38,11 @@ public:
     /// Takes back a block `allocate` returned, whole. Must not throw; may
     /// run on a ZeroMQ I/O thread.
     virtual void deallocate(mutable_bytes block) noexcept = 0;
+    /// Told when an acquire starts waiting for a release (`true`) and when
+    /// that acquire is over (`false`), under the pool's lock: it must not
+    /// call the pool. A source whose blocks come back through a channel it
+    /// polls can hurry them. Does nothing unless overridden.
+    virtual void waiting(bool begins) noexcept { (void)begins; }
 };
 
 /// The heap as a memory source (64-byte-aligned blocks).

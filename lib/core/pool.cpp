@@ -189,6 +189,14 @@ std::optional<tensor> tensor_pool::try_acquire(tenbin::dtype t, shape_t shape, s
     std::byte* block = nullptr;
     std::size_t block_capacity = 0;
     bool waited = false;
+    // Tells the source when a wait is over, also by a timeout or a throw (under the lock).
+    struct wait_end {
+        detail::pool_state& s;
+        const bool& waited;
+        ~wait_end() {
+            if (waited) s.source->waiting(false);
+        }
+    } end{s, waited};
     for (;;) {
         if (auto it = s.idle.lower_bound(n); it != s.idle.end() && fits(it->first, n)) {
             // Of the blocks of that size, the one given back last: its
@@ -209,7 +217,10 @@ std::optional<tensor> tensor_pool::try_acquire(tenbin::dtype t, shape_t shape, s
             s.stats.bytes += capacity;
             break;
         }
-        if (!waited) ++s.stats.waits;
+        if (!waited) {
+            ++s.stats.waits;
+            s.source->waiting(true);
+        }
         waited = true;
         if (forever)
             s.released.wait(lock);
@@ -218,6 +229,8 @@ std::optional<tensor> tensor_pool::try_acquire(tenbin::dtype t, shape_t shape, s
     }
     ++s.stats.in_use;
     s.stats.in_use_bytes += block_capacity;
+    if (waited) s.source->waiting(false);
+    waited = false;
     lock.unlock();
 
     std::shared_ptr<lease> keeper;
