@@ -632,6 +632,37 @@ TEST_CASE("a closed sender hands out none of its blocks again; what was received
     CHECK(test_support::holds_pattern(got.at(0)));
 }
 
+TEST_CASE("a receiver that corrupts its ring is cut off; its next link and the sender go on") {
+    const std::string name = test_zmq::fresh_ipc_path();
+    connection_options o = timeouts();
+    o.shm_lease = 1s;  // what the cut-off receiver claimed in its ring is given up after it
+    connection pull("zpull+shm://" + name, timeouts());
+    connection push("zpush+shm://" + name, o);
+    for (std::int32_t k = 1; k <= 3; ++k) {
+        REQUIRE(push.send(batch(push, k)));
+        REQUIRE(check_batch(pull.recv().value()) == k);
+    }
+    // The ring's first word counts the receiver's entries: a count far
+    // past what the ring holds.
+    std::ifstream maps("/proc/self/maps");
+    std::uintptr_t ring = 0;
+    for (std::string line; std::getline(maps, line) && !ring;)
+        if (line.find("memfd:tenbin-ring") != std::string::npos) ring = std::stoull(line, nullptr, 16);
+    REQUIRE(ring != 0);
+    std::atomic_ref<std::uint64_t>(*reinterpret_cast<std::uint64_t*>(ring)).store(std::uint64_t{1} << 40);
+    // The sender reads the ring at its next send and cuts the receiver off:
+    // that receiver's next claim fails.
+    REQUIRE(push.send(batch(push, 4)));
+    CHECK(test_support::error_class([&] { (void)pull.recv(); }) == "io_error");
+    // A new link, a new ring: messages arrive, and the pool gets every
+    // block back (the cut-off receiver's at the end of their lease).
+    for (std::int32_t k = 5; k <= 8; ++k) {
+        REQUIRE(push.send(batch(push, k)));
+        CHECK(check_batch(pull.recv().value()) == k);
+    }
+    CHECK(wait_idle(push));
+}
+
 TEST_CASE("corrupt descriptors are typed errors, and the connection goes on") {
     tap t;
     const std::string name = test_zmq::fresh_ipc_path();

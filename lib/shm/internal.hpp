@@ -21,6 +21,10 @@
 //   while no subscriber is on the side channel (the grace rule below). The
 //   sender reads every pending request before it gives any message up, so
 //   a quiet claim written in time is always seen.
+// - Quiet claims and RELEASEs go through a ring in shared memory once the
+//   sender's first answer has handed it over (see ring.hpp), not as packets:
+//   a packet wakes the side-channel thread, a ring entry waits for the
+//   sender's next send (or its thread, every few ms).
 // - The sender keeps a copy of each sent block's buffer (so the pool cannot
 //   reuse it) until the message is done with: a PUSH/PAIR message once its
 //   claimer RELEASEs it (its last tensor is dropped) or dies; a PUB message
@@ -82,14 +86,17 @@ inline constexpr std::size_t max_side_name = 100;
 
 // The side channel's packets: a receiver's requests (type, seq) and the
 // sender's replies (type, count, the sender's clock, count u64s; msg_fds
-// with descriptors). msg_claim_quiet gets no reply.
+// with descriptors, msg_ring with the ring's). msg_claim_quiet,
+// msg_release and msg_kick (see ring.hpp) get no reply.
 enum : std::uint32_t {
     msg_claim = 1,
     msg_release = 2,
     msg_claim_quiet = 3,
+    msg_kick = 4,
     msg_fds = 10,
     msg_ok = 11,
-    msg_gone = 12
+    msg_gone = 12,
+    msg_ring = 13
 };
 // Descriptors per SCM_RIGHTS packet (the kernel allows 253).
 inline constexpr std::size_t fds_per_packet = 64;
@@ -114,7 +121,13 @@ struct fd_guard {
     int fd = -1;
     explicit fd_guard(int f = -1) : fd(f) {}
     fd_guard(fd_guard&& o) noexcept : fd(std::exchange(o.fd, -1)) {}
-    fd_guard& operator=(fd_guard&&) = delete;
+    fd_guard& operator=(fd_guard&& o) noexcept {
+        if (this != &o) {
+            if (fd >= 0) ::close(fd);
+            fd = std::exchange(o.fd, -1);
+        }
+        return *this;
+    }
     ~fd_guard() {
         if (fd >= 0) ::close(fd);
     }

@@ -11,8 +11,8 @@
 
 namespace tenbin::detail::shm_impl {
 
-int new_segment_fd(std::size_t size) {
-    fd_guard fd(::memfd_create("tenbin-shm", MFD_CLOEXEC | MFD_ALLOW_SEALING));
+int new_segment_fd(std::size_t size, const char* name) {
+    fd_guard fd(::memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING));
     if (fd.fd < 0) sys_fail("memfd_create");
     if (::ftruncate(fd.fd, static_cast<off_t>(size)) != 0) sys_fail("ftruncate of a shm segment");
     // Sealed: a receiver's mapping can never lose pages under it (SIGBUS).
@@ -38,6 +38,21 @@ void shm_memory::deallocate(mutable_bytes block) noexcept {
     ::close(it->second.fd);
     closed_.push_back(it->second.id);
     segments_.erase(it);
+}
+
+void shm_memory::waiting(bool begins) noexcept {
+    waiters_.fetch_add(begins ? 1 : -1);
+    if (!begins) return;
+    std::lock_guard lock(mutex_);
+    const std::uint64_t one = 1;
+    if (wake_fd_ >= 0) {
+        [[maybe_unused]] const ssize_t r = ::write(wake_fd_, &one, sizeof one);
+    }
+}
+
+void shm_memory::wake_on_wait(int eventfd) {
+    std::lock_guard lock(mutex_);
+    wake_fd_ = eventfd;
 }
 
 std::optional<std::pair<std::uint64_t, std::uint64_t>> shm_memory::find(const std::byte* p, std::size_t n) {

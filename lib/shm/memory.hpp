@@ -5,6 +5,7 @@
 
 #include <tenbin/pool.hpp>
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -14,8 +15,8 @@
 
 namespace tenbin::detail::shm_impl {
 
-// A new memfd of `size` bytes, sealed against shrinking and growing.
-int new_segment_fd(std::size_t size);
+// A new memfd of `size` bytes named `name`, sealed against shrinking and growing.
+int new_segment_fd(std::size_t size, const char* name = "tenbin-shm");
 
 class shm_memory final : public pool_memory {
 public:
@@ -27,6 +28,10 @@ public:
 
     mutable_bytes allocate(std::size_t size) override;
     void deallocate(mutable_bytes block) noexcept override;
+    // Counts the pool's waiters; a wait's start writes the eventfd given.
+    void waiting(bool begins) noexcept override;
+    bool waited_on() const noexcept { return waiters_.load() > 0; }
+    void wake_on_wait(int eventfd);
 
     // The segment holding [p, p + n) and p's offset in it.
     std::optional<std::pair<std::uint64_t, std::uint64_t>> find(const std::byte* p, std::size_t n);
@@ -48,6 +53,8 @@ private:
     std::uint64_t next_id_ = 1;
     std::vector<std::uint64_t> closed_;
     std::uint64_t retired_ = 0;
+    std::atomic<int> waiters_{0};
+    int wake_fd_ = -1;
 };
 
 }  // namespace tenbin::detail::shm_impl

@@ -2,7 +2,7 @@
 // read-only, tensors made from descriptors checked against them.
 #ifdef __linux__
 
-#include "shm/internal.hpp"
+#include "shm/ring.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -21,6 +21,8 @@
 #include <sys/stat.h>
 #include <sys/time.h>
 #include <unistd.h>
+
+#include <thread>
 
 namespace tenbin::detail {
 
@@ -83,7 +85,7 @@ public:
         if (claim_by != 0 && offset_ && std::all_of(descs.begin(), descs.end(), [&](const shm_descriptor& d) {
                 return d.length == 0 || maps_.count(d.segment) != 0;
             })) {
-            if (!send_packet(fd_.fd, request(msg_claim_quiet, seq))) return lost("cannot claim a message");
+            if (!tell(shm_ring::claim_entry(seq), msg_claim_quiet, seq)) return lost("cannot claim a message");
             // Read after the claim was written: the sender sees it before giving the message up.
             if (static_cast<__int128>(monotonic_ns()) + *offset_ < static_cast<__int128>(claim_by)) {
                 quiet_claims.fetch_add(1, std::memory_order_relaxed);
@@ -127,6 +129,15 @@ public:
                 for (std::size_t k = 0; k < count; ++k) add_segment(load_u64(ids + 8 * k), fds[k].fd);
                 continue;
             }
+            if (type == msg_ring) {
+                if (count != 0 || fds.size() != 1 || ring_) return lost("a malformed side-channel reply");
+                try {
+                    ring_ = shm_ring::open(fds[0].fd);
+                } catch (const error&) {
+                    return lost("a ring that is not a sealed memfd of its size");
+                }
+                continue;
+            }
             if ((type != msg_ok && type != msg_gone) || !fds.empty()) return lost("a malformed side-channel reply");
             for (std::size_t k = 0; k < count; ++k) maps_.erase(load_u64(ids + 8 * k));
             // The sender's clock was read after `asked`: clock minus `asked` bounds the offset from above.
@@ -139,7 +150,7 @@ public:
     void release(std::uint64_t seq) noexcept {
         if (dead()) return;
         std::lock_guard lock(mutex_);
-        send_packet(fd_.fd, request(msg_release, seq));
+        tell(shm_ring::release_entry(seq), msg_release, seq);
     }
 
     std::shared_ptr<const mapping> segment(std::uint64_t id) {
@@ -149,6 +160,26 @@ public:
     }
 
 private:
+    // Tells the sender of a quiet claim or a release (under the lock):
+    // through the ring once there is one, with a KICK when the sender asks
+    // for it; a packet of `type` before. False when the sender is gone or
+    // has cut this receiver off.
+    bool tell(std::uint64_t entry, std::uint32_t type, std::uint64_t seq) noexcept {
+        if (!ring_) return send_packet(fd_.fd, request(type, seq));
+        // Full (the sender is behind): kick it and wait for room; a packet
+        // instead could overtake the ring's entries (a release before its claim).
+        for (int tries = 0; !ring_->push(entry); ++tries) {
+            if (tries == claim_timeout_s * 10000) return false;
+            if (tries % 100 == 0 && !send_packet(fd_.fd, request(msg_kick, 0))) return false;
+            std::this_thread::sleep_for(std::chrono::microseconds(100));
+        }
+        switch (ring_->asked()) {
+            case shm_ring::nothing: return true;
+            case shm_ring::kick: return send_packet(fd_.fd, request(msg_kick, 0));
+            default: return false;  // cut off
+        }
+    }
+
     [[noreturn]] bool lost(const std::string& why) {
         dead_ = true;
         throw error(errc::io_error, "shm side channel: " + why);
@@ -170,6 +201,7 @@ private:
     fd_guard fd_;
     std::atomic<bool> dead_{false};
     std::map<std::uint64_t, std::shared_ptr<const mapping>> maps_;
+    std::unique_ptr<shm_ring> ring_;  // from the sender's first answer
     // Upper bound of the sender's clock minus ours (ns), once answered.
     std::optional<__int128> offset_;
 };

@@ -3,6 +3,7 @@
 #ifdef __linux__
 
 #include "shm/memory.hpp"
+#include "shm/ring.hpp"
 
 #include <algorithm>
 #include <condition_variable>
@@ -28,6 +29,11 @@ namespace tenbin::detail {
 using namespace shm_impl;
 
 namespace {
+
+// How often the thread reads the rings while messages are in flight and
+// nothing else wakes it (a sender that stopped sending).
+constexpr int ring_period_ms = 2;
+constexpr std::chrono::milliseconds ring_nap_after{100};
 
 // Copy-ins of at least this many bytes use streaming stores: their
 // destination (a pool block last written many messages ago) is out of the
@@ -73,6 +79,8 @@ public:
         std::set<std::uint64_t> given;  // segments this peer has a descriptor of
         std::set<std::uint64_t> holding;
         std::vector<std::uint64_t> closed;  // segments gone, to tell it
+        std::unique_ptr<shm_ring> ring;     // its quiet claims and releases
+        fd_guard ring_fd;                   // the ring's memfd, until handed over
     };
 
     shm_sender(std::size_t pool_bytes, std::chrono::milliseconds lease, bool fan_out)
@@ -91,6 +99,7 @@ public:
         if (::listen(listen_.fd, 64) != 0) sys_fail("listening on the shm side channel");
         wake_.fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
         if (wake_.fd < 0) sys_fail("eventfd");
+        memory_->wake_on_wait(wake_.fd);
         thread_ = std::thread([this] { run(); });
     }
 
@@ -104,7 +113,11 @@ public:
         }
         wake();
         if (thread_.joinable()) thread_.join();
-        for (auto& [fd, p] : peers_) ::close(fd);
+        memory_->wake_on_wait(-1);
+        for (auto& [fd, p] : peers_) {
+            if (p.ring) p.ring->ask(shm_ring::cut_off);
+            ::close(fd);
+        }
         peers_.clear();
         std::map<std::uint64_t, flight> dropped;
         {
@@ -127,6 +140,11 @@ public:
 
     // Waits until every message was claimed (or given up), at most `linger`.
     void drain(std::chrono::milliseconds linger) {
+        {
+            std::lock_guard lock(mutex_);
+            draining_ = true;  // receivers kick the thread after each ring entry
+        }
+        wake();
         std::unique_lock lock(mutex_);
         done_.wait_for(lock, linger, [&] {
             if (fan_out_) return flights_.empty();
@@ -154,6 +172,7 @@ public:
             copy_in.push_back(i);
             copy_bytes += (v.data.size() + buffer_alignment - 1) / buffer_alignment * buffer_alignment;
         }
+        settle();
         if (!copy_in.empty()) {
             // One block for all of them: one segment, one descriptor to hand over.
             std::optional<tensor> block = pool_.try_acquire(
@@ -207,11 +226,12 @@ public:
         bool sooner = false;
         {
             std::lock_guard lock(mutex_);
-            sooner = deadline(f) < deadline_;
+            sooner = deadline(f) < deadline_ || std::exchange(napping_, false);
+            last_send_ = f.sent;
             deadline_ = std::min(deadline_, deadline(f));
             flights_.emplace(seq, std::move(f));
         }
-        if (sooner) wake();  // the thread sleeps past its lease
+        if (sooner) wake();  // the thread sleeps past its lease, or naps
         const auto flags = zmq::send_flags::none;
         for (std::size_t i = 0; i < frames.size(); ++i) {
             const bool more = i + 1 < frames.size();
@@ -240,6 +260,60 @@ private:
         std::map<std::uint64_t, flight>::node_type n;
         std::lock_guard lock(mutex_);
         n = flights_.extract(seq);
+    }
+
+    // What receivers appended to their rings, and the messages that leaves
+    // done with (their blocks back to the pool): the sender's thread, on
+    // each send, so that a copy-in takes the block given back last.
+    void settle() {
+        std::vector<flight> dropped;
+        {
+            std::lock_guard lock(mutex_);
+            take_rings();
+            const auto now = std::chrono::steady_clock::now();
+            if (fan_out_) {
+                for (auto it = flights_.begin(); it != flights_.end();)
+                    if (finished(it->first, it->second, now)) {
+                        dropped.push_back(std::move(it->second));
+                        it = flights_.erase(it);
+                    } else {
+                        ++it;
+                    }
+            } else {
+                drop_touched(now, dropped);
+            }
+        }
+        if (!dropped.empty()) done_.notify_all();
+    }
+
+    // Every peer's ring entries (under the lock). A corrupt ring is read no
+    // more, and its peer is cut off (the thread drops it at the hang-up).
+    void take_rings() {
+        for (auto& [fd, p] : peers_)
+            if (!take_ring(fd, p)) {
+                p.ring->ask(shm_ring::cut_off);
+                p.ring.reset();
+                ::shutdown(fd, SHUT_RDWR);
+            }
+    }
+
+    // Peer `fd`'s ring entries (under the lock): false when it is corrupt.
+    bool take_ring(int fd, peer& p) {
+        return !p.ring || p.ring->take([&](std::uint64_t e) {
+            if (e & 1) release_locked(fd, p, e >> 1);
+            else claim_locked(fd, p, e >> 1);
+        });
+    }
+
+    // PUSH/PAIR: moves the messages claimed or released since that are
+    // done with into `dropped` (under the lock).
+    void drop_touched(std::chrono::steady_clock::time_point now, std::vector<flight>& dropped) {
+        for (std::uint64_t seq : touched_)
+            if (auto it = flights_.find(seq); it != flights_.end() && finished(seq, it->second, now)) {
+                dropped.push_back(std::move(it->second));
+                flights_.erase(it);
+            }
+        touched_.clear();
     }
 
     void wake() {
@@ -284,13 +358,9 @@ private:
             for (int fd : peer_fds()) serve(fd);
         {
             std::lock_guard lock(mutex_);
+            take_rings();  // read after `now`, as the sockets are
             if (!full) {
-                for (std::uint64_t seq : touched_)
-                    if (auto it = flights_.find(seq); it != flights_.end() && finished(seq, it->second, now)) {
-                        dropped.push_back(std::move(it->second));
-                        flights_.erase(it);
-                    }
-                touched_.clear();
+                drop_touched(now, dropped);
                 next = deadline_;
             }
             for (auto it = flights_.begin(); full && it != flights_.end();) {
@@ -320,25 +390,46 @@ private:
         return next;
     }
 
+    // Peer `fd` claims message `seq` (under the lock): false when it was given up.
+    bool claim_locked(int fd, peer& p, std::uint64_t seq) {
+        p.last = std::max(p.last, seq);
+        const auto it = flights_.find(seq);
+        if (it == flights_.end()) return false;
+        it->second.claimed = true;
+        it->second.claimers.insert(fd);
+        p.holding.insert(seq);
+        touched_.push_back(seq);
+        return true;
+    }
+
+    void release_locked(int fd, peer& p, std::uint64_t seq) {
+        p.holding.erase(seq);
+        if (auto it = flights_.find(seq); it != flights_.end()) {
+            it->second.claimers.erase(fd);
+            touched_.push_back(seq);
+        }
+    }
+
     void on_claim(int fd, peer& p, std::uint64_t seq, bool quiet) {
         std::vector<std::uint64_t> segs;
         bool ok = false;
         {
             std::lock_guard lock(mutex_);
-            p.last = std::max(p.last, seq);
-            if (auto it = flights_.find(seq); it != flights_.end()) {
-                ok = true;
-                it->second.claimed = true;
-                it->second.claimers.insert(fd);
-                p.holding.insert(seq);
-                touched_.push_back(seq);
-                // A quiet claimer maps every segment already: no answer.
-                if (quiet) return;
-                for (std::uint64_t s : it->second.segments)
+            ok = claim_locked(fd, p, seq);
+            // A quiet claimer maps every segment already: no answer. One
+            // too late for a given-up message asks again.
+            if (quiet) return;
+            if (ok)
+                for (std::uint64_t s : flights_.at(seq).segments)
                     if (p.given.insert(s).second) segs.push_back(s);
-            } else if (quiet) {
-                return;  // given up: the claimer was late, and will ask again
-            }
+        }
+        // The ring goes with the first answer.
+        if (p.ring_fd.fd >= 0) {
+            std::array<std::byte, 16> body{};
+            store_u32(body.data(), msg_ring);
+            const int ring_fd = p.ring_fd.fd;
+            if (!send_packet(fd, body, {&ring_fd, 1})) return drop_peer(fd);
+            p.ring_fd = fd_guard();
         }
         std::sort(segs.begin(), segs.end());
         segs.erase(std::unique(segs.begin(), segs.end()), segs.end());
@@ -384,17 +475,15 @@ private:
 
     void on_release(int fd, peer& p, std::uint64_t seq) {
         std::lock_guard lock(mutex_);
-        p.holding.erase(seq);
-        if (auto it = flights_.find(seq); it != flights_.end()) {
-            it->second.claimers.erase(fd);
-            touched_.push_back(seq);
-        }
+        release_locked(fd, p, seq);
     }
 
     void drop_peer(int fd) {
         {
             std::lock_guard lock(mutex_);
             peer& p = peers_[fd];
+            take_ring(fd, p);  // what it claimed before it went is released with the rest
+            if (p.ring) p.ring->ask(shm_ring::cut_off);
             for (std::uint64_t seq : p.holding)
                 if (auto it = flights_.find(seq); it != flights_.end()) {
                     it->second.claimers.erase(fd);
@@ -407,19 +496,33 @@ private:
 
     void run() {
         for (;;) {
+            {
+                // Kicks while a pool waits for blocks or a close lingers;
+                // asked for before collect() reads the rings.
+                std::lock_guard lock(mutex_);
+                const bool hurry = memory_->waited_on() || draining_;
+                for (auto& [fd, p] : peers_)
+                    if (p.ring) p.ring->ask(hurry ? shm_ring::kick : shm_ring::nothing);
+            }
             const auto next = collect();
             note_closed();
             std::vector<pollfd> fds{{listen_.fd, POLLIN, 0}, {wake_.fd, POLLIN, 0}};
+            bool nap = false;
             {
                 std::lock_guard lock(mutex_);
                 if (stopping_) return;
                 for (auto& [fd, p] : peers_) fds.push_back({fd, POLLIN, 0});
+                // Rings are read on each send and, between sends, every few
+                // ms until nothing is in flight and the sender has been
+                // quiet a while; its next send then wakes this thread.
+                napping_ = nap = flights_.empty() && std::chrono::steady_clock::now() - last_send_ > ring_nap_after;
             }
             int wait_ms = -1;
             if (next != std::chrono::steady_clock::time_point::max()) {
                 const auto left = std::chrono::ceil<std::chrono::milliseconds>(next - std::chrono::steady_clock::now());
                 wait_ms = static_cast<int>(std::clamp<std::int64_t>(left.count(), 0, 60000));
             }
+            if (!nap) wait_ms = wait_ms < 0 ? ring_period_ms : std::min(wait_ms, ring_period_ms);
             const int rc = ::poll(fds.data(), fds.size(), wait_ms);
             if (rc < 0 && errno != EINTR) return;
             if (rc <= 0) continue;
@@ -470,7 +573,7 @@ private:
             const std::uint64_t seq = load_u64(req.data() + 8);
             if (type == msg_claim || type == msg_claim_quiet) on_claim(fd, *p, seq, type == msg_claim_quiet);
             else if (type == msg_release) on_release(fd, *p, seq);
-            else drop_peer(fd);
+            else if (type != msg_kick) drop_peer(fd);  // a kick: the loop reads the rings next
         }
     }
 
@@ -488,8 +591,14 @@ private:
             // A peer that stops reading its replies is dropped, not waited for.
             const timeval limit{1, 0};
             ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof limit);
+            peer p;
+            try {
+                p.ring = shm_ring::create(p.ring_fd);
+            } catch (const error&) {
+                // No memfd to spare: this peer's claims and releases come as packets.
+            }
             std::lock_guard lock(mutex_);
-            peers_[fd];
+            peers_.emplace(fd, std::move(p));
         }
     }
 
@@ -509,8 +618,11 @@ private:
     std::map<int, peer> peers_;
     // No message in flight is due before this (the thread's next full scan).
     std::chrono::steady_clock::time_point deadline_ = std::chrono::steady_clock::time_point::max();
-    std::vector<std::uint64_t> touched_;  // claimed or released since the last collect()
+    std::vector<std::uint64_t> touched_;  // claimed or released since last looked at
     bool stopping_ = false;
+    bool draining_ = false;  // close() lingers: receivers kick after each ring entry
+    bool napping_ = false;   // the thread sleeps without reading the rings every few ms
+    std::chrono::steady_clock::time_point last_send_;
     std::thread thread_;
 };
 

@@ -24,7 +24,7 @@
 
 namespace tenbin::detail {
 
-inline constexpr std::uint32_t shm_version = 2;
+inline constexpr std::uint32_t shm_version = 3;
 inline constexpr std::size_t shm_descriptor_size = 32;
 
 // Where one tensor's bytes lie: `length` bytes at `offset` in segment
