@@ -24,7 +24,7 @@
 // - Quiet claims and RELEASEs go through a ring in shared memory once the
 //   sender's first answer has handed it over (see ring.hpp), not as packets:
 //   a packet wakes the side-channel thread, a ring entry waits for the
-//   sender's next send (or its thread, every few ms).
+//   sender's next send (or its thread's next period).
 // - The sender keeps a copy of each sent block's buffer (so the pool cannot
 //   reuse it) until the message is done with: a PUSH/PAIR message once its
 //   claimer RELEASEs it (its last tensor is dropped) or dies; a PUB message

@@ -4,7 +4,7 @@
 // MiB. The sender makes one per receiver (a sealed memfd) and hands it
 // over, read-write, with its first answer. The receiver appends; the
 // sender takes what was appended when it sends, before it gives a message
-// up, while a pool waits for a release and every few milliseconds. While
+// up, while a pool waits for a release and periodically. While
 // the sender asks to be told (a pool waits, a close lingers), the receiver
 // sends a KICK packet after appending; once the sender has cut it off (it
 // closed, or dropped the receiver), the receiver's claims fail. What the

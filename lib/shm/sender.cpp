@@ -31,9 +31,12 @@ using namespace shm_impl;
 namespace {
 
 // How often the thread reads the rings while messages are in flight and
-// nothing else wakes it (a sender that stopped sending).
+// nothing else wakes it: often while the sender sends (blocks come back
+// between sends), seldom once it has been quiet a while (nobody waits for
+// them: a pool that does asks for kicks).
 constexpr int ring_period_ms = 2;
-constexpr std::chrono::milliseconds ring_nap_after{100};
+constexpr int ring_quiet_period_ms = 100;
+constexpr std::chrono::milliseconds ring_quiet_after{100};
 
 // Copy-ins of at least this many bytes use streaming stores: their
 // destination (a pool block last written many messages ago) is out of the
@@ -507,22 +510,25 @@ private:
             const auto next = collect();
             note_closed();
             std::vector<pollfd> fds{{listen_.fd, POLLIN, 0}, {wake_.fd, POLLIN, 0}};
-            bool nap = false;
+            int period_ms = ring_period_ms;
             {
                 std::lock_guard lock(mutex_);
                 if (stopping_) return;
                 for (auto& [fd, p] : peers_) fds.push_back({fd, POLLIN, 0});
-                // Rings are read on each send and, between sends, every few
-                // ms until nothing is in flight and the sender has been
-                // quiet a while; its next send then wakes this thread.
-                napping_ = nap = flights_.empty() && std::chrono::steady_clock::now() - last_send_ > ring_nap_after;
+                // Rings are read on each send and, between sends, every
+                // period; with nothing in flight after a quiet while, not
+                // at all, until the next send wakes this thread.
+                const bool quiet = std::chrono::steady_clock::now() - last_send_ > ring_quiet_after;
+                napping_ = quiet && flights_.empty();
+                if (quiet) period_ms = ring_quiet_period_ms;
+                if (napping_) period_ms = -1;
             }
             int wait_ms = -1;
             if (next != std::chrono::steady_clock::time_point::max()) {
                 const auto left = std::chrono::ceil<std::chrono::milliseconds>(next - std::chrono::steady_clock::now());
                 wait_ms = static_cast<int>(std::clamp<std::int64_t>(left.count(), 0, 60000));
             }
-            if (!nap) wait_ms = wait_ms < 0 ? ring_period_ms : std::min(wait_ms, ring_period_ms);
+            if (period_ms >= 0) wait_ms = wait_ms < 0 ? period_ms : std::min(wait_ms, period_ms);
             const int rc = ::poll(fds.data(), fds.size(), wait_ms);
             if (rc < 0 && errno != EINTR) return;
             if (rc <= 0) continue;
@@ -621,7 +627,7 @@ private:
     std::vector<std::uint64_t> touched_;  // claimed or released since last looked at
     bool stopping_ = false;
     bool draining_ = false;  // close() lingers: receivers kick after each ring entry
-    bool napping_ = false;   // the thread sleeps without reading the rings every few ms
+    bool napping_ = false;   // the thread sleeps until a send, not reading the rings
     std::chrono::steady_clock::time_point last_send_;
     std::thread thread_;
 };
