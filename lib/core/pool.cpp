@@ -185,53 +185,53 @@ std::optional<tensor> tensor_pool::try_acquire(tenbin::dtype t, shape_t shape, s
                                      std::chrono::steady_clock::time_point::max() - now);
     const auto deadline = forever ? std::chrono::steady_clock::time_point::max() : now + wait;
 
-    std::unique_lock lock(s.mutex);
     std::byte* block = nullptr;
     std::size_t block_capacity = 0;
-    bool waited = false;
-    // Tells the source when a wait is over, also by a timeout or a throw (under the lock).
-    struct wait_end {
-        detail::pool_state& s;
-        const bool& waited;
-        ~wait_end() {
-            if (waited) s.source->waiting(false);
+    {
+        std::unique_lock lock(s.mutex);
+        bool waited = false;
+        // Tells the source when a wait is over, however it ends (before the lock goes).
+        struct wait_end {
+            detail::pool_state& s;
+            const bool& waited;
+            ~wait_end() {
+                if (waited) s.source->waiting(false);
+            }
+        } end{s, waited};
+        for (;;) {
+            if (auto it = s.idle.lower_bound(n); it != s.idle.end() && fits(it->first, n)) {
+                // Of the blocks of that size, the one given back last: its
+                // pages are the likeliest to be in cache (equal keys keep
+                // their insertion order).
+                it = std::prev(s.idle.upper_bound(it->first));
+                block_capacity = it->first;
+                block = it->second;
+                s.idle.erase(it);
+                ++s.stats.reuses;
+                break;
+            }
+            if (s.make_room(capacity)) {
+                block = s.source->allocate(capacity).data();
+                block_capacity = capacity;
+                ++s.stats.allocations;
+                ++s.stats.buffers;
+                s.stats.bytes += capacity;
+                break;
+            }
+            if (!waited) {
+                ++s.stats.waits;
+                s.source->waiting(true);
+            }
+            waited = true;
+            if (forever)
+                s.released.wait(lock);
+            else if (s.released.wait_until(lock, deadline) == std::cv_status::timeout &&
+                     std::chrono::steady_clock::now() >= deadline)
+                return std::nullopt;
         }
-    } end{s, waited};
-    for (;;) {
-        if (auto it = s.idle.lower_bound(n); it != s.idle.end() && fits(it->first, n)) {
-            // Of the blocks of that size, the one given back last: its
-            // pages are the likeliest to be in cache (equal keys keep
-            // their insertion order).
-            it = std::prev(s.idle.upper_bound(it->first));
-            block_capacity = it->first;
-            block = it->second;
-            s.idle.erase(it);
-            ++s.stats.reuses;
-            break;
-        }
-        if (s.make_room(capacity)) {
-            block = s.source->allocate(capacity).data();
-            block_capacity = capacity;
-            ++s.stats.allocations;
-            ++s.stats.buffers;
-            s.stats.bytes += capacity;
-            break;
-        }
-        if (!waited) {
-            ++s.stats.waits;
-            s.source->waiting(true);
-        }
-        waited = true;
-        if (forever)
-            s.released.wait(lock);
-        else if (s.released.wait_until(lock, deadline) == std::cv_status::timeout && std::chrono::steady_clock::now() >= deadline)
-            return std::nullopt;
+        ++s.stats.in_use;
+        s.stats.in_use_bytes += block_capacity;
     }
-    ++s.stats.in_use;
-    s.stats.in_use_bytes += block_capacity;
-    if (waited) s.source->waiting(false);
-    waited = false;
-    lock.unlock();
 
     std::shared_ptr<lease> keeper;
     try {
