@@ -10,7 +10,7 @@
 // to 65,536, gets the lines whose expansions together stay within it.
 #include "common.hpp"
 
-#include "connect/url_detail.hpp"
+#include "url/url_detail.hpp"
 
 #include <tenbin/url.hpp>
 

@@ -877,7 +877,7 @@ constexpr std::uint64_t ff = 0xffffffff;
 
 std::uint64_t le(bytes_view v, std::uint64_t at, std::size_t n) {
     REQUIRE(at + n <= v.size());
-    return detail::get_le(v.data() + at, n);
+    return detail::load_le(v.data() + at, n);
 }
 
 // What ZIP64 changes in a local or central header: "made by" (central

@@ -6,6 +6,7 @@
 #include <tenbin/sctp.hpp>
 
 #include "transport/sctp_parts.hpp"
+#include "base/fd.hpp"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -40,29 +41,18 @@ void set_timeout(int fd, int option, int ms) {
     REQUIRE(setsockopt(fd, SOL_SOCKET, option, &tv, sizeof tv) == 0);
 }
 
-struct fd_guard {
-    int fd = -1;
-    fd_guard() = default;
-    explicit fd_guard(int f) : fd(f) {}
-    fd_guard(const fd_guard&) = delete;
-    fd_guard& operator=(const fd_guard&) = delete;
-    ~fd_guard() { reset(); }
-    void reset() {
-        if (fd >= 0) ::close(fd);
-        fd = -1;
-    }
-};
+using tenbin::detail::unique_fd;
 
 // A connected pair of message sockets, both with receive timeouts.
 struct socket_pair {
-    fd_guard a, b;
+    unique_fd a, b;
     explicit socket_pair(int type = SOCK_SEQPACKET) {
         int fds[2];
         REQUIRE(socketpair(AF_UNIX, type, 0, fds) == 0);
-        a.fd = fds[0];
-        b.fd = fds[1];
-        set_timeout(a.fd, SO_RCVTIMEO, receive_timeout_ms);
-        set_timeout(b.fd, SO_RCVTIMEO, receive_timeout_ms);
+        a.reset(fds[0]);
+        b.reset(fds[1]);
+        set_timeout(a.get(), SO_RCVTIMEO, receive_timeout_ms);
+        set_timeout(b.get(), SO_RCVTIMEO, receive_timeout_ms);
     }
 };
 
@@ -113,8 +103,8 @@ TEST_CASE("a tensor list of each dtype and shape survives a SOCK_SEQPACKET round
             patterned(t, {7}, "odd", 4),
             patterned(t, {2, 1, 3, 1, 2, 1, 1, 2, 1}, "ninedims", 5),
         };
-        sctp_send(sp.a.fd, sent);
-        const auto got = sctp_recv(sp.b.fd);
+        sctp_send(sp.a.get(), sent);
+        const auto got = sctp_recv(sp.b.get());
         check_same(got, sent);
         // Tensors view the one received buffer, aligned for their dtype.
         for (const auto& g : got) {
@@ -133,38 +123,38 @@ TEST_CASE("shapes: rank 0, zero-size dimensions and sizes not a multiple of 64")
     SUBCASE("13 elements") { shape = {13}; }
     SUBCASE("exactly 64 bytes of f8") { shape = {8}; }
     const std::vector<tensor> sent = {patterned(dtype::f8, shape, "x", 9), patterned(dtype::i1, shape, "y", 10)};
-    sctp_send(sp.a.fd, sent);
-    check_same(sctp_recv(sp.b.fd), sent);
+    sctp_send(sp.a.get(), sent);
+    check_same(sctp_recv(sp.b.get()), sent);
 }
 
 TEST_CASE("messages keep their boundaries, in both directions, and decode_options apply") {
     socket_pair sp;
     const std::vector<tensor> first = {patterned(dtype::f4, {4, 3, 2}, "input", 1), patterned(dtype::i4, {4}, "target", 2)};
     const std::vector<tensor> second = {patterned(dtype::u2, {5}, "", 3)};
-    sctp_send(sp.a.fd, first);
-    sctp_send(sp.a.fd, second);
-    sctp_send(sp.b.fd, nullptr, 0, second);
-    check_same(sctp_recv(sp.b.fd), first);
-    check_same(sctp_recv(sp.b.fd), second);
-    check_same(sctp_recv(sp.a.fd), second);
+    sctp_send(sp.a.get(), first);
+    sctp_send(sp.a.get(), second);
+    sctp_send(sp.b.get(), nullptr, 0, second);
+    check_same(sctp_recv(sp.b.get()), first);
+    check_same(sctp_recv(sp.b.get()), second);
+    check_same(sctp_recv(sp.a.get()), second);
 
-    sctp_send(sp.a.fd, first);
+    sctp_send(sp.a.get(), first);
     decode_options opt;
     opt.expect_infos = std::vector<std::string>{"input", "other"};
-    const auto msg = expect_error([&] { sctp_recv(sp.b.fd, default_sctp_max_size, opt); },
+    const auto msg = expect_error([&] { sctp_recv(sp.b.get(), default_sctp_max_size, opt); },
                                   {errc::info_mismatch});
     CHECK(msg.find("1") != std::string::npos);  // names the differing index
 
-    sctp_send(sp.a.fd, first);
+    sctp_send(sp.a.get(), first);
     decode_options few;
     few.limits.max_tensors = 1;
-    const auto lim = expect_error([&] { sctp_recv(sp.b.fd, default_sctp_max_size, few); },
+    const auto lim = expect_error([&] { sctp_recv(sp.b.get(), default_sctp_max_size, few); },
                                   {errc::limit_exceeded});
     CHECK(lim.find("max_tensors") != std::string::npos);
 
     // Nothing left over from the refused messages.
-    sctp_send(sp.a.fd, second);
-    check_same(sctp_recv(sp.b.fd), second);
+    sctp_send(sp.a.get(), second);
+    check_same(sctp_recv(sp.b.get()), second);
 }
 
 TEST_CASE("views and borrowed tensors are sent like owned ones") {
@@ -172,8 +162,8 @@ TEST_CASE("views and borrowed tensors are sent like owned ones") {
     const std::vector<double> values = {1.5, -2.25, 3.0};
     const shape_t shape = {3};
     const std::vector<tensor_view> views = {{dtype::f8, shape, "view", std::as_bytes(std::span(values))}};
-    sctp_send(sp.a.fd, views);
-    const auto got = sctp_recv(sp.b.fd);
+    sctp_send(sp.a.get(), views);
+    const auto got = sctp_recv(sp.b.get());
     REQUIRE(got.size() == 1);
     const auto v = got[0].values<double>();
     CHECK(std::vector<double>(v.begin(), v.end()) == values);
@@ -185,8 +175,8 @@ TEST_CASE("a list with more pieces than IOV_MAX takes the copying path and arriv
     std::vector<tensor> sent;
     for (int i = 0; i < 700; ++i)  // up to 3 pieces each: over Linux's 1024
         sent.push_back(patterned(i % 2 ? dtype::u1 : dtype::f4, {i % 5 + 1}, numbered("t", i), 100 + i));
-    sctp_send(sp.a.fd, sent);
-    check_same(sctp_recv(sp.b.fd), sent);
+    sctp_send(sp.a.get(), sent);
+    check_same(sctp_recv(sp.b.get()), sent);
 }
 
 TEST_CASE("a message over max_size is refused with limit_exceeded and discarded whole") {
@@ -194,24 +184,24 @@ TEST_CASE("a message over max_size is refused with limit_exceeded and discarded 
     const std::vector<tensor> big = {patterned(dtype::u1, {150000}, "big", 7)};
     const std::vector<tensor> small = {patterned(dtype::i2, {3}, "small", 8)};
     const std::size_t big_size = encoded_size(big);
-    sctp_send(sp.a.fd, big);
-    sctp_send(sp.a.fd, small);
-    const auto msg = expect_error([&] { sctp_recv(sp.b.fd, 100000); }, {errc::limit_exceeded});
+    sctp_send(sp.a.get(), big);
+    sctp_send(sp.a.get(), small);
+    const auto msg = expect_error([&] { sctp_recv(sp.b.get(), 100000); }, {errc::limit_exceeded});
     CHECK(msg.find(std::to_string(big_size)) != std::string::npos);
     CHECK(msg.find("max_size = 100000") != std::string::npos);
-    check_same(sctp_recv(sp.b.fd, 100000), small);
+    check_same(sctp_recv(sp.b.get(), 100000), small);
 
     // A limit of exactly the message's size is enough.
-    sctp_send(sp.a.fd, big);
-    check_same(sctp_recv(sp.b.fd, big_size), big);
+    sctp_send(sp.a.get(), big);
+    check_same(sctp_recv(sp.b.get(), big_size), big);
 }
 
 TEST_CASE("the received buffer is as large as the message, not max_size") {
     socket_pair sp;
     const std::vector<tensor> sent = {patterned(dtype::u1, {10}, "", 1)};
-    sctp_send(sp.a.fd, sent);
+    sctp_send(sp.a.get(), sent);
     // A 1 TB max_size would fail to allocate if it were allocated.
-    const auto got = sctp_recv(sp.b.fd, std::size_t{1} << 40);
+    const auto got = sctp_recv(sp.b.get(), std::size_t{1} << 40);
     check_same(got, sent);
 }
 
@@ -225,7 +215,7 @@ TEST_CASE("malformed messages are rejected with the manifest's error class") {
         const std::string path = entry["path"];
         CAPTURE(path);
         const auto bytes = test_support::read_file(dir / path);
-        send_raw(sp.a.fd, bytes.bytes());
+        send_raw(sp.a.get(), bytes.bytes());
         std::vector<errc> ok;
         for (const auto& n : entry["acceptable_errors"]) {
             for (int c = 1; c <= static_cast<int>(errc::unsupported); ++c)
@@ -233,7 +223,7 @@ TEST_CASE("malformed messages are rejected with the manifest's error class") {
         }
         REQUIRE_FALSE(ok.empty());
         try {
-            sctp_recv(sp.b.fd);
+            sctp_recv(sp.b.get());
             FAIL("accepted a malformed message");
         } catch (const error& e) {
             const std::string what = e.what();
@@ -247,18 +237,18 @@ TEST_CASE("malformed messages are rejected with the manifest's error class") {
 
     SUBCASE("bytes that are not tenbin at all") {
         const std::string junk = "hello, this is not a tensor";
-        send_raw(sp.a.fd, std::as_bytes(std::span(junk)));
-        expect_error([&] { sctp_recv(sp.b.fd); }, {errc::bad_magic});
+        send_raw(sp.a.get(), std::as_bytes(std::span(junk)));
+        expect_error([&] { sctp_recv(sp.b.get()); }, {errc::bad_magic});
     }
     SUBCASE("a message cut inside a chunk preamble") {
         const auto whole = encode_buffer(std::vector<tensor>{patterned(dtype::f4, {2}, "", 1)});
-        send_raw(sp.a.fd, whole.bytes().first(12));
-        expect_error([&] { sctp_recv(sp.b.fd); }, {errc::truncated});
+        send_raw(sp.a.get(), whole.bytes().first(12));
+        expect_error([&] { sctp_recv(sp.b.get()); }, {errc::truncated});
     }
     // A valid message after the broken ones is still received.
     const std::vector<tensor> sent = {patterned(dtype::u8, {2}, "after", 1)};
-    sctp_send(sp.a.fd, sent);
-    check_same(sctp_recv(sp.b.fd), sent);
+    sctp_send(sp.a.get(), sent);
+    check_same(sctp_recv(sp.b.get()), sent);
 }
 
 TEST_CASE("single-part vectors from Python decode to the manifest and re-encode identically") {
@@ -271,8 +261,8 @@ TEST_CASE("single-part vectors from Python decode to the manifest and re-encode 
         const std::string path = entry["path"];
         CAPTURE(path);
         const auto bytes = test_support::read_file(dir / path);
-        send_raw(sp.a.fd, bytes.bytes());
-        const auto got = sctp_recv(sp.b.fd);
+        send_raw(sp.a.get(), bytes.bytes());
+        const auto got = sctp_recv(sp.b.get());
         REQUIRE(got.size() == entry["tensors"].size());
         for (std::size_t i = 0; i < got.size(); ++i) {
             const auto& want = entry["tensors"][i];
@@ -282,9 +272,9 @@ TEST_CASE("single-part vectors from Python decode to the manifest and re-encode 
             CHECK(got[i].nbytes() == want["nbytes"].get<std::size_t>());
         }
         // Sending them again puts the very same bytes on the wire.
-        sctp_send(sp.a.fd, got);
+        sctp_send(sp.a.get(), got);
         std::vector<std::byte> echoed(bytes.size() + 64);
-        const ssize_t n = ::recv(sp.b.fd, echoed.data(), echoed.size(), 0);
+        const ssize_t n = ::recv(sp.b.get(), echoed.data(), echoed.size(), 0);
         REQUIRE(n == static_cast<ssize_t>(bytes.size()));
         echoed.resize(static_cast<std::size_t>(n));
         CHECK(test_support::same_bytes(echoed, bytes.bytes()));
@@ -296,42 +286,42 @@ TEST_CASE("single-part vectors from Python decode to the manifest and re-encode 
 TEST_CASE("an empty list cannot be sent; an empty message reads as end of stream") {
     socket_pair sp;
     const std::vector<tensor> none;
-    const auto msg = expect_error([&] { sctp_send(sp.a.fd, none); }, {errc::bad_argument});
+    const auto msg = expect_error([&] { sctp_send(sp.a.get(), none); }, {errc::bad_argument});
     CHECK(msg.find("empty") != std::string::npos);
     // A zero-length message from elsewhere is consumed, not found forever.
-    REQUIRE(::send(sp.a.fd, "", 0, 0) == 0);
-    expect_error([&] { sctp_recv(sp.b.fd); }, {errc::io_error});
+    REQUIRE(::send(sp.a.get(), "", 0, 0) == 0);
+    expect_error([&] { sctp_recv(sp.b.get()); }, {errc::io_error});
     const std::vector<tensor> sent = {patterned(dtype::i8, {1}, "", 1)};
-    sctp_send(sp.a.fd, sent);
-    check_same(sctp_recv(sp.b.fd), sent);
+    sctp_send(sp.a.get(), sent);
+    check_same(sctp_recv(sp.b.get()), sent);
 }
 
 TEST_CASE("a receive times out after SO_RCVTIMEO, or at once on a non-blocking socket") {
     socket_pair sp;
-    set_timeout(sp.b.fd, SO_RCVTIMEO, 150);
+    set_timeout(sp.b.get(), SO_RCVTIMEO, 150);
     const auto start = std::chrono::steady_clock::now();
-    expect_error([&] { sctp_recv(sp.b.fd); }, {errc::timeout});
+    expect_error([&] { sctp_recv(sp.b.get()); }, {errc::timeout});
     const auto waited = std::chrono::steady_clock::now() - start;
     CHECK(waited >= std::chrono::milliseconds(100));
     CHECK(waited < std::chrono::milliseconds(1500));
 
-    REQUIRE(fcntl(sp.b.fd, F_SETFL, fcntl(sp.b.fd, F_GETFL) | O_NONBLOCK) == 0);
-    expect_error([&] { sctp_recv(sp.b.fd); }, {errc::timeout});
+    REQUIRE(fcntl(sp.b.get(), F_SETFL, fcntl(sp.b.get(), F_GETFL) | O_NONBLOCK) == 0);
+    expect_error([&] { sctp_recv(sp.b.get()); }, {errc::timeout});
     // The socket still works afterwards.
     const std::vector<tensor> sent = {patterned(dtype::f2, {3}, "late", 1)};
-    sctp_send(sp.a.fd, sent);
-    check_same(sctp_recv(sp.b.fd), sent);
+    sctp_send(sp.a.get(), sent);
+    check_same(sctp_recv(sp.b.get()), sent);
 }
 
 TEST_CASE("a full send buffer on a non-blocking socket is a timeout, not a partial send") {
     socket_pair sp;
-    REQUIRE(fcntl(sp.a.fd, F_SETFL, fcntl(sp.a.fd, F_GETFL) | O_NONBLOCK) == 0);
+    REQUIRE(fcntl(sp.a.get(), F_SETFL, fcntl(sp.a.get(), F_GETFL) | O_NONBLOCK) == 0);
     const std::vector<tensor> sent = {patterned(dtype::u1, {60000}, "", 1)};
     bool timed_out = false;
     int queued = 0;
     while (queued < 1000 && !timed_out) {
         try {
-            sctp_send(sp.a.fd, sent);
+            sctp_send(sp.a.get(), sent);
             ++queued;
         } catch (const error& e) {
             CHECK(e.code() == errc::timeout);
@@ -341,18 +331,18 @@ TEST_CASE("a full send buffer on a non-blocking socket is a timeout, not a parti
     CHECK(timed_out);
     CHECK(queued > 0);
     // Every message that was queued arrives whole.
-    for (int i = 0; i < queued; ++i) check_same(sctp_recv(sp.b.fd), sent);
-    set_timeout(sp.b.fd, SO_RCVTIMEO, 50);
-    expect_error([&] { sctp_recv(sp.b.fd); }, {errc::timeout});
+    for (int i = 0; i < queued; ++i) check_same(sctp_recv(sp.b.get()), sent);
+    set_timeout(sp.b.get(), SO_RCVTIMEO, 50);
+    expect_error([&] { sctp_recv(sp.b.get()); }, {errc::timeout});
 }
 
 TEST_CASE("a closed peer is an io_error on both ends, without SIGPIPE") {
     socket_pair sp;
     sp.a.reset();
-    const auto r = expect_error([&] { sctp_recv(sp.b.fd); }, {errc::io_error});
+    const auto r = expect_error([&] { sctp_recv(sp.b.get()); }, {errc::io_error});
     CHECK(r.find("closed") != std::string::npos);
     const std::vector<tensor> sent = {patterned(dtype::u1, {4}, "", 1)};
-    const auto s = expect_error([&] { sctp_send(sp.b.fd, sent); }, {errc::io_error});
+    const auto s = expect_error([&] { sctp_send(sp.b.get(), sent); }, {errc::io_error});
     CHECK(s.find("closed") != std::string::npos);
 }
 
@@ -360,39 +350,39 @@ TEST_CASE("arguments: byte streams, non-sockets and mismatched destinations are 
     const std::vector<tensor> sent = {patterned(dtype::u1, {4}, "", 1)};
     SUBCASE("a stream socket") {
         socket_pair stream(SOCK_STREAM);
-        const auto m = expect_error([&] { sctp_send(stream.a.fd, sent); }, {errc::bad_argument});
+        const auto m = expect_error([&] { sctp_send(stream.a.get(), sent); }, {errc::bad_argument});
         CHECK(m.find("byte stream") != std::string::npos);
-        expect_error([&] { sctp_recv(stream.b.fd); }, {errc::bad_argument});
+        expect_error([&] { sctp_recv(stream.b.get()); }, {errc::bad_argument});
     }
     SUBCASE("not a socket") {
         int p[2];
         REQUIRE(pipe(p) == 0);
-        fd_guard r(p[0]), w(p[1]);
-        expect_error([&] { sctp_send(w.fd, sent); }, {errc::bad_argument});
-        expect_error([&] { sctp_recv(r.fd); }, {errc::bad_argument});
+        unique_fd r(p[0]), w(p[1]);
+        expect_error([&] { sctp_send(w.get(), sent); }, {errc::bad_argument});
+        expect_error([&] { sctp_recv(r.get()); }, {errc::bad_argument});
     }
     SUBCASE("dest without a length, and a length without dest") {
         socket_pair sp;
         sockaddr_in a{};
-        expect_error([&] { sctp_send(sp.a.fd, reinterpret_cast<sockaddr*>(&a), 0, sent); },
+        expect_error([&] { sctp_send(sp.a.get(), reinterpret_cast<sockaddr*>(&a), 0, sent); },
                      {errc::bad_argument});
-        expect_error([&] { sctp_send(sp.a.fd, nullptr, sizeof a, sent); }, {errc::bad_argument});
+        expect_error([&] { sctp_send(sp.a.get(), nullptr, sizeof a, sent); }, {errc::bad_argument});
     }
     SUBCASE("a tensor the format cannot carry") {
         socket_pair sp;
         const std::vector<double> values = {1.0};
         const shape_t shape = {2};  // data holds one element only
         const std::vector<tensor_view> bad = {{dtype::f8, shape, "", std::as_bytes(std::span(values))}};
-        expect_error([&] { sctp_send(sp.a.fd, bad); }, {errc::bad_argument});
-        set_timeout(sp.b.fd, SO_RCVTIMEO, 50);
-        expect_error([&] { sctp_recv(sp.b.fd); }, {errc::timeout});  // nothing was sent
+        expect_error([&] { sctp_send(sp.a.get(), bad); }, {errc::bad_argument});
+        set_timeout(sp.b.get(), SO_RCVTIMEO, 50);
+        expect_error([&] { sctp_recv(sp.b.get()); }, {errc::timeout});  // nothing was sent
     }
     SUBCASE("a message too long for the socket") {
         socket_pair sp;
         int small = 4096;
-        REQUIRE(setsockopt(sp.a.fd, SOL_SOCKET, SO_SNDBUF, &small, sizeof small) == 0);
+        REQUIRE(setsockopt(sp.a.get(), SOL_SOCKET, SO_SNDBUF, &small, sizeof small) == 0);
         const std::vector<tensor> big = {patterned(dtype::u1, {100000}, "", 1)};
-        const auto m = expect_error([&] { sctp_send(sp.a.fd, big); }, {errc::io_error});
+        const auto m = expect_error([&] { sctp_send(sp.a.get(), big); }, {errc::io_error});
         CHECK(m.find("too long") != std::string::npos);
     }
 }
@@ -400,10 +390,10 @@ TEST_CASE("arguments: byte streams, non-sockets and mismatched destinations are 
 TEST_CASE("AF_UNIX SOCK_DGRAM works the same way") {
     socket_pair sp(SOCK_DGRAM);
     const std::vector<tensor> sent = {patterned(dtype::f4, {10, 10}, "dgram", 3)};
-    sctp_send(sp.a.fd, sent);
-    check_same(sctp_recv(sp.b.fd), sent);
-    set_timeout(sp.b.fd, SO_RCVTIMEO, 50);
-    expect_error([&] { sctp_recv(sp.b.fd); }, {errc::timeout});  // nothing queued
+    sctp_send(sp.a.get(), sent);
+    check_same(sctp_recv(sp.b.get()), sent);
+    set_timeout(sp.b.get(), SO_RCVTIMEO, 50);
+    expect_error([&] { sctp_recv(sp.b.get()); }, {errc::timeout});  // nothing queued
 }
 
 // ---- the SCTP part reader, driven by scripted parts ------------------------
@@ -564,22 +554,22 @@ bool skip_without_sctp(int fd, const std::string& why) {
 
 TEST_CASE("real SCTP on 127.0.0.1: one-to-many sockets carry tensor lists") {
     std::string why;
-    fd_guard server(sctp_socket(SOCK_SEQPACKET, why));
-    if (skip_without_sctp(server.fd, why)) return;
-    fd_guard client(sctp_socket(SOCK_SEQPACKET, why));
-    REQUIRE(client.fd >= 0);
+    unique_fd server(sctp_socket(SOCK_SEQPACKET, why));
+    if (skip_without_sctp(server.get(), why)) return;
+    unique_fd client(sctp_socket(SOCK_SEQPACKET, why));
+    REQUIRE(client.get() >= 0);
 
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
     addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     addr.sin_port = 0;
-    REQUIRE(::bind(server.fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+    REQUIRE(::bind(server.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
     socklen_t len = sizeof addr;
-    REQUIRE(::getsockname(server.fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
-    REQUIRE(::listen(server.fd, 4) == 0);
-    set_timeout(server.fd, SO_RCVTIMEO, receive_timeout_ms);
-    set_timeout(client.fd, SO_SNDTIMEO, receive_timeout_ms);
-    for (int fd : {server.fd, client.fd}) {
+    REQUIRE(::getsockname(server.get(), reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+    REQUIRE(::listen(server.get(), 4) == 0);
+    set_timeout(server.get(), SO_RCVTIMEO, receive_timeout_ms);
+    set_timeout(client.get(), SO_SNDTIMEO, receive_timeout_ms);
+    for (int fd : {server.get(), client.get()}) {
         int size = 4 << 20;
         setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &size, sizeof size);
         setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, sizeof size);
@@ -588,52 +578,52 @@ TEST_CASE("real SCTP on 127.0.0.1: one-to-many sockets carry tensor lists") {
 
     const std::vector<tensor> small = {patterned(dtype::f4, {3, 5}, "input", 1), patterned(dtype::u4, {}, "s", 2),
                                        patterned(dtype::i8, {0, 3}, "", 3)};
-    sctp_send(client.fd, dest, sizeof addr, small);
-    check_same(sctp_recv(server.fd), small);
+    sctp_send(client.get(), dest, sizeof addr, small);
+    check_same(sctp_recv(server.get()), small);
 
     // Large enough that the kernel may deliver it in parts.
     const std::vector<tensor> big = {patterned(dtype::u1, {300000}, "big", 4)};
-    sctp_send(client.fd, dest, sizeof addr, big);
-    check_same(sctp_recv(server.fd), big);
+    sctp_send(client.get(), dest, sizeof addr, big);
+    check_same(sctp_recv(server.get()), big);
 
-    sctp_send(client.fd, dest, sizeof addr, big);
-    sctp_send(client.fd, dest, sizeof addr, small);
-    expect_error([&] { sctp_recv(server.fd, 100000); }, {errc::limit_exceeded});
-    check_same(sctp_recv(server.fd), small);
+    sctp_send(client.get(), dest, sizeof addr, big);
+    sctp_send(client.get(), dest, sizeof addr, small);
+    expect_error([&] { sctp_recv(server.get(), 100000); }, {errc::limit_exceeded});
+    check_same(sctp_recv(server.get()), small);
 
     const std::string junk = "not tenbin";
-    REQUIRE(::sendto(client.fd, junk.data(), junk.size(), 0, dest, sizeof addr) ==
+    REQUIRE(::sendto(client.get(), junk.data(), junk.size(), 0, dest, sizeof addr) ==
             static_cast<ssize_t>(junk.size()));
-    expect_error([&] { sctp_recv(server.fd); }, {errc::bad_magic});
+    expect_error([&] { sctp_recv(server.get()); }, {errc::bad_magic});
 
-    set_timeout(server.fd, SO_RCVTIMEO, 100);
-    expect_error([&] { sctp_recv(server.fd); }, {errc::timeout});
+    set_timeout(server.get(), SO_RCVTIMEO, 100);
+    expect_error([&] { sctp_recv(server.get()); }, {errc::timeout});
 }
 
 TEST_CASE("real SCTP on 127.0.0.1: one-to-one (SOCK_STREAM) sockets keep message boundaries") {
     std::string why;
-    fd_guard listener(sctp_socket(SOCK_STREAM, why));
-    if (skip_without_sctp(listener.fd, why)) return;
+    unique_fd listener(sctp_socket(SOCK_STREAM, why));
+    if (skip_without_sctp(listener.get(), why)) return;
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
     addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    REQUIRE(::bind(listener.fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+    REQUIRE(::bind(listener.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
     socklen_t len = sizeof addr;
-    REQUIRE(::getsockname(listener.fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
-    REQUIRE(::listen(listener.fd, 1) == 0);
-    fd_guard client(sctp_socket(SOCK_STREAM, why));
-    REQUIRE(client.fd >= 0);
-    REQUIRE(::connect(client.fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
-    fd_guard conn(::accept(listener.fd, nullptr, nullptr));
-    REQUIRE(conn.fd >= 0);
-    set_timeout(conn.fd, SO_RCVTIMEO, receive_timeout_ms);
+    REQUIRE(::getsockname(listener.get(), reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+    REQUIRE(::listen(listener.get(), 1) == 0);
+    unique_fd client(sctp_socket(SOCK_STREAM, why));
+    REQUIRE(client.get() >= 0);
+    REQUIRE(::connect(client.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+    unique_fd conn(::accept(listener.get(), nullptr, nullptr));
+    REQUIRE(conn.get() >= 0);
+    set_timeout(conn.get(), SO_RCVTIMEO, receive_timeout_ms);
 
     const std::vector<tensor> a = {patterned(dtype::f8, {4}, "a", 1)};
     const std::vector<tensor> b = {patterned(dtype::i2, {2, 2}, "b", 2)};
-    sctp_send(client.fd, a);
-    sctp_send(client.fd, b);
-    check_same(sctp_recv(conn.fd), a);
-    check_same(sctp_recv(conn.fd), b);
+    sctp_send(client.get(), a);
+    sctp_send(client.get(), b);
+    check_same(sctp_recv(conn.get()), a);
+    check_same(sctp_recv(conn.get()), b);
     client.reset();
-    expect_error([&] { sctp_recv(conn.fd); }, {errc::io_error});
+    expect_error([&] { sctp_recv(conn.get()); }, {errc::io_error});
 }

@@ -2,6 +2,8 @@
 #include <tenbin/security.hpp>
 
 #include "connect/security_detail.hpp"
+#include "base/atomic_file.hpp"
+#include "base/os_error.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -23,6 +25,9 @@ namespace tenbin {
 namespace {
 
 namespace fs = std::filesystem;
+using detail::atomic_file;
+using detail::os_error;
+using detail::unique_fd;
 
 constexpr const char* zap_endpoint = "inproc://zeromq.zap.01";
 // How often the library's threads look up from a quiet socket to see
@@ -367,7 +372,7 @@ curve_guard enable_curve(zmq::context_t& context, zmq::socket_ref socket, const 
 namespace {
 
 [[noreturn]] void io_failure(const fs::path& file, const std::string& what) {
-    throw error(errc::io_error, file.string() + ": " + what + ": " + std::strerror(errno));
+    throw os_error(file.string() + ": " + what);
 }
 
 [[noreturn]] void malformed(const fs::path& file, std::size_t line, const std::string& what) {
@@ -392,12 +397,9 @@ bool is_name(std::string_view s) {
 // The whole of a certificate file and its mode (taken from the open file,
 // so it is the mode of what is read).
 std::string read_certificate(const fs::path& file, mode_t& mode_out) {
-    const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+    const unique_fd owned(::open(file.c_str(), O_RDONLY | O_CLOEXEC));
+    const int fd = owned.get();
     if (fd < 0) io_failure(file, "cannot open the certificate");
-    struct closer {
-        int fd;
-        ~closer() { ::close(fd); }
-    } close_at_end{fd};
     struct stat st {};
     if (::fstat(fd, &st) != 0) io_failure(file, "cannot stat the certificate");
     if (!S_ISREG(st.st_mode)) malformed(file, 0, "not a regular file");
@@ -472,25 +474,15 @@ curve_keys parse_certificate(const fs::path& file, std::string_view text) {
 // `text` as `file`, replacing it at once: written to a temporary file of
 // mode 0600 beside it, given `mode`, then renamed.
 void write_atomically(const fs::path& file, const std::string& text, mode_t mode) {
-    std::string temp = file.string() + ".tmpXXXXXX";
-    const int fd = ::mkstemp(temp.data());  // mode 0600 from the start
-    if (fd < 0) io_failure(file, "cannot create a temporary file beside it");
-    bool ok = ::fchmod(fd, mode) == 0;
-    for (std::size_t done = 0; ok && done < text.size();) {
-        const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    atomic_file out(file, mode);
+    if (::fchmod(out.fd(), mode) != 0) io_failure(file, "cannot set the certificate's mode");  // past the umask
+    for (std::size_t done = 0; done < text.size();) {
+        const ssize_t n = ::write(out.fd(), text.data() + done, text.size() - done);
         if (n < 0 && errno == EINTR) continue;
-        ok = n > 0;
-        if (ok) done += static_cast<std::size_t>(n);
+        if (n <= 0) io_failure(file, "cannot write the certificate");
+        done += static_cast<std::size_t>(n);
     }
-    ok = ok && ::fsync(fd) == 0;
-    const int saved = errno;
-    ok = ::close(fd) == 0 && ok;
-    if (ok && ::rename(temp.c_str(), file.c_str()) == 0) return;
-    if (!ok) errno = saved;
-    const int cause = errno;
-    ::unlink(temp.c_str());
-    errno = cause;
-    io_failure(file, "cannot write the certificate");
+    out.commit(true);
 }
 
 std::string certificate_text(const curve_keys& keys, bool secret) {

@@ -38,7 +38,7 @@ chunk_plan::chunk_plan(tensor_span tensors) {
         // The length field is signed (Python's "<q"); only a buffer that
         // lies about its size gets here.
         if (t.data.size() > static_cast<std::uint64_t>(INT64_MAX))
-            throw_error(errc::bad_argument, "tensor " + std::to_string(i) + " of " + std::to_string(t.data.size()) +
+            throw error(errc::bad_argument, "tensor " + std::to_string(i) + " of " + std::to_string(t.data.size()) +
                                                 " bytes: a chunk's length field holds at most 2^63-1");
         write_preamble(at + hchunk, t.data.size());
         pieces_.emplace_back(at, hchunk + chunk_preamble);

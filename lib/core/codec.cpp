@@ -21,7 +21,6 @@ namespace {
 
 using detail::get_i64;
 using detail::str;
-using detail::throw_error;
 using detail::with_context;
 
 // An str64: up to 8 characters, NUL padded, as its little-endian word.
@@ -85,7 +84,7 @@ void encode_header_into(const tensor_view& t, mutable_bytes out) {
     detail::check_rank(t.ndim());
     detail::check_data_size(t.dtype, t.count(), t.data.size());
     if (out.size() != header_size(t.ndim()))
-        throw_error(errc::bad_argument, "header space of " + str(out.size()) + " bytes; rank " +
+        throw error(errc::bad_argument, "header space of " + str(out.size()) + " bytes; rank " +
                                             str(t.ndim()) + " needs " + str(header_size(t.ndim())));
     write_header(t, out.data());
 }
@@ -115,7 +114,7 @@ template <class SetInfo>
 std::uint64_t decode_header_into(bytes_view h, const limits& lim, dtype& dtype_out, shape_t& shape,
                                  SetInfo&& set_info) {
     if (h.size() < 24 || h.size() % 8 != 0)
-        throw_error(errc::bad_header, "header of " + str(h.size()) +
+        throw error(errc::bad_header, "header of " + str(h.size()) +
                                           " bytes; a header is 24 + 8 * ndim bytes");
     const std::byte* p = h.data();
 
@@ -124,7 +123,7 @@ std::uint64_t decode_header_into(bytes_view h, const limits& lim, dtype& dtype_o
         const std::string_view dcode = str64_text(p);
         std::string shown;
         for (char c : dcode) shown += (c >= 32 && c < 127) ? c : '?';
-        throw_error(errc::unknown_dtype, "dtype code '" + shown + "' is not one of f2 f4 f8 i1 i2 i4 i8 u1 u2 u4 u8");
+        throw error(errc::unknown_dtype, "dtype code '" + shown + "' is not one of f2 f4 f8 i1 i2 i4 i8 u1 u2 u4 u8");
     }
     dtype_out = *dt;
 
@@ -132,7 +131,7 @@ std::uint64_t decode_header_into(bytes_view h, const limits& lim, dtype& dtype_o
     if (static_cast<std::uint64_t>(get_i64(p + 8)) & 0x8080808080808080)
         for (std::size_t i = 0; i < info.size(); ++i)
             if (const auto c = static_cast<unsigned char>(info[i]); c > 127)
-                throw_error(errc::bad_header, "info byte " + str(i) + " is " + str(c) + "; infos are ASCII");
+                throw error(errc::bad_header, "info byte " + str(i) + " is " + str(c) + "; infos are ASCII");
     // As Python does: NULs go from both ends (the trailing ones are padding),
     // those inside stay.
     while (!info.empty() && info.front() == '\0') info.remove_prefix(1);
@@ -146,7 +145,7 @@ std::uint64_t decode_header_into(bytes_view h, const limits& lim, dtype& dtype_o
     for (std::size_t i = 0; i < words; ++i) {
         const std::int64_t d = get_i64(p + 24 + 8 * i);
         if (d < 0)
-            throw_error(errc::bad_header, "dimension " + str(i) + " is " + std::to_string(d) + ", negative");
+            throw error(errc::bad_header, "dimension " + str(i) + " is " + std::to_string(d) + ", negative");
         shape[i] = d;
         const auto u = static_cast<std::uint64_t>(d);
         if (u != 0 && count > UINT64_MAX / u) overflow = true;
@@ -156,10 +155,10 @@ std::uint64_t decode_header_into(bytes_view h, const limits& lim, dtype& dtype_o
     // A zero dimension anywhere makes the tensor empty whatever the others say.
     if (has_zero) overflow = false, count = 0;
     if (overflow || count > UINT64_MAX / itemsize(*dt))
-        throw_error(errc::bad_header, "the shape's byte size overflows 64 bits");
+        throw error(errc::bad_header, "the shape's byte size overflows 64 bits");
     const std::uint64_t nbytes = count * itemsize(*dt);
     if (nbytes > lim.max_bytes)
-        throw_error(errc::limit_exceeded, "tensor of " + str(nbytes) +
+        throw error(errc::limit_exceeded, "tensor of " + str(nbytes) +
                                               " bytes exceeds limits::max_bytes = " + str(lim.max_bytes));
     return nbytes;
 }
@@ -169,10 +168,10 @@ std::uint64_t decode_header_into(bytes_view h, const limits& lim, dtype& dtype_o
 std::size_t detail::check_header_rank(std::int64_t ndim, std::uint64_t header_bytes, const limits& lim) {
     const std::uint64_t words = (header_bytes - 24) / 8;
     if (ndim < 0 || static_cast<std::uint64_t>(ndim) != words)
-        throw_error(errc::bad_header, "ndim is " + std::to_string(ndim) + " but the header of " +
+        throw error(errc::bad_header, "ndim is " + std::to_string(ndim) + " but the header of " +
                                           str(header_bytes) + " bytes holds " + str(words) + " dims");
     if (words > lim.max_rank || words > max_supported_rank)
-        throw_error(errc::limit_exceeded,
+        throw error(errc::limit_exceeded,
                     "rank " + str(words) + " exceeds " +
                         (words > lim.max_rank ? "limits::max_rank = " + str(lim.max_rank)
                                               : "the supported maximum of " + str(max_supported_rank)));
@@ -217,13 +216,13 @@ void fill_list(Frames& frames, const decode_options& opt, std::vector<tensor>& o
     if (n % 2 != 0) {
         const bytes_view first = frames.bytes(0);
         if (first.size() >= 8 && std::memcmp(first.data(), shm_magic, 8) == 0)
-            throw_error(errc::odd_chunk_count, "a shared-memory (+shm) message, which only a receiver opened with "
+            throw error(errc::odd_chunk_count, "a shared-memory (+shm) message, which only a receiver opened with "
                                                "+shm can take (the sender's URL has +shm, this receiver's not)");
-        throw_error(errc::odd_chunk_count,
+        throw error(errc::odd_chunk_count,
                     "an odd frame count: the last frame (" + str(n - 1) + ", a header) has no data after it");
     }
     if (n / 2 > lim.max_tensors)
-        throw_error(errc::limit_exceeded, str(n / 2) + " tensors exceed limits::max_tensors = " +
+        throw error(errc::limit_exceeded, str(n / 2) + " tensors exceed limits::max_tensors = " +
                                               str(lim.max_tensors));
     out.clear();
     out.reserve(n / 2);
@@ -242,12 +241,12 @@ void fill_list(Frames& frames, const decode_options& opt, std::vector<tensor>& o
         });
         const std::size_t size = frames.bytes(2 * i + 1).size();
         if (size != nbytes)
-            throw_error(errc::data_size_mismatch,
+            throw error(errc::data_size_mismatch,
                         where() + ": header says " + std::string(code(parts.dtype)) + " with " + str(nbytes) +
                             " bytes, the data holds " + str(size));
         total += nbytes;
         if (total > lim.max_bytes)
-            throw_error(errc::limit_exceeded, "tensors 0.." + str(i) + " hold " + str(total) +
+            throw error(errc::limit_exceeded, "tensors 0.." + str(i) + " hold " + str(total) +
                                                   " bytes, over limits::max_bytes = " + str(lim.max_bytes));
         parts.data = frames.take(2 * i + 1);
     }
@@ -309,24 +308,24 @@ std::vector<buffer> decode_chunks(const buffer& chunked, const limits& lim) {
         // Built only for an error: this loop runs for every chunk.
         auto where = [&] { return "chunk " + str(out.size()) + " at offset " + str(at); };
         if (out.size() >= 2 * lim.max_tensors)
-            throw_error(errc::limit_exceeded, where() + ": more than " + str(lim.max_tensors) +
+            throw error(errc::limit_exceeded, where() + ": more than " + str(lim.max_tensors) +
                                                   " tensors (limits::max_tensors)");
         // Bytes that differ from the magic are not tenbin, however few.
         if (std::memcmp(base + at, chunk_magic, std::min<std::size_t>(left, 8)) != 0)
-            throw_error(errc::bad_magic, where() + ": does not start with ~TenBin~");
+            throw error(errc::bad_magic, where() + ": does not start with ~TenBin~");
         if (left < 8)
-            throw_error(errc::truncated, where() + ": input ends " + str(left) + " bytes into the magic");
+            throw error(errc::truncated, where() + ": input ends " + str(left) + " bytes into the magic");
         if (left < chunk_preamble)
-            throw_error(errc::truncated, where() + ": input ends inside the length field");
+            throw error(errc::truncated, where() + ": input ends inside the length field");
         const std::int64_t len = get_i64(base + at + 8);
         if (len < 0)
-            throw_error(errc::negative_length, where() + ": length is " + std::to_string(len));
+            throw error(errc::negative_length, where() + ": length is " + std::to_string(len));
         const auto n = static_cast<std::uint64_t>(len);
         if (n > left - chunk_preamble)
-            throw_error(errc::length_beyond_end, where() + ": length " + str(n) + " but only " +
+            throw error(errc::length_beyond_end, where() + ": length " + str(n) + " but only " +
                                                      str(left - chunk_preamble) + " bytes follow");
         if (chunk_size(n) > left)
-            throw_error(errc::truncated, where() + ": input ends inside the padding (" +
+            throw error(errc::truncated, where() + ": input ends inside the padding (" +
                                              str(chunk_size(n)) + " bytes needed, " + str(left) + " left)");
         out.push_back(chunked.slice(at + chunk_preamble, n));
         at += chunk_size(n);
@@ -346,7 +345,7 @@ std::size_t encoded_size(tensor_span tensors) {
 void encode_buffer_into(tensor_span tensors, mutable_bytes out) {
     const detail::chunk_plan plan(tensors);
     if (out.size() != plan.size())
-        throw_error(errc::bad_argument, "output of " + str(out.size()) + " bytes; the encoding needs " +
+        throw error(errc::bad_argument, "output of " + str(out.size()) + " bytes; the encoding needs " +
                                             str(plan.size()));
     plan.copy_to(out);
 }
@@ -361,7 +360,7 @@ buffer encode_buffer(tensor_span tensors) {
 std::vector<tensor> decode_buffer(const buffer& chunked, const decode_options& opt) {
     std::vector<buffer> chunks = decode_chunks(chunked, opt.limits);
     if (chunks.size() % 2 != 0)
-        throw_error(errc::odd_chunk_count, str(chunks.size()) + " chunks: header chunk " +
+        throw error(errc::odd_chunk_count, str(chunks.size()) + " chunks: header chunk " +
                                                str(chunks.size() - 1) + " has no data chunk after it");
     buffer_frames<std::span<buffer>> source{chunks};
     return decode_list_with(source, opt);

@@ -5,6 +5,8 @@
 #include <tenbin/dtype.hpp>
 #include <tenbin/error.hpp>
 
+#include "base/endian.hpp"
+
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -13,8 +15,6 @@
 #include <type_traits>
 
 namespace tenbin::detail {
-
-[[noreturn]] void throw_error(errc code, const std::string& message);
 
 // Decimal text of a count, size or offset.
 inline std::string str(std::uint64_t n) { return std::to_string(n); }
@@ -35,12 +35,8 @@ auto with_context(W&& where, F&& f) {
     }
 }
 
-// The int64 stored at `p` in the host's (little-endian) order.
-inline std::int64_t get_i64(const std::byte* p) noexcept {
-    std::int64_t v;
-    std::memcpy(&v, p, 8);
-    return v;
-}
+// The int64 stored at `p`.
+inline std::int64_t get_i64(const std::byte* p) noexcept { return static_cast<std::int64_t>(load_le<std::uint64_t>(p)); }
 
 // The checks an encodable tensor passes, each throwing bad_argument.
 // `info`: at most 8 ASCII bytes, neither first nor last a NUL (decoders

@@ -32,7 +32,7 @@ public:
 // sizes that differ a little share blocks.
 std::size_t block_size_for(std::size_t n) {
     const std::size_t unit = n >= (std::size_t{64} << 10) ? 4096 : buffer_alignment;
-    if (n > SIZE_MAX - unit) detail::throw_error(errc::bad_argument, "tensor of " + std::to_string(n) + " bytes");
+    if (n > SIZE_MAX - unit) throw error(errc::bad_argument, "tensor of " + std::to_string(n) + " bytes");
     return n == 0 ? unit : (n + unit - 1) / unit * unit;
 }
 
@@ -137,8 +137,8 @@ struct lease {
 }  // namespace
 
 tensor_pool::tensor_pool(pool_options options, std::shared_ptr<pool_memory> source) {
-    if (!source) detail::throw_error(errc::bad_argument, "tensor_pool: no memory source");
-    if (options.max_buffers == 0) detail::throw_error(errc::bad_argument, "tensor_pool: max_buffers is 0");
+    if (!source) throw error(errc::bad_argument, "tensor_pool: no memory source");
+    if (options.max_buffers == 0) throw error(errc::bad_argument, "tensor_pool: max_buffers is 0");
     state_ = std::make_shared<detail::pool_state>(options, std::move(source));
 }
 
@@ -164,7 +164,7 @@ tensor tensor_pool::acquire(tenbin::dtype t, shape_t shape, std::string_view inf
     if (auto got = try_acquire(t, shape, info, wait ? *wait : std::chrono::milliseconds::max())) return *got;
     std::lock_guard lock(state_->mutex);
     const std::uint64_t n = detail::element_count(shape) * itemsize(t);
-    detail::throw_error(errc::timeout, state_->exhausted_text(n));
+    throw error(errc::timeout, state_->exhausted_text(n));
 }
 
 std::optional<tensor> tensor_pool::try_acquire(tenbin::dtype t, shape_t shape, std::string_view info,
@@ -172,12 +172,12 @@ std::optional<tensor> tensor_pool::try_acquire(tenbin::dtype t, shape_t shape, s
     detail::check_dtype(t);
     detail::check_info(info);
     const std::uint64_t count = detail::element_count(shape);
-    if (count > SIZE_MAX / itemsize(t)) detail::throw_error(errc::bad_argument, "tensor too large to allocate");
+    if (count > SIZE_MAX / itemsize(t)) throw error(errc::bad_argument, "tensor too large to allocate");
     const std::size_t n = count * itemsize(t);
     detail::pool_state& s = *state_;
     const std::size_t capacity = block_size_for(n);
     if (capacity > s.options.max_bytes)
-        detail::throw_error(errc::bad_argument, "tensor of " + std::to_string(n) + " bytes is larger than the pool (" +
+        throw error(errc::bad_argument, "tensor of " + std::to_string(n) + " bytes is larger than the pool (" +
                                                     std::to_string(s.options.max_bytes) + " bytes)");
     // A deadline past what the clock holds is no deadline.
     const auto now = std::chrono::steady_clock::now();

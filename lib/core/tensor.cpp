@@ -14,35 +14,35 @@ namespace detail {
 
 void check_info(std::string_view info) {
     if (info.size() > max_info_length)
-        throw_error(errc::bad_argument, "info '" + std::string(info) + "' has " +
+        throw error(errc::bad_argument, "info '" + std::string(info) + "' has " +
                                             std::to_string(info.size()) +
                                             " characters; the format holds at most 8");
     for (std::size_t i = 0; i < info.size(); ++i)
         if (const auto c = static_cast<unsigned char>(info[i]); c > 127)
-            throw_error(errc::bad_argument, "info byte " + std::to_string(i) + " is " + std::to_string(c) +
+            throw error(errc::bad_argument, "info byte " + std::to_string(i) + " is " + std::to_string(c) +
                                                 "; infos are ASCII");
     // Decoders strip NULs from both ends (Python's too): such an info would
     // come back changed. NULs inside come back, as Python writes them.
     if (!info.empty() && (info.front() == '\0' || info.back() == '\0'))
-        throw_error(errc::bad_argument, "info of " + std::to_string(info.size()) +
+        throw error(errc::bad_argument, "info of " + std::to_string(info.size()) +
                                             " bytes starts or ends with NUL, which decoders strip");
 }
 
 void check_dtype(tenbin::dtype t) {
     if (!is_valid(t))
-        throw_error(errc::bad_argument,
+        throw error(errc::bad_argument,
                     "dtype value " + std::to_string(static_cast<unsigned>(t)) + " is not one of the format's");
 }
 
 void check_rank(std::size_t ndim) {
     if (ndim > max_supported_rank)
-        throw_error(errc::bad_argument, "rank " + str(ndim) + " exceeds the supported maximum of " +
+        throw error(errc::bad_argument, "rank " + str(ndim) + " exceeds the supported maximum of " +
                                             str(max_supported_rank));
 }
 
 void check_data_size(tenbin::dtype t, std::uint64_t count, std::size_t bytes) {
     if (count > UINT64_MAX / itemsize(t) || count * itemsize(t) != bytes)
-        throw_error(errc::bad_argument, "shape needs " + str(count) + " elements of " + std::string(code(t)) +
+        throw error(errc::bad_argument, "shape needs " + str(count) + " elements of " + std::string(code(t)) +
                                             " but the data holds " + str(bytes) + " bytes");
 }
 
@@ -53,7 +53,7 @@ std::uint64_t element_count(std::span<const std::int64_t> shape) {
     bool has_zero = false;
     for (std::size_t i = 0; i < shape.size(); ++i) {
         if (shape[i] < 0)
-            throw_error(errc::bad_argument, "dimension " + std::to_string(i) + " is " +
+            throw error(errc::bad_argument, "dimension " + std::to_string(i) + " is " +
                                                 std::to_string(shape[i]) + ", negative");
         has_zero = has_zero || shape[i] == 0;
     }
@@ -62,7 +62,7 @@ std::uint64_t element_count(std::span<const std::int64_t> shape) {
     for (std::size_t i = 0; i < shape.size(); ++i) {
         const auto d = static_cast<std::uint64_t>(shape[i]);
         if (d != 0 && n > UINT64_MAX / d)
-            throw_error(errc::bad_argument, "shape's element count overflows 64 bits at dimension " +
+            throw error(errc::bad_argument, "shape's element count overflows 64 bits at dimension " +
                                                 std::to_string(i));
         n *= d;
     }
@@ -81,13 +81,13 @@ std::string hex_address(const void* p) {
 
 void check_typed_access(dtype have, dtype want, const std::byte* data, std::size_t size) {
     if (have != want)
-        throw_error(errc::bad_argument, "tensor holds " + std::string(code(have)) +
+        throw error(errc::bad_argument, "tensor holds " + std::string(code(have)) +
                                             ", not " + std::string(code(want)));
     if (reinterpret_cast<std::uintptr_t>(data) % itemsize(want) != 0)
-        throw_error(errc::unsupported, "tensor data at address " + hex_address(data) + " is not aligned for " +
+        throw error(errc::unsupported, "tensor data at address " + hex_address(data) + " is not aligned for " +
                                            std::string(code(want)) + "; use tensor::aligned()");
     if (size % itemsize(want) != 0)
-        throw_error(errc::data_size_mismatch, std::to_string(size) +
+        throw error(errc::data_size_mismatch, std::to_string(size) +
                                                   " bytes are not a whole number of " +
                                                   std::string(code(want)) + " elements");
 }
@@ -114,7 +114,7 @@ tensor tensor::zeros(tenbin::dtype t, shape_t shape, std::string_view info) {
     detail::check_dtype(t);
     const std::uint64_t n = detail::element_count(shape);
     if (n > SIZE_MAX / itemsize(t))
-        detail::throw_error(errc::bad_argument, "tensor too large to allocate");
+        throw error(errc::bad_argument, "tensor too large to allocate");
     buffer b = buffer::allocate(n * itemsize(t));
     if (!b.empty()) std::memset(b.writable_bytes().data(), 0, b.size());
     return tensor(t, std::move(shape), std::move(b), info);
@@ -143,7 +143,7 @@ tensor tensor::aligned() const {
 
 std::vector<tensor> with_infos(tensor_span tensors, std::span<const std::string> infos) {
     if (infos.size() != tensors.size())
-        detail::throw_error(errc::bad_argument, std::to_string(infos.size()) + " infos for " +
+        throw error(errc::bad_argument, std::to_string(infos.size()) + " infos for " +
                                                     std::to_string(tensors.size()) + " tensors");
     std::vector<tensor> out;
     out.reserve(tensors.size());
@@ -165,12 +165,12 @@ std::vector<std::string> infos_of(const std::vector<tensor>& tensors) {
 
 void check_infos(const std::vector<tensor>& tensors, std::span<const std::string> expected) {
     if (expected.size() != tensors.size())
-        detail::throw_error(errc::info_mismatch, "expected " + std::to_string(expected.size()) +
+        throw error(errc::info_mismatch, "expected " + std::to_string(expected.size()) +
                                                      " tensors, found " +
                                                      std::to_string(tensors.size()));
     for (std::size_t i = 0; i < tensors.size(); ++i)
         if (tensors[i].info() != expected[i])
-            detail::throw_error(errc::info_mismatch, "tensor " + std::to_string(i) + ": expected info '" +
+            throw error(errc::info_mismatch, "tensor " + std::to_string(i) + ": expected info '" +
                                                          expected[i] + "', found '" +
                                                          std::string(tensors[i].info()) + "'");
 }

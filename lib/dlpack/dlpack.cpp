@@ -12,8 +12,6 @@ namespace tenbin {
 
 namespace {
 
-using detail::throw_error;
-
 // A DLPack type in words: "float16", "uint8x4", "bool (8 bits)", "type
 // code 9 (16 bits)".
 std::string describe(DLDataType t) {
@@ -92,7 +90,7 @@ DLDataType to_dlpack_dtype(dtype t) noexcept {
 
 dtype from_dlpack_dtype(DLDataType t) {
     if (t.lanes != 1)
-        throw_error(errc::unsupported, "DLPack dtype " + describe(t) + " has " + std::to_string(t.lanes) +
+        throw error(errc::unsupported, "DLPack dtype " + describe(t) + " has " + std::to_string(t.lanes) +
                                            " lanes; tenbin carries only lanes == 1");
     switch (t.code) {
     case kDLFloat:
@@ -115,7 +113,7 @@ dtype from_dlpack_dtype(DLDataType t) {
     default:
         break;
     }
-    throw_error(errc::unsupported, "DLPack dtype " + describe(t) +
+    throw error(errc::unsupported, "DLPack dtype " + describe(t) +
                                        " has no tenbin dtype (float 16/32/64, int and uint 8/16/32/64)");
 }
 
@@ -141,27 +139,27 @@ DLManagedTensor* to_dlpack(const tensor& t) {
 }
 
 tensor from_dlpack(DLManagedTensor* mt, std::string info) {
-    if (!mt) throw_error(errc::bad_argument, "from_dlpack: null DLManagedTensor");
+    if (!mt) throw error(errc::bad_argument, "from_dlpack: null DLManagedTensor");
     const DLTensor& dl = mt->dl_tensor;
     const DLDeviceType dev = dl.device.device_type;
     // Pinned host memory is ordinary CPU memory to read.
     if (dev != kDLCPU && dev != kDLCUDAHost && dev != kDLROCMHost)
-        throw_error(errc::unsupported, "from_dlpack: tensor on " + device_name(dev) +
+        throw error(errc::unsupported, "from_dlpack: tensor on " + device_name(dev) +
                                            "; tenbin reads only CPU memory (copy it to the CPU first)");
     const dtype t = from_dlpack_dtype(dl.dtype);
     if (dl.ndim < 0)
-        throw_error(errc::bad_argument, "from_dlpack: negative rank " + std::to_string(dl.ndim));
+        throw error(errc::bad_argument, "from_dlpack: negative rank " + std::to_string(dl.ndim));
     if (static_cast<std::size_t>(dl.ndim) > max_supported_rank)
-        throw_error(errc::unsupported, "from_dlpack: rank " + std::to_string(dl.ndim) + " exceeds " +
+        throw error(errc::unsupported, "from_dlpack: rank " + std::to_string(dl.ndim) + " exceeds " +
                                            std::to_string(max_supported_rank));
-    if (dl.ndim > 0 && !dl.shape) throw_error(errc::bad_argument, "from_dlpack: null shape");
+    if (dl.ndim > 0 && !dl.shape) throw error(errc::bad_argument, "from_dlpack: null shape");
     shape_t shape(dl.shape, dl.shape + dl.ndim);
     // Negative dimensions, overflow.
     const std::uint64_t count = detail::with_context("from_dlpack", [&] { return detail::element_count(shape); });
     // No object is larger than PTRDIFF_MAX bytes; checked before the
     // strides, whose running products then cannot overflow.
     if (count > static_cast<std::uint64_t>(PTRDIFF_MAX) / itemsize(t))
-        throw_error(errc::bad_argument, "from_dlpack: " + std::to_string(count) + " elements of " +
+        throw error(errc::bad_argument, "from_dlpack: " + std::to_string(count) + " elements of " +
                                             std::string(code(t)) + " are more bytes than memory can hold");
     const std::uint64_t nbytes = count * itemsize(t);
 
@@ -171,14 +169,14 @@ tensor from_dlpack(DLManagedTensor* mt, std::string info) {
         std::int64_t expect = 1;
         for (int i = dl.ndim; i-- > 0;) {
             if (shape[i] != 1 && dl.strides[i] != expect)
-                throw_error(errc::unsupported,
+                throw error(errc::unsupported,
                             "from_dlpack: non-contiguous layout, stride " + std::to_string(dl.strides[i]) +
                                 " of dimension " + std::to_string(i) + " should be " + std::to_string(expect) +
                                 " for C order (make the tensor contiguous first)");
             expect *= shape[i];
         }
     }
-    if (!dl.data && nbytes > 0) throw_error(errc::bad_argument, "from_dlpack: null data pointer");
+    if (!dl.data && nbytes > 0) throw error(errc::bad_argument, "from_dlpack: null data pointer");
     detail::check_info(info);
 
     auto* bytes = static_cast<std::byte*>(dl.data);

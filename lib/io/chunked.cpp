@@ -21,7 +21,6 @@ namespace {
 
 using detail::get_i64;
 using detail::str;
-using detail::throw_error;
 using detail::with_context;
 
 // The first block for a payload whose size the source cannot vouch for;
@@ -64,19 +63,19 @@ public:
         if (got == 0) return std::nullopt;
         const std::string where = what + " at offset " + str(at);
         if (std::memcmp(pre.data(), chunk_magic, std::min<std::size_t>(got, 8)) != 0)
-            throw_error(errc::bad_magic, where + ": does not start with ~TenBin~");
+            throw error(errc::bad_magic, where + ": does not start with ~TenBin~");
         if (got < chunk_preamble)
-            throw_error(errc::truncated, where + ": input ends " + str(got) +
+            throw error(errc::truncated, where + ": input ends " + str(got) +
                                              " bytes into the 16-byte magic and length");
         const std::int64_t len = get_i64(pre.data() + 8);
-        if (len < 0) throw_error(errc::negative_length, where + ": length is " + std::to_string(len));
+        if (len < 0) throw error(errc::negative_length, where + ": length is " + std::to_string(len));
         const auto n = static_cast<std::uint64_t>(len);
         if (const auto rem = in_.remaining()) {
             if (n > *rem)
-                throw_error(errc::length_beyond_end, where + ": length " + str(n) + " but only " +
+                throw error(errc::length_beyond_end, where + ": length " + str(n) + " but only " +
                                                          str(*rem) + " bytes follow");
             if (chunk_size(n) - chunk_preamble > *rem)
-                throw_error(errc::truncated, where + ": input ends inside the padding (" +
+                throw error(errc::truncated, where + ": input ends inside the padding (" +
                                                  str(chunk_size(n) - chunk_preamble) +
                                                  " bytes needed after the length, " + str(*rem) +
                                                  " left)");
@@ -85,7 +84,7 @@ public:
     }
 
     [[noreturn]] void truncated(const chunk_info& c) const {
-        throw_error(errc::truncated, c.what + " at offset " + str(c.at) + ": input ends " +
+        throw error(errc::truncated, c.what + " at offset " + str(c.at) + ": input ends " +
                                          str(offset_ - c.at) + " bytes into the chunk of " +
                                          str(chunk_size(c.length)) + " bytes");
     }
@@ -94,7 +93,7 @@ public:
     buffer read_payload(const chunk_info& c) {
         if constexpr (sizeof(std::size_t) < sizeof(std::uint64_t)) {
             if (c.length > SIZE_MAX)
-                throw_error(errc::unsupported, c.what + " at offset " + str(c.at) + ": length " +
+                throw error(errc::unsupported, c.what + " at offset " + str(c.at) + ": length " +
                                                    str(c.length) + " does not fit in memory here");
         }
         const auto n = static_cast<std::size_t>(c.length);
@@ -144,7 +143,7 @@ tensor_header read_header(chunk_reader& r, const chunk_info& c, const limits& li
         return with_context(where, [&] { return decode_header({h.data(), n}, lim); });
     }
     if (c.length % 8 != 0)
-        throw_error(errc::bad_header, where + ": header of " + str(c.length) +
+        throw error(errc::bad_header, where + ": header of " + str(c.length) +
                                           " bytes; a header is 24 + 8 * ndim bytes");
     if (r.read_full({h.data(), 24}) < 24) r.truncated(c);
     const std::int64_t ndim = get_i64(h.data() + 16);
@@ -155,7 +154,7 @@ tensor_header read_header(chunk_reader& r, const chunk_info& c, const limits& li
         // The length is past the largest allowed header: this throws.
         (void)detail::check_header_rank(ndim, c.length, lim);
     });
-    throw_error(errc::bad_header, where + ": header of " + str(c.length) + " bytes exceeds the largest allowed");
+    throw error(errc::bad_header, where + ": header of " + str(c.length) + " bytes exceeds the largest allowed");
 }
 
 }  // namespace
@@ -170,7 +169,7 @@ void write(sink& out, tensor_span tensors) {
 std::vector<tensor> read(source& in, const read_options& opt) {
     // An empty list means end of input: a read of none would look like it.
     if (opt.max_tensors && *opt.max_tensors == 0)
-        throw_error(errc::bad_argument, "read_options::max_tensors = 0: an empty list would mean end of input");
+        throw error(errc::bad_argument, "read_options::max_tensors = 0: an empty list would mean end of input");
     const limits& lim = opt.decode.limits;
     chunk_reader r(in);
     std::vector<tensor> out;
@@ -181,18 +180,18 @@ std::vector<tensor> read(source& in, const read_options& opt) {
         const auto hc = r.read_preamble("header chunk of " + name);
         if (!hc) break;  // end of input before a header: a clean end
         if (i >= lim.max_tensors)
-            throw_error(errc::limit_exceeded, hc->what + " at offset " + str(hc->at) + ": more than " +
+            throw error(errc::limit_exceeded, hc->what + " at offset " + str(hc->at) + ": more than " +
                                                   str(lim.max_tensors) + " tensors (limits::max_tensors)");
         tensor_header h = read_header(r, *hc, lim);
         // total <= max_bytes so far, so this cannot overflow.
         if (h.nbytes > lim.max_bytes - total)
-            throw_error(errc::limit_exceeded, "tensors 0.." + str(i) + " hold more than " +
+            throw error(errc::limit_exceeded, "tensors 0.." + str(i) + " hold more than " +
                                                   str(lim.max_bytes) + " bytes (limits::max_bytes)");
         total += h.nbytes;
 
         const auto dc = r.read_preamble("data chunk of " + name);
         if (!dc)
-            throw_error(errc::odd_chunk_count, hc->what + " at offset " + str(hc->at) +
+            throw error(errc::odd_chunk_count, hc->what + " at offset " + str(hc->at) +
                                                    " has no data chunk after it (input ends at offset " +
                                                    str(r.offset()) + ")");
         if (dc->length != h.nbytes) {
@@ -200,7 +199,7 @@ std::vector<tensor> read(source& in, const read_options& opt) {
             // pipe): reading up to the claimed length first, to tell a
             // length past the end apart, let a peer claiming 2^62 bytes
             // stall the reader for ever.
-            throw_error(errc::data_size_mismatch,
+            throw error(errc::data_size_mismatch,
                         dc->what + " at offset " + str(dc->at) + ": header says " +
                             std::string(code(h.dtype)) + " with " + str(h.nbytes) +
                             " bytes, the data chunk holds " + str(dc->length));

@@ -8,6 +8,8 @@
 #include "core/chunk_plan.hpp"
 #include "core/diagnostics.hpp"
 #include "io/io_detail.hpp"
+#include "base/atomic_file.hpp"
+#include "base/fd.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -15,7 +17,9 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -28,46 +32,23 @@
 namespace tenbin {
 
 namespace {
-
-using detail::throw_error;
-using detail::throw_io_error;
 using detail::in_quotes;
 using detail::str;
 
-// Closes on every path out; close errors matter only after writing, where
-// save() closes explicitly.
-class unique_fd {
-public:
-    explicit unique_fd(int fd) noexcept : fd_(fd) {}
-    unique_fd(unique_fd&& o) noexcept : fd_(o.release()) {}
-    unique_fd& operator=(unique_fd&& o) noexcept {
-        if (this != &o) {
-            if (fd_ >= 0) ::close(fd_);
-            fd_ = o.release();
-        }
-        return *this;
-    }
-    ~unique_fd() {
-        if (fd_ >= 0) ::close(fd_);
-    }
-    int get() const noexcept { return fd_; }
-    int release() noexcept { return std::exchange(fd_, -1); }
-
-private:
-    int fd_;
-};
+using detail::os_error;
+using detail::unique_fd;
 
 unique_fd open_file(const std::filesystem::path& p, int flags, mode_t mode = 0) {
     int fd;
     do fd = ::open(p.c_str(), flags | O_CLOEXEC, mode);
     while (fd < 0 && errno == EINTR);
-    if (fd < 0) throw_io_error("open " + in_quotes(p), errno);
+    if (fd < 0) throw os_error("open " + in_quotes(p), errno);
     return unique_fd(fd);
 }
 
 struct stat stat_of(int fd, const std::filesystem::path& p) {
     struct stat st {};
-    if (::fstat(fd, &st) != 0) throw_io_error("fstat " + in_quotes(p), errno);
+    if (::fstat(fd, &st) != 0) throw os_error("fstat " + in_quotes(p), errno);
     return st;
 }
 
@@ -78,7 +59,7 @@ void check_extension(const std::filesystem::path& p, bool nocheck) {
     if (nocheck) return;
     const std::string name = p.string();
     if (!std::string_view(name).ends_with(".ten") && !std::string_view(name).ends_with(".ten.zst"))
-        throw_error(errc::bad_extension,
+        throw error(errc::bad_extension,
                     in_quotes(p) + " does not end in .ten or .ten.zst (set file_options::nocheck to allow it)");
 }
 
@@ -93,7 +74,7 @@ bool compressed(const std::filesystem::path& p, const file_options& opt) {
 
 #if !TENBIN_HAS_ZSTD
 [[noreturn]] void no_zstd(const std::filesystem::path& p) {
-    throw_error(errc::unsupported, in_quotes(p) + ": zstd compression needs a tenbin built with libzstd");
+    throw error(errc::unsupported, in_quotes(p) + ": zstd compression needs a tenbin built with libzstd");
 }
 #endif
 
@@ -166,81 +147,57 @@ private:
 // symlink, or a file with other hard links (which would keep the old
 // bytes) is written in place, unless this process maps it: then only a new
 // file is safe, and the other links keep the old bytes.
-struct replacement {
-    unique_fd fd{-1};              // the new file, or -1: write in place
-    std::filesystem::path target;  // the path's file, through symlinks
-    std::filesystem::path temp;
-};
-
-replacement make_replacement(const std::filesystem::path& path) {
-    replacement r;
+// The new file that replaces `path`, or nothing: write in place.
+std::unique_ptr<detail::atomic_file> make_replacement(const std::filesystem::path& path) {
     struct stat st {};
     const bool exists = ::stat(path.c_str(), &st) == 0;
-    if (!exists && (errno != ENOENT || ::lstat(path.c_str(), &st) == 0)) return r;
-    if (exists && !S_ISREG(st.st_mode)) return r;
+    if (!exists && (errno != ENOENT || ::lstat(path.c_str(), &st) == 0)) return nullptr;
+    if (exists && !S_ISREG(st.st_mode)) return nullptr;
     const bool mapped = exists && mapped_files::of_process().contains({st.st_dev, st.st_ino});
-    if (exists && st.st_nlink != 1 && !mapped) return r;
+    if (exists && st.st_nlink != 1 && !mapped) return nullptr;
     // Writing in place is what a mapped file must not get.
-    auto cannot = [&](const std::string& why, int err) {
+    auto cannot = [&](const std::string& why) {
         if (mapped)
-            throw_io_error("save " + in_quotes(path) + ": this process maps it (load_mmap), so it can only be "
-                           "replaced by a new file, and " + why, err);
+            throw error(errc::io_error, "save " + in_quotes(path) + ": this process maps it (load_mmap), so it can "
+                                        "only be replaced by a new file, and " + why);
     };
     std::error_code ec;
-    r.target = exists ? std::filesystem::canonical(path, ec) : path;
+    const std::filesystem::path target = exists ? std::filesystem::canonical(path, ec) : path;
     if (ec) {
-        cannot("its real path is unknown", ec.value());
-        return r;
+        cannot("its real path is unknown: " + ec.message());
+        return nullptr;
     }
-    static std::atomic<unsigned> serial{0};
-    std::string name(1, '.');  // appended: see in_quotes()
-    name += r.target.filename().string();
-    name += ".tmp-";
-    name += std::to_string(::getpid());
-    name += '-';
-    name += std::to_string(serial++);
-    r.temp = r.target.parent_path() / name;
-    int fd;
-    do fd = ::open(r.temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, exists ? 0600 : 0666);
-    while (fd < 0 && errno == EINTR);
-    if (fd < 0) {
-        cannot("none can be made beside it: open " + in_quotes(r.temp), errno);
-        return r;
+    std::unique_ptr<detail::atomic_file> r;
+    try {
+        r = std::make_unique<detail::atomic_file>(target, exists ? 0600 : 0666);
+    } catch (const error& e) {
+        cannot(std::string("none can be made beside it: ") + e.what());
+        return nullptr;
     }
     // The file it replaces keeps its permissions (and its owner, as far as
     // this process may set it).
     if (exists &&
-        (::fchmod(fd, st.st_mode & 07777) != 0 || (::fchown(fd, st.st_uid, st.st_gid) != 0 && errno != EPERM))) {
-        const int err = errno;
-        ::close(fd);
-        ::unlink(r.temp.c_str());
-        cannot("the new file could not get the old one's permissions", err);
-        return r;
+        (::fchmod(r->fd(), st.st_mode & 07777) != 0 || (::fchown(r->fd(), st.st_uid, st.st_gid) != 0 && errno != EPERM))) {
+        const error failed = os_error("the new file could not get the old one's permissions");
+        r.reset();
+        cannot(failed.what());
+        return nullptr;
     }
-    r.fd = unique_fd(fd);
     return r;
 }
 
 }  // namespace
 
 void detail::write_file(const std::filesystem::path& path, const std::function<void(int fd)>& write) {
-    auto write_to = [&](unique_fd f, const std::filesystem::path& name) {
-        write(f.get());
-        // Errors of delayed writes (NFS, full disks) can surface only here.
-        if (::close(f.release()) != 0) throw_io_error("close " + in_quotes(name), errno);
-    };
-    if (replacement r = make_replacement(path); r.fd.get() >= 0) {
-        try {
-            write_to(std::move(r.fd), r.temp);
-            if (::rename(r.temp.c_str(), r.target.c_str()) != 0)
-                throw_io_error("rename " + in_quotes(r.temp) + " to " + in_quotes(r.target), errno);
-        } catch (...) {
-            ::unlink(r.temp.c_str());
-            throw;
-        }
+    if (const std::unique_ptr<atomic_file> r = make_replacement(path)) {
+        write(r->fd());
+        r->commit();
         return;
     }
-    write_to(open_file(path, O_WRONLY | O_CREAT | O_TRUNC, 0666), path);
+    unique_fd f = open_file(path, O_WRONLY | O_CREAT | O_TRUNC, 0666);
+    write(f.get());
+    // Errors of delayed writes (NFS, full disks) can surface only here.
+    if (::close(f.release()) != 0) throw os_error("close " + in_quotes(path), errno);
 }
 
 void save(const std::filesystem::path& path, tensor_span tensors, const file_options& opt) {
@@ -295,7 +252,7 @@ std::vector<tensor> load(const std::filesystem::path& path, const file_options& 
     }
     const auto size = static_cast<std::uint64_t>(st.st_size);
     if (size > largest_file(opt.decode.limits))
-        throw_error(errc::limit_exceeded,
+        throw error(errc::limit_exceeded,
                     in_quotes(path) + ": file of " + str(size) + " bytes cannot fit limits::max_bytes = " +
                         str(opt.decode.limits.max_bytes) + " and limits::max_tensors = " +
                         str(opt.decode.limits.max_tensors));
@@ -317,10 +274,10 @@ std::vector<tensor> load(const std::filesystem::path& path, const file_options& 
         const ssize_t n = ::read(f.get(), at + got, want);
         if (n < 0) {
             if (errno == EINTR) continue;
-            throw_io_error("read " + in_quotes(path) + " at offset " + str(got), errno);
+            throw os_error("read " + in_quotes(path) + " at offset " + str(got), errno);
         }
         if (n == 0)
-            throw_error(errc::io_error, in_quotes(path) + ": file shrank while being read (" + str(got) +
+            throw error(errc::io_error, in_quotes(path) + ": file shrank while being read (" + str(got) +
                                             " of " + str(size) + " bytes)");
         got += static_cast<std::size_t>(n);
     }
@@ -332,7 +289,7 @@ buffer map_file(const std::filesystem::path& path) {
     unique_fd f = open_file(path, O_RDONLY | O_NONBLOCK);
     const struct stat st = stat_of(f.get(), path);
     if (!S_ISREG(st.st_mode))
-        throw_error(errc::io_error, "mmap " + in_quotes(path) + ": not a regular file");
+        throw error(errc::io_error, "mmap " + in_quotes(path) + ": not a regular file");
     const auto size = static_cast<std::size_t>(st.st_size);
     if (size == 0) return {};  // mmap refuses zero bytes
     // Counted before mapping, undone by the last buffer's unmap: until then
@@ -347,7 +304,7 @@ buffer map_file(const std::filesystem::path& path) {
     if (p == MAP_FAILED) {
         const int err = errno;
         unmap(nullptr);
-        throw_io_error("mmap " + in_quotes(path), err);
+        throw os_error("mmap " + in_quotes(path), err);
     }
     // The mapping outlives the descriptor. (If making the keeper throws, it
     // has called unmap.)

@@ -95,14 +95,14 @@ std::vector<std::string> output_names(std::span<const named_tensor> tensors) {
         const std::string& n = tensors[i].name;
         names.push_back(n.empty() ? "arr_" + std::to_string(i) : n);
         if (names.back().find('\0') != std::string::npos)
-            throw_error(errc::bad_argument, "tensor " + std::to_string(i) + ": name contains a NUL byte");
+            throw error(errc::bad_argument, "tensor " + std::to_string(i) + ": name contains a NUL byte");
         if (!valid_utf8(names.back()))
-            throw_error(errc::bad_argument,
+            throw error(errc::bad_argument,
                         "tensor " + std::to_string(i) + ": name " + in_quotes(names.back()) + " is not valid UTF-8");
     }
     for (std::size_t i = 0; i < names.size(); ++i)
         if (!seen.insert(names[i]).second)
-            throw_error(errc::bad_argument, "tensor " + std::to_string(i) + ": name " + in_quotes(names[i]) +
+            throw error(errc::bad_argument, "tensor " + std::to_string(i) + ": name " + in_quotes(names[i]) +
                                                 " is used twice; names must be unique");
     return names;
 }
@@ -117,7 +117,6 @@ buffer data_of(const buffer& whole, std::size_t offset, std::size_t nbytes, dtyp
 }  // namespace detail
 
 using detail::in_quotes;
-using detail::throw_error;
 
 std::optional<file_format> format_of(const std::filesystem::path& path) {
     const std::string name = path.filename().string();
@@ -148,7 +147,7 @@ std::vector<tensor> to_tensors(std::span<const named_tensor> tensors) {
     for (std::size_t i = 0; i < tensors.size(); ++i) {
         const std::string& n = tensors[i].name;
         if (!detail::fits_info(n))
-            throw_error(errc::bad_argument,
+            throw error(errc::bad_argument,
                         "tensor " + std::to_string(i) + ": name " + in_quotes(n) +
                             " cannot be a .ten info (at most 8 ASCII characters, no NUL); rename it");
         out.push_back(tensors[i].value.with_info(n));
@@ -161,7 +160,7 @@ namespace {
 file_format known_format(const std::filesystem::path& path) {
     const auto f = format_of(path);
     if (!f)
-        throw_error(errc::bad_extension,
+        throw error(errc::bad_extension,
                     in_quotes(path) + ": unknown extension; expected .ten, .ten.zst, .npy, .npz or .safetensors");
     return *f;
 }
@@ -193,7 +192,7 @@ void save_any(const std::filesystem::path& path, std::span<const named_tensor> t
         return;
     case file_format::npy:
         if (tensors.size() != 1)
-            throw_error(errc::bad_argument, in_quotes(path) + ": an .npy file holds exactly one tensor, not " +
+            throw error(errc::bad_argument, in_quotes(path) + ": an .npy file holds exactly one tensor, not " +
                                                 std::to_string(tensors.size()));
         save_npy(path, tensors[0].value);
         return;

@@ -2,6 +2,8 @@
 // safetensors.cpp, formats.cpp).
 #pragma once
 
+#include "base/endian.hpp"
+
 #include <tenbin/formats.hpp>
 
 #include "core/diagnostics.hpp"
@@ -66,15 +68,6 @@ bool fits_info(std::string_view name) noexcept;
 // A named_tensor whose tensor's info is its name when that fits.
 named_tensor make_named(std::string name, tensor t);
 
-// Little-endian fields, read from bytes the caller has bounds-checked.
-inline std::uint64_t get_le(const std::byte* p, std::size_t n) noexcept {
-    std::uint64_t v = 0;
-    for (std::size_t i = n; i-- > 0;) v = (v << 8) | static_cast<std::uint8_t>(p[i]);
-    return v;
-}
-inline void put_le(std::vector<std::byte>& out, std::uint64_t v, std::size_t n) {
-    for (std::size_t i = 0; i < n; ++i) out.push_back(static_cast<std::byte>((v >> (8 * i)) & 0xff));
-}
 inline void put_text(std::vector<std::byte>& out, std::string_view s) {
     const auto* p = reinterpret_cast<const std::byte*>(s.data());
     out.insert(out.end(), p, p + s.size());

@@ -15,7 +15,6 @@ namespace {
 
 using detail::in_quotes;
 using detail::str;
-using detail::throw_error;
 
 constexpr char npy_magic[6] = {'\x93', 'N', 'U', 'M', 'P', 'Y'};
 
@@ -45,7 +44,7 @@ std::pair<dtype, bool> parse_descr(std::string_view d) {
         if (!known.empty()) known += ' ';
         known += descr(t);
     }
-    throw_error(errc::unsupported, "dtype " + in_quotes(d) + " is not one tenbin carries (" + known +
+    throw error(errc::unsupported, "dtype " + in_quotes(d) + " is not one tenbin carries (" + known +
                                        ", or '>' for big endian)");
 }
 
@@ -82,7 +81,7 @@ public:
             if (key == "descr") {
                 if (have_descr) fail_at(key_at, "key 'descr' appears twice");
                 if (peek() == '[')
-                    throw_error(errc::unsupported,
+                    throw error(errc::unsupported,
                                 "structured dtypes (a list as 'descr') are not supported");
                 // Checked after the whole dict has parsed, so that a syntax
                 // error is reported as one.
@@ -120,7 +119,7 @@ public:
 
 private:
     [[noreturn]] void fail_at(std::size_t at, const std::string& why) const {
-        throw_error(errc::bad_header, "npy header dict at character " + str(at) + ": " + why);
+        throw error(errc::bad_header, "npy header dict at character " + str(at) + ": " + why);
     }
     [[noreturn]] void fail(const std::string& why) const { fail_at(pos_, why); }
 
@@ -190,7 +189,7 @@ private:
             skip_space();
             if (peek() == ')') break;
             if (shape.size() >= max_rank_)
-                throw_error(errc::limit_exceeded, "npy header: a shape of more than " + str(max_rank_) +
+                throw error(errc::limit_exceeded, "npy header: a shape of more than " + str(max_rank_) +
                                                       " dimensions exceeds limits::max_rank");
             shape.push_back(parse_dim());
             skip_space();
@@ -247,7 +246,8 @@ std::vector<std::byte> npy_header(const tensor_view& t) {
     std::memcpy(out.data(), npy_magic, 6);
     out[6] = static_cast<std::byte>(v1 ? 1 : 2);
     out[7] = std::byte{0};
-    for (std::size_t i = 8; i < prefix; ++i) out[i] = static_cast<std::byte>(((hlen + padlen) >> (8 * (i - 8))) & 0xff);
+    if (v1) detail::store_le(out.data() + 8, static_cast<std::uint16_t>(hlen + padlen));
+    else detail::store_le(out.data() + 8, static_cast<std::uint32_t>(hlen + padlen));
     std::memcpy(out.data() + prefix, dict.data(), dict.size());
     out.back() = std::byte{'\n'};  // the spaces between are the padding
     return out;
@@ -259,52 +259,52 @@ tensor decode_npy_part(const buffer& bytes, const format_options& opt) {
     if (size < 8) {
         // An empty buffer's data() may be null, which memcmp must not get.
         if (size > 0 && std::memcmp(p, npy_magic, std::min<std::size_t>(size, 6)) != 0)
-            throw_error(errc::bad_magic, "does not start with \\x93NUMPY");
-        throw_error(errc::truncated, "npy file of " + str(size) + " bytes ends inside its preamble");
+            throw error(errc::bad_magic, "does not start with \\x93NUMPY");
+        throw error(errc::truncated, "npy file of " + str(size) + " bytes ends inside its preamble");
     }
-    if (std::memcmp(p, npy_magic, 6) != 0) throw_error(errc::bad_magic, "does not start with \\x93NUMPY");
+    if (std::memcmp(p, npy_magic, 6) != 0) throw error(errc::bad_magic, "does not start with \\x93NUMPY");
     const auto major = static_cast<unsigned>(p[6]), minor = static_cast<unsigned>(p[7]);
     if (major < 1 || major > 3 || minor != 0)
-        throw_error(errc::unsupported, "npy version " + str(major) + "." + str(minor) +
+        throw error(errc::unsupported, "npy version " + str(major) + "." + str(minor) +
                                            " (tenbin reads 1.0, 2.0 and 3.0)");
     const std::size_t len_size = major == 1 ? 2 : 4;
     if (size < 8 + len_size)
-        throw_error(errc::truncated, "npy file of " + str(size) + " bytes ends inside its header length");
-    const std::uint64_t hlen = get_le(p + 8, len_size);
+        throw error(errc::truncated, "npy file of " + str(size) + " bytes ends inside its header length");
+    const std::uint64_t hlen = load_le(p + 8, len_size);
     const std::size_t start = 8 + len_size;
     if (hlen > opt.max_header_bytes)
-        throw_error(errc::limit_exceeded, "npy header of " + str(hlen) +
+        throw error(errc::limit_exceeded, "npy header of " + str(hlen) +
                                               " bytes exceeds format_options::max_header_bytes = " +
                                               str(opt.max_header_bytes));
     if (hlen > size - start)
-        throw_error(errc::truncated, "npy header of " + str(hlen) + " bytes runs past the end (" +
+        throw error(errc::truncated, "npy header of " + str(hlen) + " bytes runs past the end (" +
                                          str(size - start) + " bytes left)");
     const std::string_view text(reinterpret_cast<const char*>(p + start), static_cast<std::size_t>(hlen));
     const auto h = header_parser(text).parse(opt.limits.max_rank);
 
     if (h.fortran && !order_irrelevant(h.shape))
-        throw_error(errc::unsupported, "fortran_order True (column-major data) is not supported; "
+        throw error(errc::unsupported, "fortran_order True (column-major data) is not supported; "
                                        "save a C-ordered array (np.ascontiguousarray)");
     const std::uint64_t count = [&] {
         try {
             return element_count(h.shape);
         } catch (const error&) {
-            throw_error(errc::bad_header, "npy shape's element count overflows 64 bits");
+            throw error(errc::bad_header, "npy shape's element count overflows 64 bits");
         }
     }();
     if (count > UINT64_MAX / itemsize(h.type))
-        throw_error(errc::bad_header, "npy shape's byte count overflows 64 bits");
+        throw error(errc::bad_header, "npy shape's byte count overflows 64 bits");
     const std::uint64_t nbytes = count * itemsize(h.type);
     if (nbytes > opt.limits.max_bytes)
-        throw_error(errc::limit_exceeded, "npy data of " + str(nbytes) + " bytes exceeds limits::max_bytes = " +
+        throw error(errc::limit_exceeded, "npy data of " + str(nbytes) + " bytes exceeds limits::max_bytes = " +
                                               str(opt.limits.max_bytes));
     const std::size_t data_at = start + static_cast<std::size_t>(hlen);
     const std::size_t have = size - data_at;
     if (have < nbytes)
-        throw_error(errc::truncated, "npy data needs " + str(nbytes) + " bytes for shape and dtype " +
+        throw error(errc::truncated, "npy data needs " + str(nbytes) + " bytes for shape and dtype " +
                                          std::string(descr(h.type)) + " but the file holds " + str(have));
     if (have > nbytes)
-        throw_error(errc::data_size_mismatch, "npy data needs " + str(nbytes) + " bytes but " + str(have) +
+        throw error(errc::data_size_mismatch, "npy data needs " + str(nbytes) + " bytes but " + str(have) +
                                                   " follow the header");
 
     buffer data;

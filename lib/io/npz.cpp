@@ -20,11 +20,10 @@ namespace tenbin {
 
 namespace {
 
-using detail::get_le;
-using detail::put_le;
+using detail::load_le;
+using detail::append_le;
 using detail::in_quotes;
 using detail::str;
-using detail::throw_error;
 
 constexpr std::uint32_t local_sig = 0x04034b50;
 constexpr std::uint32_t central_sig = 0x02014b50;
@@ -62,10 +61,10 @@ public:
     // `n` bytes at `at` must lie within [0, end).
     void need(std::uint64_t at, std::uint64_t n, std::uint64_t end, const std::string& what) const {
         if (at > end || n > end - at)
-            throw_error(errc::bad_header, what + " at offset " + str(at) + " (" + str(n) +
+            throw error(errc::bad_header, what + " at offset " + str(at) + " (" + str(n) +
                                               " bytes) runs past offset " + str(end));
     }
-    std::uint64_t le(std::uint64_t at, std::size_t n) const { return get_le(p_ + at, n); }
+    std::uint64_t le(std::uint64_t at, std::size_t n) const { return load_le(p_ + at, n); }
     std::string_view text(std::uint64_t at, std::size_t n) const {
         return {reinterpret_cast<const char*>(p_ + at), n};
     }
@@ -90,7 +89,7 @@ void apply_zip64_extra(const reader& r, std::uint64_t at, std::size_t len, zip64
         const auto id = r.le(at, 2), n = r.le(at + 2, 2);
         r.need(at + 4, n, end, what + " extra field");
         if (id == 1) {
-            if (found) throw_error(errc::bad_header, what + " has two ZIP64 extra fields");
+            if (found) throw error(errc::bad_header, what + " has two ZIP64 extra fields");
             found = true;
             std::uint64_t q = at + 4;
             const std::uint64_t qend = q + n;
@@ -105,7 +104,7 @@ void apply_zip64_extra(const reader& r, std::uint64_t at, std::size_t len, zip64
         at += 4 + n;
     }
     if ((want_usize || want_csize || want_offset) && !found)
-        throw_error(errc::bad_header, what + " has 32-bit fields set to 0xFFFFFFFF but no ZIP64 extra field");
+        throw error(errc::bad_header, what + " has 32-bit fields set to 0xFFFFFFFF but no ZIP64 extra field");
 }
 
 struct member {
@@ -133,15 +132,15 @@ std::vector<member> read_directory(const reader& r, const format_options& opt) {
     }
     if (!end_at) {
         if (size >= 4 && r.le(0, 4) == local_sig)
-            throw_error(errc::truncated, "zip archive of " + str(size) +
+            throw error(errc::truncated, "zip archive of " + str(size) +
                                              " bytes has no end of central directory record (cut short?)");
         if (size < 4 && r.text(0, size) == std::string_view("PK\3\4", size))
-            throw_error(errc::truncated, "zip archive of " + str(size) + " bytes ends inside its first header");
-        throw_error(errc::bad_magic, "not a zip archive (no end of central directory record)");
+            throw error(errc::truncated, "zip archive of " + str(size) + " bytes ends inside its first header");
+        throw error(errc::bad_magic, "not a zip archive (no end of central directory record)");
     }
     const std::uint64_t e = *end_at;
     if (r.le(e + 4, 2) != 0 || r.le(e + 6, 2) != 0)
-        throw_error(errc::unsupported, "multi-disk zip archives are not supported");
+        throw error(errc::unsupported, "multi-disk zip archives are not supported");
     std::uint64_t entries = r.le(e + 10, 2);
     std::uint64_t entries_here = r.le(e + 8, 2);
     std::uint64_t cd_size = r.le(e + 12, 4);
@@ -151,16 +150,16 @@ std::vector<member> read_directory(const reader& r, const format_options& opt) {
     if (e >= zip64_locator_size && r.le(e - zip64_locator_size, 4) == zip64_locator_sig) {
         const std::uint64_t loc = e - zip64_locator_size;
         if (r.le(loc + 4, 4) != 0 || r.le(loc + 16, 4) > 1)
-            throw_error(errc::unsupported, "multi-disk zip archives are not supported");
+            throw error(errc::unsupported, "multi-disk zip archives are not supported");
         const std::uint64_t z = r.le(loc + 8, 8);
         r.need(z, zip64_end_size, loc, "ZIP64 end of central directory record");
         if (r.le(z, 4) != zip64_end_sig)
-            throw_error(errc::bad_header, "no ZIP64 end of central directory record at offset " + str(z));
+            throw error(errc::bad_header, "no ZIP64 end of central directory record at offset " + str(z));
         if (r.le(z + 16, 4) != 0 || r.le(z + 20, 4) != 0)
-            throw_error(errc::unsupported, "multi-disk zip archives are not supported");
+            throw error(errc::unsupported, "multi-disk zip archives are not supported");
         const std::uint64_t record_size = r.le(z + 4, 8);
         if (record_size < zip64_end_size - 12 || record_size > loc - z - 12)
-            throw_error(errc::bad_header, "ZIP64 end record of " + str(record_size) +
+            throw error(errc::bad_header, "ZIP64 end record of " + str(record_size) +
                                               " bytes does not end at the locator");
         entries_here = r.le(z + 24, 8);
         entries = r.le(z + 32, 8);
@@ -169,14 +168,14 @@ std::vector<member> read_directory(const reader& r, const format_options& opt) {
         cd_end = z;
     }
     if (entries_here != entries)
-        throw_error(errc::bad_header, "end record counts " + str(entries_here) + " entries on this disk but " +
+        throw error(errc::bad_header, "end record counts " + str(entries_here) + " entries on this disk but " +
                                           str(entries) + " in all");
     if (entries > opt.limits.max_tensors)
-        throw_error(errc::limit_exceeded, "archive of " + str(entries) +
+        throw error(errc::limit_exceeded, "archive of " + str(entries) +
                                               " members exceeds limits::max_tensors = " +
                                               str(opt.limits.max_tensors));
     if (cd_offset > cd_end || cd_size != cd_end - cd_offset)
-        throw_error(errc::bad_header, "central directory at offset " + str(cd_offset) + " of " + str(cd_size) +
+        throw error(errc::bad_header, "central directory at offset " + str(cd_offset) + " of " + str(cd_size) +
                                           " bytes does not end at the end record (offset " + str(cd_end) + ")");
 
     std::vector<member> members;
@@ -186,49 +185,49 @@ std::vector<member> read_directory(const reader& r, const format_options& opt) {
         const std::string what = "central directory entry " + str(i);
         r.need(at, central_size, cd_end, what);
         if (r.le(at, 4) != central_sig)
-            throw_error(errc::bad_header, what + " at offset " + str(at) + " has no signature");
+            throw error(errc::bad_header, what + " at offset " + str(at) + " has no signature");
         const auto flags = r.le(at + 8, 2), method = r.le(at + 10, 2);
         const auto name_len = r.le(at + 28, 2), extra_len = r.le(at + 30, 2), comment_len = r.le(at + 32, 2);
         r.need(at + central_size, name_len + extra_len + comment_len, cd_end, what);
         member m;
         m.name = std::string(r.text(at + central_size, name_len));
         const std::string who = "member " + in_quotes(m.name);
-        if (flags & flag_encrypted) throw_error(errc::unsupported, who + " is encrypted");
+        if (flags & flag_encrypted) throw error(errc::unsupported, who + " is encrypted");
         if (method != 0)
-            throw_error(errc::unsupported, who + " is compressed (" + method_name(method) +
+            throw error(errc::unsupported, who + " is compressed (" + method_name(method) +
                                                "); tenbin reads stored members only: use np.savez, "
                                                "not np.savez_compressed");
-        if (r.le(at + 34, 2) != 0) throw_error(errc::unsupported, who + " lies on another disk");
+        if (r.le(at + 34, 2) != 0) throw error(errc::unsupported, who + " lies on another disk");
         if (!(flags & flag_utf8) && std::any_of(m.name.begin(), m.name.end(), [](char c) {
                 return static_cast<unsigned char>(c) >= 0x80;
             }))
-            throw_error(errc::unsupported, "member " + str(i) + " has a non-ASCII name not marked UTF-8");
+            throw error(errc::unsupported, "member " + str(i) + " has a non-ASCII name not marked UTF-8");
         if (m.name.find('\0') != std::string::npos)
-            throw_error(errc::bad_header, "member " + str(i) + ": name contains a NUL byte");
+            throw error(errc::bad_header, "member " + str(i) + ": name contains a NUL byte");
         if (!detail::valid_utf8(m.name))
-            throw_error(errc::bad_header, "member " + str(i) + " has a name that is not valid UTF-8");
+            throw error(errc::bad_header, "member " + str(i) + " has a name that is not valid UTF-8");
         m.crc = static_cast<std::uint32_t>(r.le(at + 16, 4));
         zip64_values v{r.le(at + 24, 4), r.le(at + 20, 4), r.le(at + 42, 4)};
         apply_zip64_extra(r, at + central_size + name_len, extra_len, v, v.usize == 0xffffffff,
                           v.csize == 0xffffffff, v.offset == 0xffffffff, who);
         if (v.usize != v.csize)
-            throw_error(errc::bad_header, who + " is stored but its sizes differ (" + str(v.csize) +
+            throw error(errc::bad_header, who + " is stored but its sizes differ (" + str(v.csize) +
                                               " stored, " + str(v.usize) + " uncompressed)");
         if (!m.name.ends_with(".npy"))
-            throw_error(errc::unsupported, who + " is not an .npy file (an .npz holds NAME.npy members)");
-        if (!names.insert(m.name).second) throw_error(errc::bad_header, who + " appears twice");
+            throw error(errc::unsupported, who + " is not an .npy file (an .npz holds NAME.npy members)");
+        if (!names.insert(m.name).second) throw error(errc::bad_header, who + " appears twice");
         m.size = v.usize;
         m.header = v.offset;
         total += std::min<std::uint64_t>(m.size, UINT64_MAX - total);
         if (total > opt.limits.max_bytes)
-            throw_error(errc::limit_exceeded, "members of " + str(total) +
+            throw error(errc::limit_exceeded, "members of " + str(total) +
                                                   " bytes or more exceed limits::max_bytes = " +
                                                   str(opt.limits.max_bytes));
         members.push_back(std::move(m));
         at += central_size + name_len + extra_len + comment_len;
     }
     if (at != cd_end)
-        throw_error(errc::bad_header, "central directory has " + str(cd_end - at) + " bytes after its " +
+        throw error(errc::bad_header, "central directory has " + str(cd_end - at) + " bytes after its " +
                                           str(entries) + " entries");
 
     // Local headers, which must agree with the central directory; members
@@ -237,15 +236,15 @@ std::vector<member> read_directory(const reader& r, const format_options& opt) {
         const std::string who = "member " + in_quotes(m.name);
         r.need(m.header, local_size, cd_offset, who + "'s local header");
         if (r.le(m.header, 4) != local_sig)
-            throw_error(errc::bad_header, who + " has no local header at offset " + str(m.header));
+            throw error(errc::bad_header, who + " has no local header at offset " + str(m.header));
         const auto flags = r.le(m.header + 6, 2), method = r.le(m.header + 8, 2);
         const auto name_len = r.le(m.header + 26, 2), extra_len = r.le(m.header + 28, 2);
         r.need(m.header + local_size, name_len + extra_len, cd_offset, who + "'s local header");
         if (r.text(m.header + local_size, name_len) != m.name)
-            throw_error(errc::bad_header, who + "'s local header names " +
+            throw error(errc::bad_header, who + "'s local header names " +
                                               in_quotes(r.text(m.header + local_size, name_len)));
         if (method != 0 || (flags & flag_encrypted))
-            throw_error(errc::bad_header, who + "'s local header disagrees with the central directory on "
+            throw error(errc::bad_header, who + "'s local header disagrees with the central directory on "
                                                 "method or encryption");
         if (!(flags & flag_descriptor)) {
             // Sizes and CRC are in the local header only without a data
@@ -254,7 +253,7 @@ std::vector<member> read_directory(const reader& r, const format_options& opt) {
             apply_zip64_extra(r, m.header + local_size + name_len, extra_len, v, v.usize == 0xffffffff,
                               v.csize == 0xffffffff, false, who + "'s local header");
             if (r.le(m.header + 14, 4) != m.crc || v.usize != m.size || v.csize != m.size)
-                throw_error(errc::bad_header, who + "'s local header disagrees with the central directory "
+                throw error(errc::bad_header, who + "'s local header disagrees with the central directory "
                                                     "on CRC-32 or sizes");
         }
         m.data = m.header + local_size + name_len + extra_len;
@@ -265,7 +264,7 @@ std::vector<member> read_directory(const reader& r, const format_options& opt) {
     std::sort(by_offset.begin(), by_offset.end(), [](auto* a, auto* b) { return a->header < b->header; });
     for (std::size_t i = 1; i < by_offset.size(); ++i)
         if (by_offset[i]->header < by_offset[i - 1]->data + by_offset[i - 1]->size)
-            throw_error(errc::bad_header, "member " + in_quotes(by_offset[i]->name) + " at offset " +
+            throw error(errc::bad_header, "member " + in_quotes(by_offset[i]->name) + " at offset " +
                                               str(by_offset[i]->header) + " overlaps member " +
                                               in_quotes(by_offset[i - 1]->name));
     return members;
@@ -275,9 +274,9 @@ std::vector<member> read_directory(const reader& r, const format_options& opt) {
 std::vector<std::byte> zip64_extra(const std::vector<std::uint64_t>& values) {
     std::vector<std::byte> out;
     if (values.empty()) return out;
-    put_le(out, 1, 2);
-    put_le(out, 8 * values.size(), 2);
-    for (std::uint64_t v : values) put_le(out, v, 8);
+    append_le(out, 1, 2);
+    append_le(out, 8 * values.size(), 2);
+    for (std::uint64_t v : values) append_le(out, v, 8);
     return out;
 }
 
@@ -296,7 +295,7 @@ std::vector<named_tensor> decode_npz(const buffer& bytes, const format_options& 
         const buffer part = bytes.slice(static_cast<std::size_t>(m.data), static_cast<std::size_t>(m.size));
         const std::uint32_t crc = crc32_of(0, part.bytes());
         if (crc != m.crc)
-            throw_error(errc::bad_header, who + ": CRC-32 of the data is " + str(crc) + ", the archive says " +
+            throw error(errc::bad_header, who + ": CRC-32 of the data is " + str(crc) + ", the archive says " +
                                               str(m.crc));
         tensor t = detail::with_context(who, [&] { return detail::decode_npy_part(part, opt); });
         out.push_back(detail::make_named(m.name.substr(0, m.name.size() - 4), std::move(t)));
@@ -317,7 +316,7 @@ byte_plan plan_npz(std::span<const named_tensor> tensors, const npz_limits& limi
         std::vector<std::byte> npy = npy_header(v);
         const std::uint64_t size = npy.size() + v.data.size();
         if (file.size() > 0xffff)
-            throw_error(errc::bad_argument, "tensor " + str(i) + ": name of " + str(names[i].size()) +
+            throw error(errc::bad_argument, "tensor " + str(i) + ": name of " + str(names[i].size()) +
                                                 " bytes is too long for a zip member");
         // A size or offset its 32-bit field cannot hold goes to a ZIP64 extra
         // field: both sizes in the local header's; the sizes, the offset or
@@ -336,33 +335,33 @@ byte_plan plan_npz(std::span<const named_tensor> tensors, const npz_limits& limi
         // Fields shared by the local and the central header, from
         // "version needed" to the extra field's length.
         auto common = [&](std::vector<std::byte>& out, const std::vector<std::byte>& extra) {
-            put_le(out, extra.empty() ? 20 : 45, 2);  // version needed: 2.0, or 4.5 for ZIP64
-            put_le(out, flags, 2);
-            put_le(out, 0, 2);  // stored
-            put_le(out, dos_time, 2);
-            put_le(out, dos_date, 2);
-            put_le(out, crc, 4);
-            put_le(out, field32(size, big), 4);
-            put_le(out, field32(size, big), 4);
-            put_le(out, file.size(), 2);
-            put_le(out, extra.size(), 2);
+            append_le(out, extra.empty() ? 20 : 45, 2);  // version needed: 2.0, or 4.5 for ZIP64
+            append_le(out, flags, 2);
+            append_le(out, 0, 2);  // stored
+            append_le(out, dos_time, 2);
+            append_le(out, dos_date, 2);
+            append_le(out, crc, 4);
+            append_le(out, field32(size, big), 4);
+            append_le(out, field32(size, big), 4);
+            append_le(out, file.size(), 2);
+            append_le(out, extra.size(), 2);
         };
         std::vector<std::byte> local;
         local.reserve(local_size + file.size() + local_extra.size() + npy.size());
-        put_le(local, local_sig, 4);
+        append_le(local, local_sig, 4);
         common(local, local_extra);
         put_text(local, file);
         local.insert(local.end(), local_extra.begin(), local_extra.end());
         local.insert(local.end(), npy.begin(), npy.end());
 
-        put_le(central, central_sig, 4);
-        put_le(central, 0x0300 | (central_extra.empty() ? 20 : 45), 2);  // made by: Unix, 2.0 or 4.5
+        append_le(central, central_sig, 4);
+        append_le(central, 0x0300 | (central_extra.empty() ? 20 : 45), 2);  // made by: Unix, 2.0 or 4.5
         common(central, central_extra);
-        put_le(central, 0, 2);  // comment
-        put_le(central, 0, 2);  // disk
-        put_le(central, 0, 2);  // internal attributes
-        put_le(central, std::uint64_t{0100644} << 16, 4);  // a regular file, rw-r--r--
-        put_le(central, field32(offset, far), 4);
+        append_le(central, 0, 2);  // comment
+        append_le(central, 0, 2);  // disk
+        append_le(central, 0, 2);  // internal attributes
+        append_le(central, std::uint64_t{0100644} << 16, 4);  // a regular file, rw-r--r--
+        append_le(central, field32(offset, far), 4);
         put_text(central, file);
         central.insert(central.end(), central_extra.begin(), central_extra.end());
 
@@ -376,29 +375,29 @@ byte_plan plan_npz(std::span<const named_tensor> tensors, const npz_limits& limi
     if (many || long_cd || far_cd) {
         // The ZIP64 end record, right after the central directory, and the
         // locator that points at it.
-        put_le(central, zip64_end_sig, 4);
-        put_le(central, zip64_end_size - 12, 8);  // the bytes after this field
-        put_le(central, 45, 2);                   // made by: 4.5
-        put_le(central, 45, 2);                   // version needed: 4.5
-        put_le(central, 0, 4);                    // this disk
-        put_le(central, 0, 4);                    // the central directory's disk
-        put_le(central, count, 8);                // entries on this disk
-        put_le(central, count, 8);                // entries in all
-        put_le(central, cd_size, 8);
-        put_le(central, offset, 8);
-        put_le(central, zip64_locator_sig, 4);
-        put_le(central, 0, 4);  // the ZIP64 end record's disk
-        put_le(central, offset + cd_size, 8);
-        put_le(central, 1, 4);  // disks in all
+        append_le(central, zip64_end_sig, 4);
+        append_le(central, zip64_end_size - 12, 8);  // the bytes after this field
+        append_le(central, 45, 2);                   // made by: 4.5
+        append_le(central, 45, 2);                   // version needed: 4.5
+        append_le(central, 0, 4);                    // this disk
+        append_le(central, 0, 4);                    // the central directory's disk
+        append_le(central, count, 8);                // entries on this disk
+        append_le(central, count, 8);                // entries in all
+        append_le(central, cd_size, 8);
+        append_le(central, offset, 8);
+        append_le(central, zip64_locator_sig, 4);
+        append_le(central, 0, 4);  // the ZIP64 end record's disk
+        append_le(central, offset + cd_size, 8);
+        append_le(central, 1, 4);  // disks in all
     }
-    put_le(central, end_sig, 4);
-    put_le(central, 0, 2);
-    put_le(central, 0, 2);
-    put_le(central, many ? 0xffff : count, 2);
-    put_le(central, many ? 0xffff : count, 2);
-    put_le(central, field32(cd_size, long_cd), 4);
-    put_le(central, field32(offset, far_cd), 4);
-    put_le(central, 0, 2);  // comment
+    append_le(central, end_sig, 4);
+    append_le(central, 0, 2);
+    append_le(central, 0, 2);
+    append_le(central, many ? 0xffff : count, 2);
+    append_le(central, many ? 0xffff : count, 2);
+    append_le(central, field32(cd_size, long_cd), 4);
+    append_le(central, field32(offset, far_cd), 4);
+    append_le(central, 0, 2);  // comment
     plan.add_owned(std::move(central));
     return plan;
 }

@@ -17,7 +17,6 @@ namespace {
 
 using detail::in_quotes;
 using detail::str;
-using detail::throw_error;
 
 constexpr std::string_view metadata_key = "__metadata__";
 
@@ -29,7 +28,7 @@ std::string_view st_dtype(dtype t) { return st_names[static_cast<std::size_t>(t)
 dtype parse_st_dtype(const std::string& s, const std::string& who) {
     for (dtype t : all_dtypes)
         if (st_dtype(t) == s) return t;
-    throw_error(errc::unsupported, who + ": dtype " + in_quotes(s) +
+    throw error(errc::unsupported, who + ": dtype " + in_quotes(s) +
                                        " is not one tenbin carries (F16 F32 F64 I8 I16 I32 I64 U8 U16 U32 U64)");
 }
 
@@ -61,9 +60,9 @@ public:
     bool number_unsigned(number_unsigned_t n) override {
         if (at_ == where::shape) {
             if (n > static_cast<std::uint64_t>(INT64_MAX))
-                throw_error(errc::bad_header, who() + ": dimension " + str(current().shape.size()) + " exceeds int64");
+                throw error(errc::bad_header, who() + ": dimension " + str(current().shape.size()) + " exceeds int64");
             if (current().shape.size() == opt_.limits.max_rank)
-                throw_error(errc::limit_exceeded, who() + ": rank over limits::max_rank = " +
+                throw error(errc::limit_exceeded, who() + ": rank over limits::max_rank = " +
                                                       str(opt_.limits.max_rank));
             current().shape.push_back(static_cast<std::int64_t>(n));
             return true;
@@ -104,14 +103,14 @@ public:
     }
     bool key(string_t& k) override {
         if (at_ == where::top) {
-            if (!top_keys_.insert(k).second) throw_error(errc::bad_header, "header names " + in_quotes(k) + " twice");
+            if (!top_keys_.insert(k).second) throw error(errc::bad_header, "header names " + in_quotes(k) + " twice");
             in_metadata_ = k == metadata_key;
             if (!in_metadata_) {
                 // The rule of every reader and writer: no NUL in a name.
                 if (k.find('\0') != std::string::npos)
-                    throw_error(errc::bad_header, "tensor " + str(entries.size()) + ": name contains a NUL byte");
+                    throw error(errc::bad_header, "tensor " + str(entries.size()) + ": name contains a NUL byte");
                 if (entries.size() == opt_.limits.max_tensors)
-                    throw_error(errc::limit_exceeded, "more than " + str(opt_.limits.max_tensors) +
+                    throw error(errc::limit_exceeded, "more than " + str(opt_.limits.max_tensors) +
                                                           " tensors exceed limits::max_tensors = " +
                                                           str(opt_.limits.max_tensors));
                 entries.emplace_back().name = std::move(k);
@@ -125,7 +124,7 @@ public:
             } else if (k == "data_offsets") {
                 field_ = field::offsets;
             } else {
-                throw_error(errc::bad_header, who() + ": unexpected key " + in_quotes(k));
+                throw error(errc::bad_header, who() + ": unexpected key " + in_quotes(k));
             }
             const unsigned bit = 1u << static_cast<unsigned>(field_);
             if (fields_ & bit) twice(k);
@@ -140,9 +139,9 @@ public:
     }
     bool end_object() override {
         if (at_ == where::entry) {
-            if (fields_ != 7) throw_error(errc::bad_header, who() + ": entry needs 'dtype', 'shape' and 'data_offsets'");
+            if (fields_ != 7) throw error(errc::bad_header, who() + ": entry needs 'dtype', 'shape' and 'data_offsets'");
             if (current().end < current().begin)
-                throw_error(errc::bad_header, who() + ": data_offsets [" + str(current().begin) + ", " +
+                throw error(errc::bad_header, who() + ": data_offsets [" + str(current().begin) + ", " +
                                                   str(current().end) + "] end before they begin");
         }
         at_ = at_ == where::top ? where::done : where::top;
@@ -165,7 +164,7 @@ public:
         return true;
     }
     bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& e) override {
-        throw_error(errc::bad_header, std::string("header is not valid JSON: ") + e.what());
+        throw error(errc::bad_header, std::string("header is not valid JSON: ") + e.what());
     }
 
 private:
@@ -180,31 +179,31 @@ private:
     [[noreturn]] bool misplaced() {
         switch (at_) {
         case where::top_value:
-            if (in_metadata_) throw_error(errc::bad_header, "'__metadata__' is not an object");
-            throw_error(errc::bad_header, who() + ": entry is not an object");
+            if (in_metadata_) throw error(errc::bad_header, "'__metadata__' is not an object");
+            throw error(errc::bad_header, who() + ": entry is not an object");
         case where::entry_value:
-            if (field_ == field::dtype) throw_error(errc::bad_header, who() + ": 'dtype' is not a string");
-            if (field_ == field::shape) throw_error(errc::bad_header, who() + ": 'shape' is not an array");
+            if (field_ == field::dtype) throw error(errc::bad_header, who() + ": 'dtype' is not a string");
+            if (field_ == field::shape) throw error(errc::bad_header, who() + ": 'shape' is not an array");
             not_two_offsets();
         case where::shape:
-            throw_error(errc::bad_header, who() + ": dimension " + str(current().shape.size()) +
+            throw error(errc::bad_header, who() + ": dimension " + str(current().shape.size()) +
                                               " is not a non-negative integer");
         case where::offsets:
             if (offsets_ == 2) not_two_offsets();
-            throw_error(errc::bad_header, who() + (offsets_ == 0 ? ": begin" : ": end") +
+            throw error(errc::bad_header, who() + (offsets_ == 0 ? ": begin" : ": end") +
                                               " offset is not a non-negative integer");
         case where::meta_value:
-            throw_error(errc::bad_header, "'__metadata__' value of " + in_quotes(metadata.back().first) +
+            throw error(errc::bad_header, "'__metadata__' value of " + in_quotes(metadata.back().first) +
                                               " is not a string");
         default:
-            throw_error(errc::bad_header, "header is not a JSON object");
+            throw error(errc::bad_header, "header is not a JSON object");
         }
     }
     [[noreturn]] void not_two_offsets() {
-        throw_error(errc::bad_header, who() + ": 'data_offsets' is not an array of two offsets");
+        throw error(errc::bad_header, who() + ": 'data_offsets' is not an array of two offsets");
     }
     [[noreturn]] void twice(const std::string& k) {
-        throw_error(errc::bad_header, "an object in the header names " + in_quotes(k) + " twice");
+        throw error(errc::bad_header, "an object in the header names " + in_quotes(k) + " twice");
     }
 
     const format_options& opt_;
@@ -227,18 +226,18 @@ safetensors_contents decode_safetensors_with_metadata(const buffer& bytes, const
     const std::byte* p = bytes.data();
     const std::uint64_t size = bytes.size();
     if (size < 8)
-        throw_error(errc::truncated, "safetensors file of " + str(size) + " bytes ends inside its header length");
-    const std::uint64_t n = detail::get_le(p, 8);
+        throw error(errc::truncated, "safetensors file of " + str(size) + " bytes ends inside its header length");
+    const std::uint64_t n = detail::load_le(p, 8);
     if (n > size - 8)
-        throw_error(errc::length_beyond_end, "header length " + str(n) + " runs past the end of the file (" +
+        throw error(errc::length_beyond_end, "header length " + str(n) + " runs past the end of the file (" +
                                                  str(size - 8) + " bytes follow the length)");
     if (n > opt.max_header_bytes)
-        throw_error(errc::limit_exceeded, "header of " + str(n) +
+        throw error(errc::limit_exceeded, "header of " + str(n) +
                                               " bytes exceeds format_options::max_header_bytes = " +
                                               str(opt.max_header_bytes));
     const std::string_view text(reinterpret_cast<const char*>(p + 8), static_cast<std::size_t>(n));
     if (text.empty() || text[0] != '{')
-        throw_error(errc::bad_header, "header does not start with '{'");
+        throw error(errc::bad_header, "header does not start with '{'");
 
     header_reader header(opt);
     nlohmann::json::sax_parse(text.begin(), text.end(), &header);
@@ -252,25 +251,25 @@ safetensors_contents decode_safetensors_with_metadata(const buffer& bytes, const
     for (const entry& e : entries) {
         const std::string who = "tensor " + in_quotes(e.name);
         if (e.end > data_size)
-            throw_error(errc::length_beyond_end, who + ": data_offsets [" + str(e.begin) + ", " + str(e.end) +
+            throw error(errc::length_beyond_end, who + ": data_offsets [" + str(e.begin) + ", " + str(e.end) +
                                                      "] run past the data section of " + str(data_size) +
                                                      " bytes");
         std::uint64_t elements = 0;
         try {
             elements = detail::element_count(e.shape);
         } catch (const error&) {
-            throw_error(errc::bad_header, who + ": the shape's element count overflows 64 bits");
+            throw error(errc::bad_header, who + ": the shape's element count overflows 64 bits");
         }
         const std::uint64_t item = itemsize(e.type);
         if (elements > UINT64_MAX / item || elements * item != e.end - e.begin)
-            throw_error(errc::data_size_mismatch,
+            throw error(errc::data_size_mismatch,
                         who + ": data_offsets [" + str(e.begin) + ", " + str(e.end) + "] hold " +
                             str(e.end - e.begin) + " bytes but shape and dtype " + std::string(st_dtype(e.type)) +
                             " need " + (elements > UINT64_MAX / item ? std::string("more than 2^64") :
                                                                        str(elements * item)));
         total += e.end - e.begin;  // within data_size, which is within size_t
         if (total > opt.limits.max_bytes)
-            throw_error(errc::limit_exceeded, "tensor data of " + str(total) +
+            throw error(errc::limit_exceeded, "tensor data of " + str(total) +
                                                   " bytes or more exceeds limits::max_bytes = " +
                                                   str(opt.limits.max_bytes));
     }
@@ -283,16 +282,16 @@ safetensors_contents decode_safetensors_with_metadata(const buffer& bytes, const
     for (const entry& e : entries) {
         if (e.begin == e.end) continue;
         if (e.begin < covered)
-            throw_error(errc::bad_header, "tensor " + in_quotes(e.name) + ": data_offsets [" + str(e.begin) + ", " +
+            throw error(errc::bad_header, "tensor " + in_quotes(e.name) + ": data_offsets [" + str(e.begin) + ", " +
                                               str(e.end) + "] overlap tensor " + in_quotes(last->name));
         if (e.begin > covered)
-            throw_error(errc::bad_header, "data section bytes [" + str(covered) + ", " + str(e.begin) +
+            throw error(errc::bad_header, "data section bytes [" + str(covered) + ", " + str(e.begin) +
                                               ") belong to no tensor");
         covered = e.end;
         last = &e;
     }
     if (covered != data_size)
-        throw_error(errc::bad_header, "data section bytes [" + str(covered) + ", " + str(data_size) +
+        throw error(errc::bad_header, "data section bytes [" + str(covered) + ", " + str(data_size) +
                                           ") belong to no tensor");
 
     out.tensors.reserve(entries.size());
@@ -322,11 +321,11 @@ byte_plan plan_safetensors(std::span<const named_tensor> tensors, const safetens
         put_json_string(text, std::string(metadata_key));
         text += ":{";
         for (const auto& [key, value] : metadata) {
-            if (!valid_utf8(key)) throw_error(errc::bad_argument, "a metadata key is not valid UTF-8");
+            if (!valid_utf8(key)) throw error(errc::bad_argument, "a metadata key is not valid UTF-8");
             if (!valid_utf8(value))
-                throw_error(errc::bad_argument, "metadata value of " + in_quotes(key) + " is not valid UTF-8");
+                throw error(errc::bad_argument, "metadata value of " + in_quotes(key) + " is not valid UTF-8");
             if (!keys.insert(key).second)
-                throw_error(errc::bad_argument, "metadata key " + in_quotes(key) + " given twice");
+                throw error(errc::bad_argument, "metadata key " + in_quotes(key) + " given twice");
             if (keys.size() > 1) text += ',';
             put_json_string(text, key);
             text += ':';
@@ -337,7 +336,7 @@ byte_plan plan_safetensors(std::span<const named_tensor> tensors, const safetens
     std::uint64_t offset = 0;
     for (std::size_t i = 0; i < tensors.size(); ++i) {
         if (names[i] == metadata_key)
-            throw_error(errc::bad_argument, "tensor " + str(i) + ": the name '__metadata__' is reserved");
+            throw error(errc::bad_argument, "tensor " + str(i) + ": the name '__metadata__' is reserved");
         const tensor& t = tensors[i].value;
         if (text.size() > 1) text += ',';
         put_json_string(text, names[i]);
@@ -361,7 +360,7 @@ byte_plan plan_safetensors(std::span<const named_tensor> tensors, const safetens
     text.append((8 - text.size() % 8) % 8, ' ');
     std::vector<std::byte> head;
     head.reserve(8 + text.size());
-    put_le(head, text.size(), 8);
+    append_le(head, text.size(), 8);
     put_text(head, text);
     byte_plan plan;
     plan.add_owned(std::move(head));

@@ -22,29 +22,10 @@
 
 namespace tenbin {
 
-namespace detail {
-
-void throw_io_error(const std::string& what, int err) {
-    // system_category().message is strerror's text without its thread-safety caveat.
-    throw error(errc::io_error, what + ": " + std::system_category().message(err));
-}
-
-// Appended, not "'" + std::string(s) + "'": GCC 12 at -O3 warns
-// (-Wrestrict, wrongly) about a string inserted at the front.
-std::string in_quotes(std::string_view s) {
-    std::string out(1, '\'');
-    out += s;
-    out += '\'';
-    return out;
-}
-std::string in_quotes(const std::filesystem::path& p) { return in_quotes(p.string()); }
-
-}  // namespace detail
-
 namespace {
 
+using detail::os_error;
 using detail::str;
-using detail::throw_io_error;
 
 // Linux reads and writes at most this much per call anyway; asking for more
 // only risks ssize_t overflow on other systems.
@@ -61,13 +42,13 @@ constexpr std::size_t iov_batch = 1024;
 void wait_writable(int fd) {
     pollfd p{fd, POLLOUT, 0};
     while (::poll(&p, 1, -1) < 0)
-        if (errno != EINTR) throw_io_error("poll on fd " + std::to_string(fd), errno);
+        if (errno != EINTR) throw os_error("poll on fd " + std::to_string(fd), errno);
 }
 
 void wait_readable(int fd) {
     pollfd p{fd, POLLIN, 0};
     while (::poll(&p, 1, -1) < 0)
-        if (errno != EINTR) throw_io_error("poll on fd " + std::to_string(fd), errno);
+        if (errno != EINTR) throw os_error("poll on fd " + std::to_string(fd), errno);
 }
 
 }  // namespace
@@ -160,7 +141,7 @@ void fd_sink::write(std::span<const bytes_view> pieces) {
                 wait_writable(fd_);
                 continue;
             }
-            throw_io_error("writev to fd " + std::to_string(fd_) + " after " + str(written) + " bytes",
+            throw os_error("writev to fd " + std::to_string(fd_) + " after " + str(written) + " bytes",
                            errno);
         }
         written += static_cast<std::uint64_t>(n);
@@ -179,7 +160,7 @@ void fd_sink::write(std::span<const bytes_view> pieces) {
 
 fd_source::fd_source(int fd) : fd_(fd) {
     struct stat st {};
-    if (::fstat(fd, &st) != 0) throw_io_error("fstat of fd " + std::to_string(fd), errno);
+    if (::fstat(fd, &st) != 0) throw os_error("fstat of fd " + std::to_string(fd), errno);
     if (S_ISREG(st.st_mode)) {
         // Reading may start anywhere in the file: count from the current position.
         const off_t pos = ::lseek(fd, 0, SEEK_CUR);
@@ -205,7 +186,7 @@ std::size_t fd_source::read_some(mutable_bytes out) {
             wait_readable(fd_);
             continue;
         }
-        throw_io_error("read from fd " + std::to_string(fd_), errno);
+        throw os_error("read from fd " + std::to_string(fd_), errno);
     }
 }
 

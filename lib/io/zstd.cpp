@@ -15,8 +15,6 @@ namespace tenbin {
 
 namespace {
 
-using detail::throw_error;
-
 struct cctx_free {
     void operator()(ZSTD_CCtx* c) const noexcept { ZSTD_freeCCtx(c); }
 };
@@ -58,7 +56,7 @@ struct zstd_sink::impl {
         for (;;) {
             ZSTD_outBuffer o{out.data(), out.size(), 0};
             const std::size_t left = ZSTD_compressStream2(ctx.get(), &o, &in, mode);
-            if (ZSTD_isError(left)) throw_error(errc::io_error, "zstd compression failed: " + zstd_reason(left));
+            if (ZSTD_isError(left)) throw error(errc::io_error, "zstd compression failed: " + zstd_reason(left));
             if (o.pos > 0) {
                 const bytes_view piece(out.data(), o.pos);
                 inner.write({&piece, 1});
@@ -75,7 +73,7 @@ struct zstd_sink::impl {
 zstd_sink::zstd_sink(sink& inner, int level) : impl_(std::make_unique<impl>(inner)) {
     const std::size_t r = ZSTD_CCtx_setParameter(impl_->ctx.get(), ZSTD_c_compressionLevel, level);
     if (ZSTD_isError(r))
-        throw_error(errc::unsupported, "zstd level " + std::to_string(level) + ": " + zstd_reason(r));
+        throw error(errc::unsupported, "zstd level " + std::to_string(level) + ": " + zstd_reason(r));
     // A checksum per frame lets readers catch corruption zstd's block
     // format would not (the zstd tool writes one too).
     ZSTD_CCtx_setParameter(impl_->ctx.get(), ZSTD_c_checksumFlag, 1);
@@ -205,7 +203,7 @@ struct zstd_source::impl {
 zstd_source::zstd_source(source& inner, int max_window_log) : impl_(std::make_unique<impl>(inner)) {
     const std::size_t r = ZSTD_DCtx_setParameter(impl_->ctx.get(), ZSTD_d_windowLogMax, max_window_log);
     if (ZSTD_isError(r))
-        throw_error(errc::unsupported, "zstd max_window_log " + std::to_string(max_window_log) + ": " +
+        throw error(errc::unsupported, "zstd max_window_log " + std::to_string(max_window_log) + ": " +
                                            zstd_reason(r));
 }
 

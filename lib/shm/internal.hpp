@@ -45,6 +45,10 @@
 
 #include <tenbin/error.hpp>
 
+#include "base/endian.hpp"
+#include "base/fd.hpp"
+#include "base/os_error.hpp"
+
 #include <array>
 #include <chrono>
 #include <cstddef>
@@ -60,24 +64,6 @@
 #endif
 
 namespace tenbin::detail::shm_impl {
-
-// Little-endian integers of the wire and the side channel.
-inline std::uint64_t load_u64(const std::byte* p) {
-    std::uint64_t v = 0;
-    for (int i = 7; i >= 0; --i) v = (v << 8) | static_cast<std::uint8_t>(p[i]);
-    return v;
-}
-inline std::uint32_t load_u32(const std::byte* p) {
-    std::uint32_t v = 0;
-    for (int i = 3; i >= 0; --i) v = (v << 8) | static_cast<std::uint8_t>(p[i]);
-    return v;
-}
-inline void store_u64(std::byte* p, std::uint64_t v) {
-    for (int i = 0; i < 8; ++i) p[i] = static_cast<std::byte>(v >> (8 * i));
-}
-inline void store_u32(std::byte* p, std::uint32_t v) {
-    for (int i = 0; i < 4; ++i) p[i] = static_cast<std::byte>(v >> (8 * i));
-}
 
 // Longest abstract socket name (sun_path minus its leading NUL).
 inline constexpr std::size_t max_side_name = 100;
@@ -113,26 +99,6 @@ inline std::uint64_t monotonic_ns() {
         std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
             .count());
 }
-
-// Throws errc::io_error with `what` and errno's message.
-[[noreturn]] void sys_fail(const std::string& what);
-
-struct fd_guard {
-    int fd = -1;
-    explicit fd_guard(int f = -1) : fd(f) {}
-    fd_guard(fd_guard&& o) noexcept : fd(std::exchange(o.fd, -1)) {}
-    fd_guard& operator=(fd_guard&& o) noexcept {
-        if (this != &o) {
-            if (fd >= 0) ::close(fd);
-            fd = std::exchange(o.fd, -1);
-        }
-        return *this;
-    }
-    ~fd_guard() {
-        if (fd >= 0) ::close(fd);
-    }
-    int release() { return std::exchange(fd, -1); }
-};
 
 sockaddr_un abstract_address(const std::string& name, socklen_t& len);
 // One packet, with `fds` (at most fds_per_packet) by SCM_RIGHTS. False on

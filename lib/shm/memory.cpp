@@ -12,19 +12,19 @@
 namespace tenbin::detail::shm_impl {
 
 int new_segment_fd(std::size_t size, const char* name) {
-    fd_guard fd(::memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING));
-    if (fd.fd < 0) sys_fail("memfd_create");
-    if (::ftruncate(fd.fd, static_cast<off_t>(size)) != 0) sys_fail("ftruncate of a shm segment");
+    unique_fd fd(::memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING));
+    if (fd.get() < 0) throw os_error("memfd_create");
+    if (::ftruncate(fd.get(), static_cast<off_t>(size)) != 0) throw os_error("ftruncate of a shm segment");
     // Sealed: a receiver's mapping can never lose pages under it (SIGBUS).
-    if (::fcntl(fd.fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) sys_fail("sealing a shm segment");
+    if (::fcntl(fd.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) throw os_error("sealing a shm segment");
     return fd.release();
 }
 
 mutable_bytes shm_memory::allocate(std::size_t size) {
     if (size == 0) size = buffer_alignment;
-    fd_guard fd(new_segment_fd(size));
-    void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd.fd, 0);
-    if (p == MAP_FAILED) sys_fail("mapping a shm segment");
+    unique_fd fd(new_segment_fd(size));
+    void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
+    if (p == MAP_FAILED) throw os_error("mapping a shm segment");
     std::lock_guard lock(mutex_);
     segments_[static_cast<std::byte*>(p)] = {next_id_++, fd.release(), size};
     return {static_cast<std::byte*>(p), size};
@@ -80,13 +80,13 @@ void shm_memory::retire(std::uint64_t id) noexcept {
     for (auto& [base, s] : segments_) {
         if (s.id != id) continue;
         try {
-            fd_guard fd(new_segment_fd(s.size));
+            unique_fd fd(new_segment_fd(s.size));
             for (std::size_t done = 0; done < s.size;) {
-                const ssize_t w = ::pwrite(fd.fd, base + done, s.size - done, static_cast<off_t>(done));
+                const ssize_t w = ::pwrite(fd.get(), base + done, s.size - done, static_cast<off_t>(done));
                 if (w <= 0) return;  // keep the old segment: still correct, only not retired
                 done += static_cast<std::size_t>(w);
             }
-            if (::mmap(base, s.size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd.fd, 0) == MAP_FAILED)
+            if (::mmap(base, s.size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd.get(), 0) == MAP_FAILED)
                 return;
             ::close(s.fd);
             closed_.push_back(s.id);

@@ -51,17 +51,17 @@ struct mapping {
 class side_link {
 public:
     explicit side_link(const std::string& name) {
-        fd_.fd = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-        if (fd_.fd < 0) sys_fail("shm side channel socket");
+        fd_.reset(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
+        if (fd_.get() < 0) throw os_error("shm side channel socket");
         socklen_t len = 0;
         const sockaddr_un a = abstract_address(name, len);
-        if (::connect(fd_.fd, reinterpret_cast<const sockaddr*>(&a), len) != 0)
+        if (::connect(fd_.get(), reinterpret_cast<const sockaddr*>(&a), len) != 0)
             throw error(errc::io_error, "cannot reach the shm sender's side channel '" + name +
                                             "' (the sender is gone?): " + std::strerror(errno));
         // A sender that stopped (SIGSTOP, a debugger) fails the claim rather than hang it.
         const timeval limit{claim_timeout_s, 0};
-        ::setsockopt(fd_.fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
-        ::setsockopt(fd_.fd, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof limit);
+        ::setsockopt(fd_.get(), SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
+        ::setsockopt(fd_.get(), SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof limit);
     }
 
     bool dead() const { return dead_.load(); }
@@ -71,7 +71,7 @@ public:
     // thread only.
     bool closed() {
         if (dead()) return true;
-        pollfd p{fd_.fd, POLLIN, 0};
+        pollfd p{fd_.get(), POLLIN, 0};
         if (::poll(&p, 1, 0) > 0) dead_ = true;
         return dead();
     }
@@ -94,7 +94,7 @@ public:
             // Too late to be sure: the answer to a claim says whether it was in time.
         }
         const std::uint64_t asked = monotonic_ns();
-        if (!send_packet(fd_.fd, request(msg_claim, seq))) return lost("cannot claim a message");
+        if (!send_packet(fd_.get(), request(msg_claim, seq))) return lost("cannot claim a message");
         for (;;) {
             std::array<std::byte, 16 + 8 * closed_per_reply> body{};
             iovec iov{body.data(), body.size()};
@@ -105,10 +105,10 @@ public:
             mh.msg_control = control;
             mh.msg_controllen = sizeof control;
             ssize_t n;
-            do n = ::recvmsg(fd_.fd, &mh, MSG_CMSG_CLOEXEC);
+            do n = ::recvmsg(fd_.get(), &mh, MSG_CMSG_CLOEXEC);
             while (n < 0 && errno == EINTR);
             // Take every descriptor first, so that none leaks on an error.
-            std::vector<fd_guard> fds;
+            std::vector<unique_fd> fds;
             for (cmsghdr* c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c))
                 if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
                     const std::size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
@@ -120,28 +120,28 @@ public:
                 }
             if (n <= 0) return lost("the shm sender closed its side channel");
             if (n < 16 || (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC))) return lost("a malformed side-channel reply");
-            const std::uint32_t type = load_u32(body.data());
-            const std::uint32_t count = load_u32(body.data() + 4);
+            const std::uint32_t type = load_le<std::uint32_t>(body.data());
+            const std::uint32_t count = load_le<std::uint32_t>(body.data() + 4);
             if (static_cast<std::size_t>(n) != 16 + std::size_t{count} * 8) return lost("a malformed side-channel reply");
             const std::byte* ids = body.data() + 16;
             if (type == msg_fds) {
                 if (fds.size() != count) return lost("a side-channel reply with the wrong number of descriptors");
-                for (std::size_t k = 0; k < count; ++k) add_segment(load_u64(ids + 8 * k), fds[k].fd);
+                for (std::size_t k = 0; k < count; ++k) add_segment(load_le<std::uint64_t>(ids + 8 * k), fds[k].get());
                 continue;
             }
             if (type == msg_ring) {
                 if (count != 0 || fds.size() != 1 || ring_) return lost("a malformed side-channel reply");
                 try {
-                    ring_ = shm_ring::open(fds[0].fd);
+                    ring_ = shm_ring::open(fds[0].get());
                 } catch (const error&) {
                     return lost("a ring that is not a sealed memfd of its size");
                 }
                 continue;
             }
             if ((type != msg_ok && type != msg_gone) || !fds.empty()) return lost("a malformed side-channel reply");
-            for (std::size_t k = 0; k < count; ++k) maps_.erase(load_u64(ids + 8 * k));
+            for (std::size_t k = 0; k < count; ++k) maps_.erase(load_le<std::uint64_t>(ids + 8 * k));
             // The sender's clock was read after `asked`: clock minus `asked` bounds the offset from above.
-            const __int128 offset = static_cast<__int128>(load_u64(body.data() + 8)) - asked;
+            const __int128 offset = static_cast<__int128>(load_le<std::uint64_t>(body.data() + 8)) - asked;
             offset_ = offset_ ? std::min(*offset_, offset) : offset;
             return type == msg_ok;
         }
@@ -165,17 +165,17 @@ private:
     // for it; a packet of `type` before. False when the sender is gone or
     // has cut this receiver off.
     bool tell(std::uint64_t entry, std::uint32_t type, std::uint64_t seq) noexcept {
-        if (!ring_) return send_packet(fd_.fd, request(type, seq));
+        if (!ring_) return send_packet(fd_.get(), request(type, seq));
         // Full (the sender is behind): kick it and wait for room; a packet
         // instead could overtake the ring's entries (a release before its claim).
         for (int tries = 0; !ring_->push(entry); ++tries) {
             if (tries == claim_timeout_s * 10000) return false;
-            if (tries % 100 == 0 && !send_packet(fd_.fd, request(msg_kick, 0))) return false;
+            if (tries % 100 == 0 && !send_packet(fd_.get(), request(msg_kick, 0))) return false;
             std::this_thread::sleep_for(std::chrono::microseconds(100));
         }
         switch (ring_->asked()) {
             case shm_ring::nothing: return true;
-            case shm_ring::kick: return send_packet(fd_.fd, request(msg_kick, 0));
+            case shm_ring::kick: return send_packet(fd_.get(), request(msg_kick, 0));
             default: return false;  // cut off
         }
     }
@@ -193,12 +193,12 @@ private:
             lost("a shm segment that is not a sealed memfd");
         const auto size = static_cast<std::size_t>(st.st_size);
         void* p = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
-        if (p == MAP_FAILED) sys_fail("mapping a shm segment");
+        if (p == MAP_FAILED) throw os_error("mapping a shm segment");
         maps_[id] = std::make_shared<const mapping>(static_cast<const std::byte*>(p), size);
     }
 
     std::mutex mutex_;
-    fd_guard fd_;
+    unique_fd fd_;
     std::atomic<bool> dead_{false};
     std::map<std::uint64_t, std::shared_ptr<const mapping>> maps_;
     std::unique_ptr<shm_ring> ring_;  // from the sender's first answer

@@ -33,7 +33,7 @@ public:
     static std::uint64_t release_entry(std::uint64_t seq) { return seq << 1 | 1; }
 
     // A new ring (the sender's) and its memfd, to hand over.
-    static std::unique_ptr<shm_ring> create(fd_guard& fd);
+    static std::unique_ptr<shm_ring> create(unique_fd& fd);
     // The ring in memfd `fd` (the receiver's), after checking it is one:
     // sealed, and of the ring's size. Throws errc::io_error.
     static std::unique_ptr<shm_ring> open(int fd);

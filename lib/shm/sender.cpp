@@ -83,7 +83,7 @@ public:
         std::set<std::uint64_t> holding;
         std::vector<std::uint64_t> closed;  // segments gone, to tell it
         std::unique_ptr<shm_ring> ring;     // its quiet claims and releases
-        fd_guard ring_fd;                   // the ring's memfd, until handed over
+        unique_fd ring_fd;                   // the ring's memfd, until handed over
     };
 
     shm_sender(std::size_t pool_bytes, std::chrono::milliseconds lease, bool fan_out)
@@ -94,15 +94,15 @@ public:
         std::random_device rd;
         const std::uint64_t r = (std::uint64_t{rd()} << 32) ^ rd();
         name_ = "tenbin-shm-" + std::to_string(::getpid()) + "-" + std::to_string(r);
-        listen_.fd = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-        if (listen_.fd < 0) sys_fail("shm side channel socket");
+        listen_.reset(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+        if (listen_.get() < 0) throw os_error("shm side channel socket");
         socklen_t len = 0;
         const sockaddr_un a = abstract_address(name_, len);
-        if (::bind(listen_.fd, reinterpret_cast<const sockaddr*>(&a), len) != 0) sys_fail("binding the shm side channel");
-        if (::listen(listen_.fd, 64) != 0) sys_fail("listening on the shm side channel");
-        wake_.fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-        if (wake_.fd < 0) sys_fail("eventfd");
-        memory_->wake_on_wait(wake_.fd);
+        if (::bind(listen_.get(), reinterpret_cast<const sockaddr*>(&a), len) != 0) throw os_error("binding the shm side channel");
+        if (::listen(listen_.get(), 64) != 0) throw os_error("listening on the shm side channel");
+        wake_.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+        if (wake_.get() < 0) throw os_error("eventfd");
+        memory_->wake_on_wait(wake_.get());
         thread_ = std::thread([this] { run(); });
     }
 
@@ -321,7 +321,7 @@ private:
 
     void wake() {
         const std::uint64_t one = 1;
-        [[maybe_unused]] const ssize_t r = ::write(wake_.fd, &one, sizeof one);
+        [[maybe_unused]] const ssize_t r = ::write(wake_.get(), &one, sizeof one);
     }
 
     // When message `f` is given up unless done with (under the lock).
@@ -427,12 +427,12 @@ private:
                     if (p.given.insert(s).second) segs.push_back(s);
         }
         // The ring goes with the first answer.
-        if (p.ring_fd.fd >= 0) {
+        if (p.ring_fd) {
             std::array<std::byte, 16> body{};
-            store_u32(body.data(), msg_ring);
-            const int ring_fd = p.ring_fd.fd;
+            store_le<std::uint32_t>(body.data(), msg_ring);
+            const int ring_fd = p.ring_fd.get();
             if (!send_packet(fd, body, {&ring_fd, 1})) return drop_peer(fd);
-            p.ring_fd = fd_guard();
+            p.ring_fd = unique_fd();
         }
         std::sort(segs.begin(), segs.end());
         segs.erase(std::unique(segs.begin(), segs.end()), segs.end());
@@ -440,8 +440,8 @@ private:
             const std::size_t n = std::min(fds_per_packet, segs.size() - at);
             std::vector<int> fds;
             std::vector<std::byte> body(16 + 8 * n);
-            store_u32(body.data(), msg_fds);
-            store_u32(body.data() + 4, static_cast<std::uint32_t>(n));
+            store_le<std::uint32_t>(body.data(), msg_fds);
+            store_le<std::uint32_t>(body.data() + 4, static_cast<std::uint32_t>(n));
             for (std::size_t k = 0; k < n; ++k) {
                 const int ro = memory_->read_only_fd(segs[at + k]);
                 if (ro < 0) {
@@ -451,7 +451,7 @@ private:
                     break;
                 }
                 fds.push_back(ro);
-                store_u64(body.data() + 16 + 8 * k, segs[at + k]);
+                store_le<std::uint64_t>(body.data() + 16 + 8 * k, segs[at + k]);
             }
             if (!ok) break;
             const bool sent = send_packet(fd, body, fds);
@@ -469,10 +469,10 @@ private:
             p.closed.erase(p.closed.begin(), p.closed.begin() + static_cast<std::ptrdiff_t>(k));
         }
         std::vector<std::byte> reply(16 + 8 * gone.size());
-        store_u32(reply.data(), ok ? msg_ok : msg_gone);
-        store_u32(reply.data() + 4, static_cast<std::uint32_t>(gone.size()));
-        store_u64(reply.data() + 8, monotonic_ns());  // read after the claim: the receiver learns our clock
-        for (std::size_t k = 0; k < gone.size(); ++k) store_u64(reply.data() + 16 + 8 * k, gone[k]);
+        store_le<std::uint32_t>(reply.data(), ok ? msg_ok : msg_gone);
+        store_le<std::uint32_t>(reply.data() + 4, static_cast<std::uint32_t>(gone.size()));
+        store_le<std::uint64_t>(reply.data() + 8, monotonic_ns());  // read after the claim: the receiver learns our clock
+        for (std::size_t k = 0; k < gone.size(); ++k) store_le<std::uint64_t>(reply.data() + 16 + 8 * k, gone[k]);
         if (!send_packet(fd, reply)) drop_peer(fd);
     }
 
@@ -509,7 +509,7 @@ private:
             }
             const auto next = collect();
             note_closed();
-            std::vector<pollfd> fds{{listen_.fd, POLLIN, 0}, {wake_.fd, POLLIN, 0}};
+            std::vector<pollfd> fds{{listen_.get(), POLLIN, 0}, {wake_.get(), POLLIN, 0}};
             int period_ms = ring_period_ms;
             {
                 std::lock_guard lock(mutex_);
@@ -534,7 +534,7 @@ private:
             if (rc <= 0) continue;
             if (fds[1].revents) {
                 std::uint64_t v = 0;
-                [[maybe_unused]] const ssize_t r = ::read(wake_.fd, &v, sizeof v);
+                [[maybe_unused]] const ssize_t r = ::read(wake_.get(), &v, sizeof v);
             }
             if (fds[0].revents & POLLIN) accept_peers();
             for (std::size_t i = 2; i < fds.size(); ++i)
@@ -575,8 +575,8 @@ private:
                 drop_peer(fd);
                 return;
             }
-            const std::uint32_t type = load_u32(req.data());
-            const std::uint64_t seq = load_u64(req.data() + 8);
+            const std::uint32_t type = load_le<std::uint32_t>(req.data());
+            const std::uint64_t seq = load_le<std::uint64_t>(req.data() + 8);
             if (type == msg_claim || type == msg_claim_quiet) on_claim(fd, *p, seq, type == msg_claim_quiet);
             else if (type == msg_release) on_release(fd, *p, seq);
             else if (type != msg_kick) drop_peer(fd);  // a kick: the loop reads the rings next
@@ -585,7 +585,7 @@ private:
 
     void accept_peers() {
         for (;;) {
-            const int fd = ::accept4(listen_.fd, nullptr, nullptr, SOCK_CLOEXEC);
+            const int fd = ::accept4(listen_.get(), nullptr, nullptr, SOCK_CLOEXEC);
             if (fd < 0) return;
             // Only the sender's own user may read its memory.
             ucred cred{};
@@ -613,8 +613,8 @@ private:
     std::chrono::milliseconds lease_;
     bool fan_out_;
     std::string name_;
-    fd_guard listen_;
-    fd_guard wake_;
+    unique_fd listen_;
+    unique_fd wake_;
     std::mutex mutex_;
     std::condition_variable done_;
     std::uint64_t next_seq_ = 1;

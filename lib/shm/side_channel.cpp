@@ -14,8 +14,6 @@
 
 namespace tenbin::detail::shm_impl {
 
-void sys_fail(const std::string& what) { throw error(errc::io_error, what + ": " + std::strerror(errno)); }
-
 sockaddr_un abstract_address(const std::string& name, socklen_t& len) {
     sockaddr_un a{};
     a.sun_family = AF_UNIX;
@@ -49,15 +47,15 @@ bool send_packet(int fd, std::span<const std::byte> bytes, std::span<const int> 
 
 std::array<std::byte, 16> request(std::uint32_t type, std::uint64_t seq) {
     std::array<std::byte, 16> p{};
-    store_u32(p.data(), type);
-    store_u64(p.data() + 8, seq);
+    store_le<std::uint32_t>(p.data(), type);
+    store_le<std::uint64_t>(p.data() + 8, seq);
     return p;
 }
 
-std::unique_ptr<shm_ring> shm_ring::create(fd_guard& fd) {
-    fd_guard made(new_segment_fd(bytes, "tenbin-ring"));
-    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, made.fd, 0);
-    if (p == MAP_FAILED) sys_fail("mapping a shm ring");
+std::unique_ptr<shm_ring> shm_ring::create(unique_fd& fd) {
+    unique_fd made(new_segment_fd(bytes, "tenbin-ring"));
+    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, made.get(), 0);
+    if (p == MAP_FAILED) throw os_error("mapping a shm ring");
     fd = std::move(made);
     return std::unique_ptr<shm_ring>(new shm_ring(static_cast<std::byte*>(p)));
 }
@@ -68,7 +66,7 @@ std::unique_ptr<shm_ring> shm_ring::open(int fd) {
     if (seals < 0 || !(seals & F_SEAL_SHRINK) || ::fstat(fd, &st) != 0 || st.st_size != static_cast<off_t>(bytes))
         throw error(errc::io_error, "shm side channel: a ring that is not a sealed memfd of its size");
     void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (p == MAP_FAILED) sys_fail("mapping a shm ring");
+    if (p == MAP_FAILED) throw os_error("mapping a shm ring");
     return std::unique_ptr<shm_ring>(new shm_ring(static_cast<std::byte*>(p)));
 }
 

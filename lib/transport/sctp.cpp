@@ -23,7 +23,6 @@ namespace tenbin {
 namespace {
 
 using detail::str;
-using detail::throw_error;
 
 // RFC 6458's flag for an event delivered in place of data. Linux's value;
 // other systems define it in <netinet/sctp.h>, which glibc lacks.
@@ -39,14 +38,14 @@ constexpr std::size_t default_first_part = 64 * 1024;
 
 [[noreturn]] void throw_errno(const char* what, int e) {
     if (e == EAGAIN || e == EWOULDBLOCK)
-        throw_error(errc::timeout, std::string(what) +
+        throw error(errc::timeout, std::string(what) +
                                        ": nothing within the socket's timeout (or it is "
                                        "non-blocking and would block)");
-    throw_error(errc::io_error, std::string(what) + ": " + std::generic_category().message(e));
+    throw error(errc::io_error, std::string(what) + ": " + std::generic_category().message(e));
 }
 
 [[noreturn]] void throw_peer_closed(const char* what) {
-    throw_error(errc::io_error, std::string(what) + ": peer closed the connection");
+    throw error(errc::io_error, std::string(what) + ": peer closed the connection");
 }
 
 enum class socket_kind { sctp, datagram };
@@ -59,7 +58,7 @@ socket_kind kind_of(int fd, const char* what) {
     if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) != 0) {
         const int e = errno;
         if (e == ENOTSOCK || e == EBADF)
-            throw_error(errc::bad_argument, std::string(what) + ": descriptor " +
+            throw error(errc::bad_argument, std::string(what) + ": descriptor " +
                                                 std::to_string(fd) + " is not a socket (" +
                                                 std::generic_category().message(e) + ")");
         throw_errno(what, e);
@@ -71,7 +70,7 @@ socket_kind kind_of(int fd, const char* what) {
 #endif
     if (protocol == IPPROTO_SCTP) return socket_kind::sctp;  // one-to-one SCTP is SOCK_STREAM
     if (type == SOCK_SEQPACKET || type == SOCK_DGRAM) return socket_kind::datagram;
-    throw_error(errc::bad_argument,
+    throw error(errc::bad_argument,
                 std::string(what) + ": socket " + std::to_string(fd) +
                     " is a byte stream without message boundaries; use tenbin::write/read there");
 }
@@ -112,7 +111,7 @@ buffer receive_datagram(int fd, std::size_t max_size) {
     if (n > max_size) {
         msghdr drop{};  // reading into no space discards the whole message
         recvmsg_retrying(fd, &drop, 0);
-        throw_error(errc::limit_exceeded, "sctp_recv: message of " + str(n) +
+        throw error(errc::limit_exceeded, "sctp_recv: message of " + str(n) +
                                               " bytes is larger than max_size = " + str(max_size));
     }
     buffer out = buffer::allocate(n);
@@ -123,7 +122,7 @@ buffer receive_datagram(int fd, std::size_t max_size) {
     const ssize_t got = recvmsg_retrying(fd, &r, 0);
     if (got < 0) throw_errno("sctp_recv", errno);
     if (static_cast<std::size_t>(got) != n || (r.msg_flags & MSG_TRUNC) != 0)
-        throw_error(errc::io_error, "sctp_recv: peeked a message of " + str(n) + " bytes but read " +
+        throw error(errc::io_error, "sctp_recv: peeked a message of " + str(n) + " bytes but read " +
                                         str(static_cast<std::uint64_t>(got)) +
                                         " (is another thread reading this socket?)");
     return out;
@@ -189,7 +188,7 @@ buffer read_message_parts(const part_reader& read, std::size_t size_hint, std::s
             if (part.end_of_record)
                 complete = true;
             else if (part.size == 0)
-                throw_error(errc::io_error, used == 0 ? "sctp_recv: peer closed the connection"
+                throw error(errc::io_error, used == 0 ? "sctp_recv: peer closed the connection"
                                                       : "sctp_recv: peer closed the connection "
                                                         "inside a message");
         }
@@ -210,10 +209,10 @@ buffer read_message_parts(const part_reader& read, std::size_t size_hint, std::s
                 total += part.size;
                 if (part.end_of_record) break;
                 if (part.size == 0)
-                    throw_error(errc::io_error, "sctp_recv: peer closed the connection inside a message");
+                    throw error(errc::io_error, "sctp_recv: peer closed the connection inside a message");
             }
             if (!notification)
-                throw_error(errc::limit_exceeded, "sctp_recv: message of " + str(total) +
+                throw error(errc::limit_exceeded, "sctp_recv: message of " + str(total) +
                                                       " bytes is larger than max_size = " + str(max_size));
         }
         // A notification: skipped.
@@ -224,11 +223,11 @@ buffer read_message_parts(const part_reader& read, std::size_t size_hint, std::s
 
 void sctp_send(int fd, const sockaddr* dest, socklen_t dest_len, tensor_span tensors) {
     if ((dest == nullptr) != (dest_len == 0))
-        throw_error(errc::bad_argument, "sctp_send: dest is " +
+        throw error(errc::bad_argument, "sctp_send: dest is " +
                                             std::string(dest ? "set" : "null") + " but dest_len is " +
                                             std::to_string(dest_len));
     if (tensors.empty())
-        throw_error(errc::bad_argument,
+        throw error(errc::bad_argument,
                     "sctp_send: an empty tensor list would be a zero-length message, which SCTP "
                     "refuses and a SOCK_SEQPACKET reader takes for end of stream");
     kind_of(fd, "sctp_send");
@@ -260,13 +259,13 @@ void sctp_send(int fd, const sockaddr* dest, socklen_t dest_len, tensor_span ten
         const int e = errno;
         if (e == EPIPE || e == ECONNRESET) throw_peer_closed("sctp_send");
         if (e == EMSGSIZE)
-            throw_error(errc::io_error, "sctp_send: message of " + str(plan.size()) +
+            throw error(errc::io_error, "sctp_send: message of " + str(plan.size()) +
                                             " bytes is too long for this socket (for SCTP or AF_UNIX, raise "
                                             "SO_SNDBUF; a UDP datagram holds at most 65,507 bytes)");
         throw_errno("sctp_send", e);
     }
     if (static_cast<std::size_t>(sent) != plan.size())
-        throw_error(errc::io_error, "sctp_send: partial send of " + str(static_cast<std::uint64_t>(sent)) +
+        throw error(errc::io_error, "sctp_send: partial send of " + str(static_cast<std::uint64_t>(sent)) +
                                         " of " + str(plan.size()) + " bytes on a message socket");
 }
 

@@ -20,7 +20,6 @@ namespace {
 using detail::inline_list;
 using detail::interrupted;
 using detail::str;
-using detail::throw_error;
 
 // "1 frame", "3 frames".
 std::string frames_text(std::size_t n) { return str(n) + (n == 1 ? " frame" : " frames"); }
@@ -237,9 +236,9 @@ std::size_t envelope_size(const incoming_list& frames, const envelope_spec& spec
     case envelope_spec::kind::delimited:
         for (std::size_t i = 0; i < n; ++i)
             if (frames[i].size() == 0) return i + 1;
-        throw_error(errc::odd_chunk_count, "message of " + frames_text(n) + " has no empty delimiter frame");
+        throw error(errc::odd_chunk_count, "message of " + frames_text(n) + " has no empty delimiter frame");
     }
-    throw_error(errc::bad_argument, "unknown envelope_spec kind");
+    throw error(errc::bad_argument, "unknown envelope_spec kind");
 }
 
 // What a message that is all envelope lacks, for its error.
@@ -278,7 +277,7 @@ bool receive_frames(zmq::socket_ref socket, const recv_options& opt, incoming_li
         incoming& part = over ? (spare ? *spare : spare.emplace()) : frames.emplace_back();
         // Already here (messages arrive whole): never wait for it.
         if (!part.receive(socket, ZMQ_DONTWAIT))
-            throw_error(errc::truncated, "frame " + str(count) +
+            throw error(errc::truncated, "frame " + str(count) +
                                              " of a multipart message was not there after frame " + str(count - 1));
         more = part.more();
         ++count;
@@ -288,7 +287,7 @@ bool receive_frames(zmq::socket_ref socket, const recv_options& opt, incoming_li
         }
     }
     if (over)
-        throw_error(errc::limit_exceeded, "message of " + str(count) +
+        throw error(errc::limit_exceeded, "message of " + str(count) +
                                               " frames exceeds recv_options::max_frames = " + str(opt.max_frames));
     return true;
 }
@@ -327,13 +326,13 @@ bool receive_into(zmq::socket_ref socket, const recv_options& opt, form want, me
         if (n == 1) {
             const std::size_t size = frames[skip].size();
             if (want == form::multipart && size != 0)
-                throw_error(errc::odd_chunk_count,
+                throw error(errc::odd_chunk_count,
                             "not multipart: a header without its data, or a single-part message "
                             "(zrecv accepts either form)");
             out.tensors = decode_buffer(tenbin_frames.take(0), opt.decode);
         } else {
             if (want == form::single)
-                throw_error(errc::odd_chunk_count, "not single-part, which is one tenbin frame "
+                throw error(errc::odd_chunk_count, "not single-part, which is one tenbin frame "
                                                    "(zrecv accepts either form)");
             detail::decode_list_into(tenbin_frames, opt.decode, out.tensors);
         }

@@ -18,7 +18,6 @@ namespace {
 using detail::inline_list;
 using detail::interrupted;
 using detail::str;
-using detail::throw_error;
 
 // Takes the text of the error by callable: the check runs for every frame,
 // the text is built only when it fails (perf: building it always cost a
@@ -26,7 +25,7 @@ using detail::throw_error;
 template <class What>
 void check_frame_size(std::size_t size, What&& what) {
     if (size > max_frame_size)
-        throw_error(errc::unsupported, what() + " of " + str(size) +
+        throw error(errc::unsupported, what() + " of " + str(size) +
                                            " bytes: libzmq 4.3 cannot carry frames of 2^31 bytes or more");
 }
 
@@ -158,7 +157,7 @@ private:
         if (rc >= 0) return true;
         if (err != EAGAIN) throw zmq::error_t(err);
         if (i == 0) return false;
-        throw_error(errc::timeout, "frame " + str(i) + " of " + str(frames_) +
+        throw error(errc::timeout, "frame " + str(i) + " of " + str(frames_) +
                                        " could not be queued after the first was; the message is cut short");
     }
 

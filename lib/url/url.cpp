@@ -1,7 +1,7 @@
 #include <tenbin/error.hpp>
 #include <tenbin/url.hpp>
 
-#include "connect/url_detail.hpp"
+#include "url/url_detail.hpp"
 
 #include <algorithm>
 #include <cctype>

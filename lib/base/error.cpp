@@ -1,7 +1,5 @@
 #include <tenbin/error.hpp>
 
-#include "core/diagnostics.hpp"
-
 namespace tenbin {
 
 std::string_view name(errc code) noexcept {
@@ -28,9 +26,5 @@ std::string_view name(errc code) noexcept {
 }
 
 error::error(errc code, const std::string& message) : std::runtime_error(message), code_(code) {}
-
-namespace detail {
-void throw_error(errc code, const std::string& message) { throw error(code, message); }
-}  // namespace detail
 
 }  // namespace tenbin
