@@ -9,6 +9,7 @@
 
 #include <doctest/doctest.h>
 #include <tenbin/zmq.hpp>
+#include <zmq_addon.hpp>
 
 #include <sys/mman.h>
 #include <stdlib.h>
@@ -1385,4 +1386,67 @@ TEST_CASE("the Python buffers and .ten files, sent as one frame, decode single-p
         ++malformed;
     }
     CHECK(malformed >= 5);
+}
+
+// ---- stream positions --------------------------------------------------------
+
+TEST_CASE("a position frame travels after the tenbin frames in both forms, behind an envelope too") {
+    router_and_dealer linked;
+    pull_and_push plain(transport::inproc);
+    stream_position p;
+    p.producer = "p1";
+    p.epoch = 2;
+    p.seq = 5;
+    const std::vector<tensor> batch = sample_tensors(3);
+    for (wire w : both_forms) {
+        CAPTURE(w == wire::single);
+        send_options so;
+        so.position = &p;
+        REQUIRE(send_form(plain.push, w, batch, so));
+        auto got = recv_form(plain.pull, w);
+        REQUIRE(got);
+        check_same(got->tensors, batch);
+        REQUIRE(got->position);
+        CHECK(*got->position == p);
+
+        // The frames on the wire: the tensors', then the position's.
+        REQUIRE(send_form(plain.push, w, batch, so));
+        std::vector<zmq::message_t> raw;
+        REQUIRE(zmq::recv_multipart(plain.pull, std::back_inserter(raw)));
+        if (w == wire::multipart) {
+            REQUIRE(raw.size() == 2 * batch.size() + 1);
+            CHECK(decode_position({raw.back().data<std::byte>(), raw.back().size()}) == p);
+        } else {
+            REQUIRE(raw.size() == 1);
+        }
+
+        // An end mark has no tensors.
+        stream_position end = p;
+        end.kind = stream_position::mark::epoch_end;
+        so.position = &end;
+        REQUIRE(send_form(plain.push, w, std::vector<tensor>{}, so));
+        got = zrecv(plain.pull);
+        REQUIRE(got);
+        CHECK(got->tensors.empty());
+        REQUIRE(got->position);
+        CHECK(got->position->kind == stream_position::mark::epoch_end);
+
+        // Unnumbered messages carry none.
+        REQUIRE(send_form(plain.push, w, batch));
+        got = zrecv(plain.pull);
+        REQUIRE(got);
+        CHECK_FALSE(got->position);
+
+        // Behind a ROUTER's identity.
+        so.position = &p;
+        REQUIRE(send_form(linked.dealer, w, batch, so));
+        recv_options ro;
+        ro.envelope = envelope_spec::router();
+        got = zrecv(linked.router, ro);
+        REQUIRE(got);
+        CHECK(got->envelope.size() == 1);
+        check_same(got->tensors, batch);
+        REQUIRE(got->position);
+        CHECK(got->position->seq == 5);
+    }
 }

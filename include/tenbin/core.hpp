@@ -7,4 +7,5 @@
 #include <tenbin/dtype.hpp>
 #include <tenbin/error.hpp>
 #include <tenbin/pool.hpp>
+#include <tenbin/position.hpp>
 #include <tenbin/tensor.hpp>

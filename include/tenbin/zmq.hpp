@@ -23,6 +23,7 @@
 #pragma once
 
 #include <tenbin/core.hpp>
+#include <tenbin/position.hpp>
 
 #include <zmq.hpp>
 
@@ -96,6 +97,10 @@ struct send_options {
     /// 0 forces zero-copy for every owned tensor with data; SIZE_MAX forces
     /// copies.
     std::size_t copy_threshold = default_copy_threshold;
+    /// Where the message stands in its producer's stream: sent as a
+    /// position frame after the tenbin frames (see position.hpp), which
+    /// Python tensorcom's receivers ignore. Borrowed for the call.
+    const stream_position* position = nullptr;
 };
 
 /// How `zrecv`, `zrecv_single` and `zrecv_multipart` receive and decode.
@@ -120,6 +125,9 @@ struct message {
     std::vector<zmq::message_t> envelope;
     /// True when the message had one tenbin frame (the single-part form).
     bool single = false;
+    /// The position frame the producer sent after the tenbin frames, if any
+    /// (see position.hpp).
+    std::optional<stream_position> position;
 
     /// Views of the envelope frames, for `send_options::envelope` (a ROUTER
     /// replying to this message's sender). Valid while `envelope` is.

@@ -18,15 +18,17 @@ bytes_view padding_for(std::uint64_t n) noexcept {
     return {zeros, static_cast<std::size_t>(chunk_size(n) - chunk_preamble - n)};
 }
 
-chunk_plan::chunk_plan(tensor_span tensors) {
+chunk_plan::chunk_plan(tensor_span tensors, const stream_position* position) {
     // Per tensor, the scratch holds the whole header chunk followed by the
     // data chunk's preamble, so each tensor is at most three pieces:
     // [header chunk + data preamble] [data] [data padding].
     std::size_t scratch_size = 0;
     for (std::size_t i = 0; i < tensors.size(); ++i)
         scratch_size += chunk_size(header_size(tensors[i].ndim())) + chunk_preamble;
+    const std::size_t position_size = position ? position_frame_size(*position) : 0;
+    if (position) scratch_size += chunk_size(position_size);
     scratch_.resize(scratch_size);  // zero-filled: header padding
-    pieces_.reserve(3 * tensors.size());
+    pieces_.reserve(3 * tensors.size() + 1);
 
     std::byte* at = scratch_.data();
     for (std::size_t i = 0; i < tensors.size(); ++i) {
@@ -48,6 +50,12 @@ chunk_plan::chunk_plan(tensor_span tensors) {
             if (bytes_view pad = padding_for(t.data.size()); !pad.empty()) pieces_.push_back(pad);
         }
         size_ += hchunk + chunk_size(t.data.size());
+    }
+    if (position) {
+        write_preamble(at, position_size);
+        encode_position_into(*position, {at + chunk_preamble, position_size});
+        pieces_.emplace_back(at, chunk_size(position_size));
+        size_ += chunk_size(position_size);
     }
 }
 

@@ -2,17 +2,19 @@
 // (writev, sendmsg) and for the single copy of encode_buffer_into.
 #pragma once
 
+#include <tenbin/position.hpp>
 #include <tenbin/tensor.hpp>
 
 #include <vector>
 
 namespace tenbin::detail {
 
-// Preambles, headers and padding live in the plan's own scratch memory;
-// data pieces point at the tensors' bytes, which must outlive the plan.
+// Preambles, headers, padding and the position chunk (when given) live in
+// the plan's own scratch memory; data pieces point at the tensors' bytes,
+// which must outlive the plan.
 class chunk_plan {
 public:
-    explicit chunk_plan(tensor_span tensors);
+    explicit chunk_plan(tensor_span tensors, const stream_position* position = nullptr);
 
     std::span<const bytes_view> pieces() const noexcept { return pieces_; }
     std::size_t size() const noexcept { return size_; }

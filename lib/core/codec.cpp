@@ -1,4 +1,5 @@
 #include <tenbin/codec.hpp>
+#include <tenbin/position.hpp>
 
 #include "core/chunk_plan.hpp"
 #include "core/codec_detail.hpp"
@@ -214,6 +215,9 @@ void fill_list(Frames& frames, const decode_options& opt, std::vector<tensor>& o
     const limits& lim = opt.limits;
     const std::size_t n = frames.size();
     if (n % 2 != 0) {
+        for (std::size_t i = 0; i < n; ++i)
+            if (is_position_frame(frames.bytes(i)))
+                throw error(errc::bad_header, "a position frame (frame " + str(i) + ") that is not the message's last");
         const bytes_view first = frames.bytes(0);
         if (first.size() >= 8 && std::memcmp(first.data(), shm_magic, 8) == 0)
             throw error(errc::odd_chunk_count, "a shared-memory (+shm) message, which only a receiver opened with "
@@ -253,13 +257,6 @@ void fill_list(Frames& frames, const decode_options& opt, std::vector<tensor>& o
     if (opt.expect_infos) check_infos(out, *opt.expect_infos);
 }
 
-template <class Frames>
-std::vector<tensor> decode_list_with(Frames& frames, const decode_options& opt) {
-    std::vector<tensor> out;
-    fill_list(frames, opt, out);
-    return out;
-}
-
 // Buffers as a frame source: `Span` of const buffers are copied (a shared
 // reference each), of mutable ones moved out.
 template <class Span>
@@ -270,11 +267,23 @@ struct buffer_frames {
     buffer take(std::size_t i) { return std::move(frames[i]); }
 };
 
+// Frames or chunks with a trailing position frame split off (parsed, so a
+// malformed one is refused even where it is not asked for).
+template <class Span>
+Span without_position(Span frames, std::optional<stream_position>* position) {
+    if (frames.size() % 2 == 0 || !is_position_frame(frames.back().bytes())) return frames;
+    stream_position p = decode_position(frames.back().bytes());
+    if (position) *position = std::move(p);
+    return frames.first(frames.size() - 1);
+}
+
 }  // namespace
 
 std::vector<tensor> decode_list(std::span<const buffer> frames, const decode_options& opt) {
-    buffer_frames<std::span<const buffer>> source{frames};
-    return decode_list_with(source, opt);
+    buffer_frames<std::span<const buffer>> source{without_position(frames, nullptr)};
+    std::vector<tensor> out;
+    fill_list(source, opt, out);
+    return out;
 }
 
 void detail::decode_list_into(list_source& frames, const decode_options& opt, std::vector<tensor>& out) {
@@ -357,13 +366,24 @@ buffer encode_buffer(tensor_span tensors) {
     return out;
 }
 
-std::vector<tensor> decode_buffer(const buffer& chunked, const decode_options& opt) {
-    std::vector<buffer> chunks = decode_chunks(chunked, opt.limits);
+void detail::decode_buffer_into(const buffer& chunked, const decode_options& opt, std::vector<tensor>& out,
+                                std::optional<stream_position>* position) {
+    // One more chunk than the tensors' for a position.
+    limits lim = opt.limits;
+    lim.max_tensors = std::min(lim.max_tensors, SIZE_MAX / 2 - 1) + 1;
+    std::vector<buffer> all = decode_chunks(chunked, lim);
+    const std::span<buffer> chunks = without_position(std::span<buffer>(all), position);
     if (chunks.size() % 2 != 0)
         throw error(errc::odd_chunk_count, str(chunks.size()) + " chunks: header chunk " +
                                                str(chunks.size() - 1) + " has no data chunk after it");
     buffer_frames<std::span<buffer>> source{chunks};
-    return decode_list_with(source, opt);
+    fill_list(source, opt, out);
+}
+
+std::vector<tensor> decode_buffer(const buffer& chunked, const decode_options& opt) {
+    std::vector<tensor> out;
+    detail::decode_buffer_into(chunked, opt, out, nullptr);
+    return out;
 }
 
 std::vector<tensor> decode_buffer(bytes_view chunked, const decode_options& opt) {

@@ -3,8 +3,10 @@
 #pragma once
 
 #include <tenbin/codec.hpp>
+#include <tenbin/position.hpp>
 
 #include <cstring>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -55,9 +57,15 @@ protected:
 };
 
 // decode_list over a list_source into `out`, whose storage it reuses (a
-// receive loop allocates no list per message): same checks and errors.
+// receive loop allocates no list per message): same checks and errors. The
+// source holds no position frame (the transport splits it off).
 // Frames not taken when it throws stay the source's; `out` is then left
 // with the tensors decoded so far.
 void decode_list_into(list_source& frames, const decode_options& opt, std::vector<tensor>& out);
+
+// decode_buffer into `out`; a trailing position chunk is parsed into
+// `*position` when given (left unset when there is none).
+void decode_buffer_into(const buffer& chunked, const decode_options& opt, std::vector<tensor>& out,
+                        std::optional<stream_position>* position);
 
 }  // namespace tenbin::detail

@@ -194,10 +194,10 @@ struct close_frame {
 // is kept alive by its own keeper. The caller keeps both alive while this is used.
 class received_frames final : public detail::list_source {
 public:
-    received_frames(incoming_list& frames, std::size_t skip, recv_block* block) noexcept
-        : frames_(frames), skip_(skip), block_(block) {}
+    received_frames(incoming_list& frames, std::size_t skip, std::size_t count, recv_block* block) noexcept
+        : frames_(frames), skip_(skip), count_(count), block_(block) {}
 
-    std::size_t size() const noexcept override { return frames_.size() - skip_; }
+    std::size_t size() const noexcept override { return count_; }
     bytes_view bytes(std::size_t i) const noexcept override { return frames_[skip_ + i].bytes(); }
     buffer take(std::size_t i) override {
         zmq_msg_t* m = block_->next_frame_slot();
@@ -212,6 +212,7 @@ public:
 private:
     incoming_list& frames_;
     std::size_t skip_;
+    std::size_t count_;
     recv_block* block_;
 };
 
@@ -298,6 +299,7 @@ bool receive_into(zmq::socket_ref socket, const recv_options& opt, form want, me
     out.tensors.clear();
     out.envelope.clear();
     out.single = false;
+    out.position.reset();
     incoming_list frames;
     if (!receive_frames(socket, opt, frames)) return false;
 
@@ -309,7 +311,16 @@ bool receive_into(zmq::socket_ref socket, const recv_options& opt, form want, me
     if (skip == frames.size())
         fail_with_envelope(out.envelope, errc::odd_chunk_count, nothing_after(skip, opt.envelope));
 
-    const std::size_t n = frames.size() - skip;
+    // A producer's position frame comes last (see position.hpp).
+    std::size_t n = frames.size() - skip;
+    if (n >= 2 && is_position_frame(frames[frames.size() - 1].bytes())) {
+        try {
+            out.position = decode_position(frames[frames.size() - 1].bytes());
+        } catch (const error& e) {
+            fail_with_envelope(out.envelope, e.code(), std::string("the message's last frame: ") + e.what());
+        }
+        --n;
+    }
     out.single = n == 1;
     recv_block* block = recv_block::create(n > 1 ? n / 2 : 1);
     struct drop_builder_ref {
@@ -321,7 +332,7 @@ bool receive_into(zmq::socket_ref socket, const recv_options& opt, form want, me
     // hands the frames over.
     const bool shm = frames[skip].size() >= sizeof shm_magic &&
                      std::memcmp(frames[skip].bytes().data(), shm_magic, sizeof shm_magic) == 0;
-    received_frames tenbin_frames(frames, skip, block);
+    received_frames tenbin_frames(frames, skip, n, block);
     try {
         if (n == 1) {
             const std::size_t size = frames[skip].size();
@@ -329,7 +340,8 @@ bool receive_into(zmq::socket_ref socket, const recv_options& opt, form want, me
                 throw error(errc::odd_chunk_count,
                             "not multipart: a header without its data, or a single-part message "
                             "(zrecv accepts either form)");
-            out.tensors = decode_buffer(tenbin_frames.take(0), opt.decode);
+            detail::decode_buffer_into(tenbin_frames.take(0), opt.decode, out.tensors,
+                                       out.position ? nullptr : &out.position);
         } else {
             if (want == form::single)
                 throw error(errc::odd_chunk_count, "not single-part, which is one tenbin frame "
@@ -370,6 +382,7 @@ bool receive_into(zmq::socket_ref socket, const recv_options& opt, form want, me
 } catch (...) {
     out.tensors.clear();
     out.envelope.clear();
+    out.position.reset();
     throw;
 }
 

@@ -2,6 +2,7 @@
 // it, a message sent whole or not at all.
 #include "transport/zmq_common.hpp"
 
+#include "core/chunk_plan.hpp"
 #include "core/codec_detail.hpp"
 #include "transport/block_pool.hpp"
 
@@ -203,10 +204,11 @@ private:
 }  // namespace
 
 bool zsend_single(zmq::socket_ref socket, tensor_span tensors, const send_options& opt) {
-    const std::size_t size = encoded_size(tensors);
+    const detail::chunk_plan plan(tensors, opt.position);
+    const std::size_t size = plan.size();
     check_frame_size(size, [] { return std::string("single-part message"); });
     zmq::message_t body(size);
-    encode_buffer_into(tensors, {static_cast<std::byte*>(body.data()), size});
+    plan.copy_to({static_cast<std::byte*>(body.data()), size});
     frame_sender out(socket, opt.flags, opt.envelope.size() + 1);
     return out.envelope(opt.envelope) && out.send(body);
 }
@@ -241,10 +243,14 @@ bool zsend_multipart(zmq::socket_ref socket, tensor_span tensors, const send_opt
         }
     }
 
+    std::vector<std::byte> position;
+    if (opt.position) position = encode_position(*opt.position);
+
     // The empty list: no multipart form exists, send the single-part one.
-    frame_sender out(socket, opt.flags, opt.envelope.size() + std::max<std::size_t>(2 * n, 1));
+    frame_sender out(socket, opt.flags,
+                     opt.envelope.size() + std::max<std::size_t>(2 * n, 1) + (opt.position ? 1 : 0));
     if (!out.envelope(opt.envelope)) return false;
-    if (n == 0) return out.copy({});
+    if (n == 0) return out.copy({}) && (!opt.position || out.copy(position));
     const std::byte* at = headers.data();
     std::size_t next_zero_copy = 0;
     for (std::size_t i = 0; i < n; ++i) {
@@ -259,6 +265,7 @@ bool zsend_multipart(zmq::socket_ref socket, tensor_span tensors, const send_opt
     // Every zero-copy frame was sent, which left it empty (perf: closing
     // them cost a library call each).
     zero_copy.forget();
+    if (opt.position) out.copy(position);  // never the first frame: queued once the first was
     return true;
 }
 
