@@ -180,12 +180,7 @@ TEST_CASE("receiving sockets close at once; sending ones linger as told") {
     CHECK(push.socket().get(zmq::sockopt::linger) == 1234);
 }
 
-TEST_CASE("a router connection is refused; a closed or moved-from one says so") {
-    connection_options router = bounded_options();
-    router.kind = socket_kind::router;
-    CHECK(error_class([&] { connection c("tcp://127.0.0.1:*", router); }) == "bad_argument");
-    CHECK(error_text([&] { connection c("tcp://127.0.0.1:*", router); }).find("envelope_spec::router()") !=
-          std::string::npos);
+TEST_CASE("a closed or moved-from connection says so") {
 
     connection rx("zpull://127.0.0.1:*", bounded_options());
     connection moved = std::move(rx);
@@ -891,7 +886,7 @@ TEST_CASE("errors on the loader thread reach the consumer") {
         while (l.queued_messages() < 3) std::this_thread::sleep_for(1ms);
         ctx->shutdown();
         for (int i = 0; i < 3; ++i) CHECK(seed_of(*l.next(5000ms)) == i);
-        CHECK_THROWS_AS((void)l.next(5000ms), zmq::error_t);
+        CHECK(error_class([&] { (void)l.next(5000ms); }) == "closed");
         CHECK_FALSE(l.next(5000ms));
     }
     SUBCASE("a bad URL fails in the caller's thread") {

@@ -61,20 +61,22 @@ struct connection_options {
     /// stay allow64's business (tensorcom receives them, refuses to send).
     bool tensorcom_compatible = false;
     /// Socket kind for plain endpoints, and explicit bind/connect (see url.hpp).
-    /// Not router: a connection keeps no envelope (zrecv with
-    /// envelope_spec::router() does).
+    /// A router receives with recv_message() and answers with reply().
     std::optional<socket_kind> kind{};
     /// Bind (true) or connect (false) every endpoint, overriding the schemes.
     std::optional<bool> bind{};
-    /// A topic for pub and sub sockets ("" = none, as tensorcom). When set, a
-    /// pub connection sends it as a frame of its own in front of every
-    /// message, and a sub connection subscribes to it and expects exactly
-    /// that frame (recv_options::envelope = topic()): messages of longer
-    /// topics that ZeroMQ's prefix matching lets through ("training" for
-    /// "train") are dropped. Such messages are not tensorcom's
-    /// wire: a Python tensorcom subscriber, or a sub connection without the
-    /// topic, cannot decode them. A URL's fragment sets it too
-    /// (`zsub://host:7880#train`); a different topic in both is an error.
+    /// A topic for pub and sub sockets ("" = none, as tensorcom). A pub
+    /// connection sends it as a frame of its own in front of every message
+    /// (which a Python tensorcom subscriber cannot decode: refused with
+    /// tensorcom_compatible). A sub connection subscribes to it and takes
+    /// both a tenbin publisher's topic frame and a Python tensorcom
+    /// publisher's plain messages, whose first bytes ZeroMQ's prefix match
+    /// compares with the topic as tensorcom's `#topic` does
+    /// (envelope_spec::topic(name)). Messages of longer topics that the
+    /// prefix match lets through ("training" for "train") are passed over,
+    /// counted (other_topics()) and said once (on_notice). A URL's fragment
+    /// sets it too (`zsub://host:7880#train`); a different topic in both
+    /// is an error.
     std::string topic{};
     /// Bounds on each received message (see `limits`; the frames accepted
     /// in one message follow `limits.max_tensors`, recv_options::max_frames),
@@ -133,24 +135,23 @@ struct connection_options {
     /// send is given up: a receiver still holding it keeps its bytes (they
     /// move out of the pool), one that has not claimed it yet skips it.
     std::chrono::milliseconds shm_lease{60000};
+    /// Where the connection says, once each, what it did that the caller
+    /// would not otherwise see (messages of another topic passed over, ...).
+    /// Unset: written to stderr, "tenbin: " in front.
+    std::function<void(const std::string&)> on_notice{};
 };
-
-namespace detail {
-class shm_sender;
-class shm_receiver;
-}  // namespace detail
 
 /// One ZeroMQ socket on the endpoints of one or more URLs (brace-expanded):
 /// fan-in or fan-out. Not thread-safe: use a connection from one thread.
 class connection {
 public:
     /// Opens the socket and binds/connects every endpoint. Throws bad_url
-    /// (also for an address ZeroMQ cannot parse), bad_argument for a router
-    /// kind, or error(io_error) naming the endpoint when ZeroMQ refuses it
-    /// ("cannot bind to tcp://*:7880: Address already in use"). A connect to a host that is down or
-    /// whose name does not resolve (yet) is no error: libzmq keeps trying in
-    /// the background, as for every connect, and receives wait meanwhile
-    /// (set `recv_timeout`, or give `loader::next` a timeout).
+    /// (also for an address ZeroMQ cannot parse), or error(io_error) naming
+    /// the endpoint when ZeroMQ refuses it ("cannot bind to tcp://*:7880:
+    /// Address already in use"). A connect to a host that is down or whose
+    /// name does not resolve (yet) is no error: libzmq keeps trying in the
+    /// background, as for every connect, and receives wait meanwhile (set
+    /// `recv_timeout`, or give `loader::next` a timeout).
     /// Without a context given, a connection with an inproc endpoint uses
     /// one process-wide context, shared with every other such connection
     /// and loader alive (inproc endpoints meet only within one context);
@@ -170,14 +171,25 @@ public:
     connection& operator=(connection&&) noexcept;
     ~connection();
 
+    /// Binds or connects the socket to the endpoints of more URLs (each
+    /// brace-expanded), as the constructor does for its own: same socket
+    /// kind, transport family (+shm or not) and topic, or bad_url; CURVE
+    /// roles and ZMQ_IMMEDIATE as for the first endpoints. A refused
+    /// endpoint throws io_error, and the endpoints added before it in the
+    /// same call stay.
+    void add(std::span<const std::string> urls);
+    /// The same for one URL.
+    void add(std::string_view url);
+
     /// Sends one message. Returns false when the send timeout expired.
     /// Owned tensors go without a copy (see zsend_multipart): ZeroMQ reads
     /// their bytes until it has sent them (over inproc, until the receiver
     /// drops them); refilling a sent tensor gives it a copy first, and a
     /// `tensor_pool` tensor needs none.
     /// Throws bad_argument for 64-bit dtypes unless allow64, for what
-    /// tensorcom cannot decode with tensorcom_compatible, wrong infos,
-    /// a socket that cannot send (zpull, zsub), or a closed connection.
+    /// tensorcom cannot decode with tensorcom_compatible, wrong infos, a
+    /// socket that cannot send (zpull, zsub) or must reply (router: see
+    /// reply()), or a closed connection.
     [[nodiscard]] bool send(tensor_span tensors);
     /// Receives one message (either form). Returns nothing on timeout.
     /// Throws the codec's errors for malformed messages; the connection
@@ -188,6 +200,15 @@ public:
     /// Receives one message if one is waiting now; nothing otherwise.
     /// Throws as recv() does.
     [[nodiscard]] std::optional<std::vector<tensor>> try_recv();
+    /// Receives one message with its envelope (a ROUTER's peer identity, a
+    /// topic frame) and its position, for reply() and for streams; waits
+    /// as recv() does.
+    [[nodiscard]] std::optional<message> recv_message();
+    /// Answers the sender of `to` (a message this connection received) with
+    /// `tensors`: through its envelope on a router, as the one reply a rep
+    /// socket owes; on other sockets the same as send(). Returns false when
+    /// the send timed out. Throws as send() does.
+    [[nodiscard]] bool reply(const message& to, tensor_span tensors);
     /// Sends every tensor list `source` yields (tensorcom's serve);
     /// returns how many messages were sent.
     template <class Source>
@@ -206,24 +227,30 @@ public:
     std::default_sentinel_t end() { return {}; }
 
     /// Messages and bytes sent or received so far.
-    const statistics& stats() const noexcept { return stats_; }
+    const statistics& stats() const noexcept;
     /// The same, to reset.
-    statistics& stats() noexcept { return stats_; }
+    statistics& stats() noexcept;
+    /// Messages received and passed over because their topic frame names a
+    /// longer topic than this subscriber's (ZeroMQ's subscriptions match
+    /// prefixes: "training" reaches a subscriber of "train").
+    std::uint64_t other_topics() const noexcept;
     /// The endpoints as bound or connected; a tcp bind to port 0 or '*'
     /// shows the port ZeroMQ chose.
-    const std::vector<endpoint>& endpoints() const noexcept { return endpoints_; }
+    const std::vector<endpoint>& endpoints() const noexcept;
     /// The underlying socket, for options the connection does not set; valid
     /// until close() or destruction.
-    zmq::socket_ref socket() noexcept { return socket_; }
+    zmq::socket_ref socket() noexcept;
     /// The options the connection was opened with.
-    const connection_options& options() const noexcept { return opt_; }
+    const connection_options& options() const noexcept;
     /// CURVE handshakes refused on this connection's socket so far, either
     /// side's doing (thread-safe; 0 without `curve`). They go on until the
     /// connection closes: a refused client keeps reconnecting.
-    std::uint64_t refused_handshakes() const noexcept { return curve_.refused_handshakes(); }
+    std::uint64_t refused_handshakes() const noexcept;
     /// Closes the socket now (waiting at most `linger` for queued messages;
     /// `+shm`: also for receivers to claim what was sent).
     void close();
+    /// Whether close() was called (or the connection was moved from).
+    bool closed() const noexcept;
     /// `+shm` senders: the pool whose tensors send() hands over without a
     /// copy (fill them, send, drop them). Throws bad_argument on other
     /// connections, and once closed: close() retires the pool's blocks, as
@@ -231,20 +258,8 @@ public:
     tensor_pool& pool();
 
 private:
-    std::optional<std::vector<tensor>> receive(zmq::recv_flags flags);
-    std::optional<std::vector<tensor>> receive_shm(zmq::recv_flags flags, const recv_options& ro, bool topic);
-
-    std::shared_ptr<zmq::context_t> context_;
-    // Between the two: its threads and sockets end after the socket closes
-    // and before the context can terminate.
-    curve_guard curve_;
-    zmq::socket_t socket_;
-    connection_options opt_;
-    std::vector<endpoint> endpoints_;
-    statistics stats_;
-    // `+shm` (see lib/shm/): after the socket, so that they go first.
-    std::shared_ptr<detail::shm_sender> shm_sender_;
-    std::shared_ptr<detail::shm_receiver> shm_receiver_;
+    struct state;
+    std::unique_ptr<state> s_;
 };
 
 /// The ZeroMQ socket type of a socket kind.

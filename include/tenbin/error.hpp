@@ -31,16 +31,20 @@ enum class errc {
     bad_url,             ///< a connection URL cannot be parsed
     unsupported,         ///< valid input this build or platform cannot handle
     bad_certificate,     ///< a CURVE certificate file is malformed or not private
+    closed,              ///< the socket or its ZeroMQ context was closed meanwhile
 };
 
 /// "bad_magic", "truncated", ...: the manifest's spelling of a class.
 std::string_view name(errc code) noexcept;
+/// Whether `code` says the input was not valid tenbin data (bad_magic
+/// through bad_header): one message, file or buffer was bad, and a
+/// receiver can go on with the next.
+bool is_malformed(errc code) noexcept;
 
 /// Thrown by every tenbin function that fails. `what()` carries the numbers
 /// needed to locate the problem (offset, tensor index, expected vs found).
-/// One exception: what fails inside libzmq itself (a socket error, a
-/// terminated context) comes out of the ZeroMQ layer as cppzmq's
-/// `zmq::error_t`, as each such function's documentation says.
+/// A socket error inside libzmq is an io_error, and a socket or context
+/// closed while a call used it is `closed`.
 class error : public std::runtime_error {
 public:
     /// An error of class `code`; `message` becomes `what()`.

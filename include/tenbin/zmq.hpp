@@ -50,11 +50,14 @@ struct envelope_spec {
         delimited,  ///< every frame up to and including the first empty one;
                     ///< the sender must always send the delimiter, since a
                     ///< zero-size tensor's data frame is empty too
+        topic,  ///< a subscriber's topic `name` (see `topic(name)`)
     };
     /// Which rule applies.
     kind how = kind::none;
     /// Frames in the envelope, for `kind::frames`.
     std::size_t count = 0;
+    /// The subscribed topic, for `kind::topic`.
+    std::string name{};
 
     /// No envelope (Python tensorcom's wire).
     static envelope_spec none() { return {}; }
@@ -62,6 +65,14 @@ struct envelope_spec {
     static envelope_spec frames(std::size_t n) { return {kind::frames, n}; }
     /// One topic frame (PUB/SUB with topics).
     static envelope_spec topic() { return {kind::frames, 1}; }
+    /// What a SUB subscribed to `name` receives: the topic frame of a
+    /// tenbin publisher, or nothing in front of a plain tenbin message
+    /// (Python tensorcom's publishers send no topic frame; its `#topic` is
+    /// a ZeroMQ prefix subscription matching a message's first bytes). The
+    /// frame in front of a message of a longer topic ("training" for
+    /// "train": ZeroMQ's prefix match lets it through) is taken as its
+    /// envelope too: compare it with `name` to skip such messages.
+    static envelope_spec topic(std::string name) { return {kind::topic, 0, std::move(name)}; }
     /// A ROUTER's identity frame and optional delimiter.
     static envelope_spec router() { return {kind::router, 0}; }
     /// Every frame up to and including the first empty one. Only for

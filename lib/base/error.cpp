@@ -21,9 +21,12 @@ std::string_view name(errc code) noexcept {
     case errc::bad_url: return "bad_url";
     case errc::unsupported: return "unsupported";
     case errc::bad_certificate: return "bad_certificate";
+    case errc::closed: return "closed";
     }
     return "unknown_error";
 }
+
+bool is_malformed(errc code) noexcept { return code >= errc::bad_magic && code <= errc::bad_header; }
 
 error::error(errc code, const std::string& message) : std::runtime_error(message), code_(code) {}
 

@@ -1,14 +1,16 @@
-#include <tenbin/connect.hpp>
+#include <tenbin/connection.hpp>
 
 #include "connect/connect_detail.hpp"
-#include "shm/shm.hpp"
+#include "connect/link.hpp"
 #include "connect/security_detail.hpp"
 
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
+#include <iostream>
 #include <mutex>
+#include <set>
 
 namespace tenbin {
 
@@ -16,10 +18,6 @@ namespace {
 
 int to_ms(std::chrono::milliseconds ms) {
     return static_cast<int>(std::min<std::int64_t>(ms.count(), INT32_MAX));
-}
-
-bool topic_applies(const connection_options& opt, socket_kind kind) {
-    return !opt.topic.empty() && (kind == socket_kind::pub || kind == socket_kind::sub);
 }
 
 // Whether `socket` has a message before `deadline`.
@@ -34,53 +32,94 @@ bool readable_before(zmq::socket_ref socket, std::chrono::steady_clock::time_poi
     }
 }
 
-// The next message whose topic frame is `topic`. ZeroMQ subscriptions
-// match prefixes: messages of longer topics that start with it come too,
-// and are dropped here, malformed or not. They do not restart the wait:
-// with a `timeout`, a blocking receive ends when it is over, however many
-// other messages came meanwhile. `ro` is the caller's, whose flags this
-// changes after the first message (not copied: it holds expect_infos).
-std::optional<message> receive_of_topic(zmq::socket_ref socket, recv_options& ro, const std::string& topic,
-                                        std::optional<std::chrono::milliseconds> timeout) {
-    const bool bounded = timeout && ro.flags == zmq::recv_flags::none;
-    const auto deadline = bounded ? detail::deadline_after(*timeout) : std::chrono::steady_clock::time_point{};
-    for (bool first = true;; first = false) {
-        if (bounded && !first) {
-            if (!readable_before(socket, deadline)) return std::nullopt;
-            ro.flags = zmq::recv_flags::dontwait;  // it is there
-        }
-        std::optional<message> m;
-        try {
-            m = zrecv(socket, ro);
-        } catch (const malformed_message& e) {
-            if (e.envelope().front() != topic) continue;
-            throw;
-        }
-        if (!m) {
-            if (bounded && !first) continue;  // polled, but taken by no one else: only a spurious wake-up
-            return m;
-        }
-        const zmq::message_t& frame = m->envelope.front();
-        if (std::string_view(frame.data<char>(), frame.size()) == topic) return m;
+// Runs `f`; what libzmq throws (a socket error, a terminated context)
+// becomes a tenbin::error, so that a connection's caller catches one type.
+template <class F>
+auto socket_call(const char* what, F&& f) {
+    try {
+        return f();
+    } catch (const zmq::error_t& e) {
+        if (e.num() == ETERM || e.num() == ENOTSOCK)
+            throw error(errc::closed, std::string("cannot ") + what + ": the connection's ZeroMQ context was "
+                                                                "terminated (or its socket closed) meanwhile");
+        throw error(errc::io_error, std::string("cannot ") + what + ": " + e.what());
     }
 }
 
-// Sending on a pull socket (or receiving on a push one) would fail in
-// libzmq as "Operation not supported": say what is wrong instead.
-void check_direction(const endpoint& ep, bool can, const char* what) {
-    if (!can)
-        throw error(errc::bad_argument, "this connection's socket (" + ep.address + ") is a " +
-                                            std::string(name(ep.kind)) + " socket, which cannot " + what);
+// "this connection's socket (tcp://...) is a pull socket, which cannot send".
+[[noreturn]] void cannot(const endpoint& ep, const std::string& what) {
+    throw error(errc::bad_argument, "this connection's socket (" + ep.address + ") is a " +
+                                        std::string(name(ep.kind)) + " socket, which cannot " + what);
 }
 
-// A closed or moved-from connection has no socket: libzmq would say
-// "Socket operation on non-socket", or the call would touch a null handle.
-void check_open(const zmq::socket_t& socket, const char* what) {
-    if (!socket.handle())
-        throw error(errc::bad_argument, std::string("cannot ") + what + ": the connection is closed (or moved from)");
+bool has_topic(const connection_options& opt, socket_kind kind) {
+    return !opt.topic.empty() && (kind == socket_kind::pub || kind == socket_kind::sub);
 }
 
 }  // namespace
+
+struct connection::state {
+    std::shared_ptr<zmq::context_t> context;
+    // Between the two: its threads and sockets end after the socket closes
+    // and before the context can terminate.
+    curve_guard curve;
+    zmq::socket_t socket;
+    connection_options opt;
+    std::vector<endpoint> endpoints;
+    socket_kind kind{};
+    bool shm = false;           // +shm endpoints
+    bool serves_curve = false;  // a ZAP handler admits CURVE clients
+    statistics stats;
+    recv_options receiving;     // made once (perf: decode options hold a vector)
+    std::uint64_t other_topics = 0;
+    std::set<std::string> said;  // notices given
+    // After the socket, so that it goes first (+shm: its side channel).
+    std::unique_ptr<detail::link> link;
+
+    void open_endpoints(std::vector<endpoint> eps);
+    void notice(const std::string& key, const std::string& text);
+    std::optional<message> receive(zmq::recv_flags flags);
+    bool send(tensor_span tensors, std::span<const zmq::const_buffer> envelope);
+    void check_open(const char* what) const {
+        // libzmq would say "Socket operation on non-socket", or touch a null handle.
+        if (!socket.handle())
+            throw error(errc::bad_argument, std::string("cannot ") + what + ": the connection is closed (or moved from)");
+    }
+};
+
+void connection::state::notice(const std::string& key, const std::string& text) {
+    if (!said.insert(key).second) return;
+    if (opt.on_notice)
+        opt.on_notice(text);
+    else
+        std::cerr << "tenbin: " << text << std::endl;
+}
+
+// Sets each endpoint's per-connection options, then binds or connects it.
+void connection::state::open_endpoints(std::vector<endpoint> eps) {
+    for (endpoint& ep : eps) {
+        if (ep.kind != kind || ep.shm != shm)
+            throw error(errc::bad_url, "'" + ep.address + "' is a " + std::string(name(ep.kind)) +
+                                           (ep.shm ? " +shm" : "") + " endpoint; this connection's socket is a " +
+                                           std::string(name(kind)) + (shm ? " +shm" : "") + " one");
+        if (!ep.topic.empty() && ep.topic != opt.topic)
+            throw error(errc::bad_url, "'#" + ep.topic + "': this connection's topic is '" + opt.topic +
+                                           "' (one socket has one topic)");
+        if (opt.curve) {
+            if (ep.bind && !serves_curve)
+                throw error(errc::bad_argument, "cannot bind " + ep.address + " with CURVE: the connection was "
+                                                "opened with connecting endpoints only, so it has no ZAP handler "
+                                                "to admit clients; open it with the bound endpoint");
+            (ep.bind ? detail::set_curve_server : detail::set_curve_client)(socket, *opt.curve);
+        }
+        // Only where it queues outgoing messages: on a sub socket it would
+        // hold back the subscription until the application next calls into
+        // the socket, and what is published meanwhile is lost.
+        if (!ep.bind && opt.immediate && detail::can_send(kind)) socket.set(zmq::sockopt::immediate, 1);
+        ep.address = attach(socket, ep);
+        endpoints.push_back(std::move(ep));
+    }
+}
 
 std::shared_ptr<zmq::context_t> detail::default_context(std::span<const std::string> urls, const url_options& opt) {
     const std::vector<endpoint> eps = parse_urls(urls, opt);
@@ -143,52 +182,62 @@ connection::connection(std::span<const std::string> urls, connection_options opt
 
 connection::connection(std::shared_ptr<zmq::context_t> context, std::span<const std::string> urls,
                        connection_options opt)
-    : context_(std::move(context)),
-      opt_(std::move(opt)),
-      endpoints_(parse_urls(urls, {.kind = opt_.kind, .bind = opt_.bind})),
-      stats_(opt_.stats_horizon) {
-    const socket_kind kind = endpoints_.front().kind;
+    : s_(std::make_unique<state>()) {
+    state& s = *s_;
+    s.context = std::move(context);
+    s.opt = std::move(opt);
+    s.stats = statistics(s.opt.stats_horizon);
+    std::vector<endpoint> eps = parse_urls(urls, {.kind = s.opt.kind, .bind = s.opt.bind});
+    s.kind = eps.front().kind;
     // The URL's #topic is the option's, spelled in the URL.
-    if (const std::string& url_topic = endpoints_.front().topic; !url_topic.empty()) {
-        if (!opt_.topic.empty() && opt_.topic != url_topic)
+    if (const std::string& url_topic = eps.front().topic; !url_topic.empty()) {
+        if (!s.opt.topic.empty() && s.opt.topic != url_topic)
             throw error(errc::bad_argument, "the URL's #" + url_topic + " and connection_options::topic '" +
-                                                opt_.topic + "' differ; give the topic once");
-        opt_.topic = url_topic;
+                                                s.opt.topic + "' differ; give the topic once");
+        s.opt.topic = url_topic;
     }
-    // Every message on a ROUTER starts with its peer's identity, which
-    // send() and recv() have no place for.
-    if (kind == socket_kind::router)
-        throw error(errc::bad_argument, "a connection cannot be a router socket: it keeps no envelope, and a router "
-                                        "needs one on every message; use zrecv/zsend_* with "
-                                        "envelope_spec::router() on a zmq::socket_t (see examples/router_dealer.cpp)");
-    socket_ = zmq::socket_t(*context_, zmq_socket_type(kind));
-    socket_.set(zmq::sockopt::sndhwm, opt_.send_hwm);
-    socket_.set(zmq::sockopt::linger, detail::can_send(kind) ? to_ms(opt_.linger) : 0);
-    if (opt_.recv_timeout) socket_.set(zmq::sockopt::rcvtimeo, to_ms(*opt_.recv_timeout));
-    if (opt_.send_timeout) socket_.set(zmq::sockopt::sndtimeo, to_ms(*opt_.send_timeout));
-    if (opt_.heartbeat) set_heartbeat(socket_, *opt_.heartbeat);
-    bound_receive(socket_, opt_.decode.limits, opt_.recv_hwm);
-    if (kind == socket_kind::sub) socket_.set(zmq::sockopt::subscribe, opt_.topic);
-    if (kind == socket_kind::pub && opt_.pub_nodrop) socket_.set(zmq::sockopt::xpub_nodrop, 1);
-    if (endpoints_.front().shm) {
-        if (detail::can_send(kind))
-            shm_sender_ = detail::make_shm_sender(opt_.shm_pool_bytes, opt_.shm_lease, kind == socket_kind::pub);
-        if (detail::can_receive(kind)) shm_receiver_ = detail::make_shm_receiver();
+    if (s.kind == socket_kind::pub && has_topic(s.opt, s.kind) && s.opt.tensorcom_compatible)
+        throw error(errc::bad_argument, "a topic makes a publisher send a topic frame in front of each message, "
+                                        "which a Python tensorcom subscriber cannot decode (tensorcom_compatible)");
+    s.shm = eps.front().shm;
+    s.socket = zmq::socket_t(*s.context, zmq_socket_type(s.kind));
+    s.socket.set(zmq::sockopt::sndhwm, s.opt.send_hwm);
+    s.socket.set(zmq::sockopt::linger, detail::can_send(s.kind) ? to_ms(s.opt.linger) : 0);
+    if (s.opt.recv_timeout) s.socket.set(zmq::sockopt::rcvtimeo, to_ms(*s.opt.recv_timeout));
+    if (s.opt.send_timeout) s.socket.set(zmq::sockopt::sndtimeo, to_ms(*s.opt.send_timeout));
+    if (s.opt.heartbeat) set_heartbeat(s.socket, *s.opt.heartbeat);
+    bound_receive(s.socket, s.opt.decode.limits, s.opt.recv_hwm);
+    if (s.kind == socket_kind::sub) s.socket.set(zmq::sockopt::subscribe, s.opt.topic);
+    if (s.kind == socket_kind::pub && s.opt.pub_nodrop) s.socket.set(zmq::sockopt::xpub_nodrop, 1);
+
+    s.receiving.decode = s.opt.decode;
+    // A message has as many frames as tensors twice, the envelope's and
+    // the position's beside.
+    s.receiving.max_frames =
+        std::max(s.receiving.max_frames, 2 * std::min<std::size_t>(s.opt.decode.limits.max_tensors, SIZE_MAX / 4) + 4);
+    if (s.kind == socket_kind::router) s.receiving.envelope = envelope_spec::router();
+    if (s.kind == socket_kind::sub && has_topic(s.opt, s.kind)) s.receiving.envelope = envelope_spec::topic(s.opt.topic);
+
+    s.link = s.shm ? detail::shm_link({.sends = detail::can_send(s.kind),
+                                     .receives = detail::can_receive(s.kind),
+                                     .fan_out = s.kind == socket_kind::pub,
+                                     .pool_bytes = s.opt.shm_pool_bytes,
+                                     .lease = s.opt.shm_lease})
+                 : detail::plain_link(s.opt.multipart);
+    if (s.opt.curve) {
+        s.serves_curve = std::any_of(eps.begin(), eps.end(), [](const endpoint& e) { return e.bind; });
+        const bool connects = std::any_of(eps.begin(), eps.end(), [](const endpoint& e) { return !e.bind; });
+        detail::check_curve_options(*s.opt.curve, s.serves_curve, connects);
+        s.curve = detail::watch_curve(*s.context, s.socket, *s.opt.curve, s.serves_curve);
     }
-    if (opt_.curve) {
-        const bool serves = std::any_of(endpoints_.begin(), endpoints_.end(), [](const endpoint& e) { return e.bind; });
-        const bool connects = std::any_of(endpoints_.begin(), endpoints_.end(), [](const endpoint& e) { return !e.bind; });
-        detail::check_curve_options(*opt_.curve, serves, connects);
-        curve_ = detail::watch_curve(*context_, socket_, *opt_.curve, serves);
-    }
-    for (endpoint& ep : endpoints_) {
-        if (opt_.curve) (ep.bind ? detail::set_curve_server : detail::set_curve_client)(socket_, *opt_.curve);
-        // Only where it queues outgoing messages: on a sub socket it would
-        // hold back the subscription until the application next calls into
-        // the socket, and what is published meanwhile is lost.
-        if (!ep.bind && opt_.immediate && detail::can_send(kind)) socket_.set(zmq::sockopt::immediate, 1);
-        ep.address = attach(socket_, ep);
-    }
+    s.open_endpoints(std::move(eps));
+}
+
+void connection::add(std::string_view url) { add(std::vector<std::string>{std::string(url)}); }
+
+void connection::add(std::span<const std::string> urls) {
+    s_->check_open("add endpoints");
+    s_->open_endpoints(parse_urls(urls, {.kind = s_->opt.kind, .bind = s_->opt.bind}));
 }
 
 std::string attach(zmq::socket_ref socket, const endpoint& ep) {
@@ -218,125 +267,146 @@ void set_heartbeat(zmq::socket_ref socket, std::chrono::milliseconds interval) {
 }
 
 connection::connection(connection&&) noexcept = default;
-// Not the default, which assigns in declaration order: the context first,
-// whose last owner would then wait in zmq_ctx_term for the old socket,
-// still open, for ever.
 connection& connection::operator=(connection&& o) noexcept {
     if (this == &o) return *this;
     close();
-    curve_ = std::move(o.curve_);  // before the context it uses can go
-    socket_ = std::move(o.socket_);
-    context_ = std::move(o.context_);
-    opt_ = std::move(o.opt_);
-    endpoints_ = std::move(o.endpoints_);
-    stats_ = std::move(o.stats_);
-    shm_sender_ = std::move(o.shm_sender_);
-    shm_receiver_ = std::move(o.shm_receiver_);
+    s_ = std::move(o.s_);
     return *this;
 }
 connection::~connection() {
-    if (shm_sender_) detail::shm_close(*shm_sender_, opt_.linger);
+    if (s_) s_->link->close(s_->opt.linger);
 }
+
+const statistics& connection::stats() const noexcept { return s_->stats; }
+statistics& connection::stats() noexcept { return s_->stats; }
+std::uint64_t connection::other_topics() const noexcept { return s_->other_topics; }
+const std::vector<endpoint>& connection::endpoints() const noexcept { return s_->endpoints; }
+zmq::socket_ref connection::socket() noexcept { return s_ ? zmq::socket_ref(s_->socket) : zmq::socket_ref(); }
+const connection_options& connection::options() const noexcept { return s_->opt; }
+std::uint64_t connection::refused_handshakes() const noexcept { return s_ ? s_->curve.refused_handshakes() : 0; }
+bool connection::closed() const noexcept { return !s_ || !s_->socket.handle(); }
 
 tensor_pool& connection::pool() {
-    check_open(socket_, "take the pool");
-    if (!shm_sender_)
-        throw error(errc::bad_argument, "connection::pool() is for +shm connections that send");
-    return detail::shm_pool(*shm_sender_);
+    if (!s_) throw error(errc::bad_argument, "cannot take the pool: the connection is closed (or moved from)");
+    s_->check_open("take the pool");
+    tensor_pool* p = s_->link->pool();
+    if (!p) throw error(errc::bad_argument, "connection::pool() is for +shm connections that send");
+    return *p;
 }
 
-bool connection::send(tensor_span tensors) {
-    check_open(socket_, "send");
-    check_direction(endpoints_.front(), detail::can_send(endpoints_.front().kind), "send");
-    if (!opt_.allow64) check_no64(tensors);
-    if (opt_.tensorcom_compatible) check_tensorcom(tensors);
+bool connection::state::send(tensor_span tensors, std::span<const zmq::const_buffer> envelope) {
+    if (!opt.allow64) check_no64(tensors);
+    if (opt.tensorcom_compatible) check_tensorcom(tensors);
     std::vector<tensor> renamed;
-    if (!opt_.infos.empty()) {
-        renamed = with_infos(tensors, opt_.infos);
+    if (!opt.infos.empty()) {
+        renamed = with_infos(tensors, opt.infos);
         tensors = renamed;
     }
     send_options so;
-    const zmq::const_buffer topic(opt_.topic.data(), opt_.topic.size());
-    if (topic_applies(opt_, endpoints_.front().kind)) so.envelope = {&topic, 1};
-    const bool sent = shm_sender_ ? detail::shm_send(*shm_sender_, socket_, tensors, so.envelope, opt_.send_timeout)
-                      : opt_.multipart ? zsend_multipart(socket_, tensors, so) : zsend_single(socket_, tensors, so);
+    so.envelope = envelope;
+    const zmq::const_buffer topic(opt.topic.data(), opt.topic.size());
+    if (kind == socket_kind::pub && has_topic(opt, kind)) so.envelope = {&topic, 1};
+    const bool sent = socket_call("send", [&] { return link->send(socket, tensors, so, opt.send_timeout); });
     if (sent) {
         std::uint64_t bytes = 0;
         for (std::size_t i = 0; i < tensors.size(); ++i) bytes += tensors[i].data.size();
-        stats_.add(bytes);
+        stats.add(bytes);
     }
     return sent;
 }
 
-std::optional<std::vector<tensor>> connection::recv() { return receive(zmq::recv_flags::none); }
-std::optional<std::vector<tensor>> connection::try_recv() { return receive(zmq::recv_flags::dontwait); }
+bool connection::send(tensor_span tensors) {
+    if (!s_) throw error(errc::bad_argument, "cannot send: the connection is closed (or moved from)");
+    s_->check_open("send");
+    const endpoint& ep = s_->endpoints.front();
+    if (!detail::can_send(ep.kind)) cannot(ep, "send");
+    if (ep.kind == socket_kind::router)
+        cannot(ep, "send without an envelope: answer a received message with reply()");
+    return s_->send(tensors, {});
+}
 
-std::optional<std::vector<tensor>> connection::receive(zmq::recv_flags flags) {
-    check_open(socket_, "receive");
-    check_direction(endpoints_.front(), detail::can_receive(endpoints_.front().kind), "receive");
-    recv_options ro;
-    ro.flags = flags;
-    ro.decode = opt_.decode;
-    // A message has as many frames as tensors twice, the topic's beside.
-    ro.max_frames = std::max(ro.max_frames, 2 * std::min<std::size_t>(opt_.decode.limits.max_tensors, SIZE_MAX / 4) + 2);
-    const bool topic = topic_applies(opt_, endpoints_.front().kind);
-    if (shm_receiver_) return receive_shm(flags, ro, topic);
-    if (topic) ro.envelope = envelope_spec::topic();
-    // Without a topic, straight from zrecv (perf: no move through a loop).
-    std::optional<message> m = topic ? receive_of_topic(socket_, ro, opt_.topic, opt_.recv_timeout) : zrecv(socket_, ro);
+bool connection::reply(const message& to, tensor_span tensors) {
+    if (!s_) throw error(errc::bad_argument, "cannot reply: the connection is closed (or moved from)");
+    s_->check_open("reply");
+    const endpoint& ep = s_->endpoints.front();
+    if (!detail::can_send(ep.kind)) cannot(ep, "send");
+    // A REP socket keeps its requester's envelope itself.
+    if (ep.kind != socket_kind::router) return s_->send(tensors, {});
+    const std::vector<zmq::const_buffer> envelope = to.envelope_buffers();
+    return s_->send(tensors, envelope);
+}
+
+std::optional<std::vector<tensor>> connection::recv() {
+    std::optional<message> m = recv_message();
     if (!m) return std::nullopt;
-    std::uint64_t bytes = 0;
-    for (const tensor& t : m->tensors) bytes += t.nbytes();
-    stats_.add(bytes);
     return std::move(m->tensors);
 }
 
-// +shm: the frames as they come, then the shared-memory decoding. A
-// message the sender already gave up (a late subscriber's first) is skipped.
-std::optional<std::vector<tensor>> connection::receive_shm(zmq::recv_flags flags, const recv_options& ro, bool topic) {
-    std::vector<zmq::message_t> frames;
-    for (;;) {
-        frames.clear();
-        zmq::message_t first;
-        std::optional<std::size_t> got;
-        do {
-            try {
-                got = socket_.recv(first, flags);
-                break;
-            } catch (const zmq::error_t& e) {
-                if (e.num() != EINTR) throw;
+std::optional<std::vector<tensor>> connection::try_recv() {
+    if (!s_) throw error(errc::bad_argument, "cannot receive: the connection is closed (or moved from)");
+    std::optional<message> m = s_->receive(zmq::recv_flags::dontwait);
+    if (!m) return std::nullopt;
+    return std::move(m->tensors);
+}
+
+std::optional<message> connection::recv_message() {
+    if (!s_) throw error(errc::bad_argument, "cannot receive: the connection is closed (or moved from)");
+    return s_->receive(zmq::recv_flags::none);
+}
+
+// The next message for this receiver. Messages of longer topics that
+// ZeroMQ's prefix matching lets through are passed over; they do not
+// restart the wait: with a timeout, a blocking receive ends when it is
+// over, however many such messages came meanwhile.
+std::optional<message> connection::state::receive(zmq::recv_flags flags) {
+    check_open("receive");
+    const endpoint& ep = endpoints.front();
+    if (!detail::can_receive(ep.kind)) cannot(ep, "receive");
+    const bool bounded = opt.recv_timeout && flags == zmq::recv_flags::none;
+    const auto deadline = bounded ? detail::deadline_after(*opt.recv_timeout) : std::chrono::steady_clock::time_point{};
+    const bool topic = receiving.envelope.how == envelope_spec::kind::topic;
+    auto other_topic = [&](std::string_view frame) {
+        if (frame == opt.topic) return false;
+        ++other_topics;
+        notice("other topic", "a subscriber of topic '" + opt.topic + "' passes over messages of topic '" +
+                                  std::string(frame.substr(0, 64)) + "' (and any other longer topic) that ZeroMQ's "
+                                  "prefix match lets through (counted: other_topics())");
+        return true;
+    };
+    return socket_call("receive", [&]() -> std::optional<message> {
+        for (bool first = true;; first = false) {
+            receiving.flags = flags;
+            if (bounded && !first) {
+                if (!readable_before(socket, deadline)) return std::nullopt;
+                receiving.flags = zmq::recv_flags::dontwait;  // it is there
             }
-        } while (true);
-        if (!got) return std::nullopt;
-        bool more = first.more();
-        frames.push_back(std::move(first));
-        bool too_many = false;
-        while (more) {
-            zmq::message_t part;
-            (void)socket_.recv(part, zmq::recv_flags::none);  // the rest is there (whole messages)
-            more = part.more();
-            if (frames.size() < ro.max_frames) frames.push_back(std::move(part));
-            else too_many = true;
+            std::optional<message> m(std::in_place);
+            bool got = false;
+            try {
+                got = link->receive(socket, receiving, *m);
+            } catch (const malformed_message& e) {
+                if (topic && !e.envelope().empty() && other_topic(e.envelope().front())) continue;
+                throw;
+            }
+            if (!got) {
+                if (bounded && !first) continue;  // polled, but taken by no one else: a spurious wake-up
+                return std::nullopt;
+            }
+            if (topic && !m->envelope.empty() &&
+                other_topic({m->envelope.front().data<char>(), m->envelope.front().size()}))
+                continue;
+            std::uint64_t bytes = 0;
+            for (const tensor& t : m->tensors) bytes += t.nbytes();
+            stats.add(bytes);
+            return m;
         }
-        if (too_many) throw error(errc::limit_exceeded, "shm message of more than " + std::to_string(ro.max_frames) + " frames");
-        std::span<const zmq::message_t> body(frames);
-        if (topic) {
-            const std::string_view t(frames.front().data<char>(), frames.front().size());
-            if (t != opt_.topic) continue;  // a longer topic that ZeroMQ's prefix match let through
-            body = body.subspan(1);
-        }
-        std::optional<std::vector<tensor>> tensors = detail::shm_receive(*shm_receiver_, body, ro.decode);
-        if (!tensors) continue;
-        std::uint64_t bytes = 0;
-        for (const tensor& t : *tensors) bytes += t.nbytes();
-        stats_.add(bytes);
-        return tensors;
-    }
+    });
 }
 
 void connection::close() {
-    if (shm_sender_) detail::shm_close(*shm_sender_, opt_.linger);
-    if (socket_) socket_.close();
+    if (!s_) return;
+    s_->link->close(s_->opt.linger);
+    if (s_->socket) s_->socket.close();
 }
 
 }  // namespace tenbin

@@ -104,7 +104,8 @@ bool loader::state::receive_into(std::vector<arrival>& got, Receive&& receive) {
     try {
         batch = receive();
         if (!batch) return false;
-    } catch (const error&) {
+    } catch (const error& e) {
+        if (e.code() == errc::closed) throw;  // the socket is gone: fatal
         failure = std::current_exception();
     }
     if (failure) {

@@ -156,7 +156,7 @@ public:
     }
 
     bool send(zmq::socket_ref socket, tensor_span tensors, std::span<const zmq::const_buffer> envelope,
-              std::optional<std::chrono::milliseconds> timeout) {
+              const stream_position* position, std::optional<std::chrono::milliseconds> timeout) {
         flight f;
         std::vector<shm_descriptor> descs(tensors.size());
         std::vector<std::size_t> copy_in;  // tensors not from the pool
@@ -213,7 +213,7 @@ public:
         for (shm_descriptor& d : descs) d.generation = d.segment ? seq : 0;
         // Frames: built before the first is sent, so the message goes whole or not at all.
         std::vector<zmq::message_t> frames;
-        frames.reserve(envelope.size() + 1 + 2 * tensors.size());
+        frames.reserve(envelope.size() + 2 + 2 * tensors.size());
         for (const zmq::const_buffer& e : envelope) frames.emplace_back(e.data(), e.size());
         const std::vector<std::byte> first = encode_shm_first({name_, seq, claim_by});
         frames.emplace_back(first.data(), first.size());
@@ -224,6 +224,10 @@ public:
             frames.push_back(std::move(h));
             const auto d = encode_shm_descriptor(descs[i]);
             frames.emplace_back(d.data(), d.size());
+        }
+        if (position) {
+            frames.emplace_back(position_frame_size(*position));
+            encode_position_into(*position, {static_cast<std::byte*>(frames.back().data()), frames.back().size()});
         }
         f.sent = std::chrono::steady_clock::now();
         bool sooner = false;
@@ -637,8 +641,8 @@ std::shared_ptr<shm_sender> make_shm_sender(std::size_t pool_bytes, std::chrono:
 }
 tensor_pool& shm_pool(shm_sender& s) { return s.pool(); }
 bool shm_send(shm_sender& s, zmq::socket_ref socket, tensor_span tensors, std::span<const zmq::const_buffer> envelope,
-              std::optional<std::chrono::milliseconds> timeout) {
-    return s.send(socket, tensors, envelope, timeout);
+              const stream_position* position, std::optional<std::chrono::milliseconds> timeout) {
+    return s.send(socket, tensors, envelope, position, timeout);
 }
 void shm_close(shm_sender& s, std::chrono::milliseconds linger) {
     s.drain(linger);

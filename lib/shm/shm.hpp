@@ -10,6 +10,7 @@
 
 #include <tenbin/codec.hpp>
 #include <tenbin/pool.hpp>
+#include <tenbin/position.hpp>
 
 #include <zmq.hpp>
 
@@ -71,10 +72,11 @@ std::shared_ptr<shm_receiver> make_shm_receiver();
 // The sender's pool: tensors from it are sent without a copy.
 tensor_pool& shm_pool(shm_sender& s);
 // Sends `tensors` (copied into the pool unless they are its own) on
-// `socket` after the `envelope` frames. False when `timeout` (or the
-// socket's send timeout) expired: nothing was sent.
+// `socket` after the `envelope` frames, and the position frame of
+// `position` (when given) last. False when `timeout` (or the socket's send
+// timeout) expired: nothing was sent.
 bool shm_send(shm_sender& s, zmq::socket_ref socket, tensor_span tensors, std::span<const zmq::const_buffer> envelope,
-              std::optional<std::chrono::milliseconds> timeout);
+              const stream_position* position, std::optional<std::chrono::milliseconds> timeout);
 // Waits at most `linger` for receivers to claim what was sent, then stops
 // the side channel. Received tensors stay valid.
 void shm_close(shm_sender& s, std::chrono::milliseconds linger);

@@ -12,7 +12,7 @@ std::shared_ptr<shm_receiver> make_shm_receiver() {
     throw error(errc::unsupported, "the +shm transport needs Linux (memfd_create, SCM_RIGHTS)");
 }
 tensor_pool& shm_pool(shm_sender&) { throw error(errc::unsupported, "+shm needs Linux"); }
-bool shm_send(shm_sender&, zmq::socket_ref, tensor_span, std::span<const zmq::const_buffer>,
+bool shm_send(shm_sender&, zmq::socket_ref, tensor_span, std::span<const zmq::const_buffer>, const stream_position*,
               std::optional<std::chrono::milliseconds>) {
     throw error(errc::unsupported, "+shm needs Linux");
 }

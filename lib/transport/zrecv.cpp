@@ -1,6 +1,7 @@
 // tenbin over ZeroMQ, receiving: the frames of a message kept where they
 // arrived, envelopes taken off, receive limits set on sockets.
 #include "transport/zmq_common.hpp"
+#include "transport/frames.hpp"
 
 #include "core/block_allocator.hpp"
 #include "core/codec_detail.hpp"
@@ -219,6 +220,22 @@ private:
 // Which part of a message a receive accepts.
 enum class form { any, single, multipart };
 
+// Whether `frames` start as a plain tenbin message does: one frame that is
+// empty or a chunk, or a first frame that reads as a tensor header. Read
+// only for a subscriber's message whose first frame is not its topic.
+bool plain_tenbin(const incoming_list& frames) {
+    const bytes_view first = frames[0].bytes();
+    if (frames.size() == 1)
+        return first.empty() || (first.size() >= sizeof chunk_magic &&
+                                 std::memcmp(first.data(), chunk_magic, sizeof chunk_magic) == 0);
+    try {
+        (void)decode_header(first);
+        return true;
+    } catch (const error&) {
+        return false;
+    }
+}
+
 // How many leading frames of `frames` are envelope: all of them when the
 // message has nothing after its envelope (the caller refuses it, with the
 // envelope, so that a subscriber still sees its topic).
@@ -238,6 +255,12 @@ std::size_t envelope_size(const incoming_list& frames, const envelope_spec& spec
         for (std::size_t i = 0; i < n; ++i)
             if (frames[i].size() == 0) return i + 1;
         throw error(errc::odd_chunk_count, "message of " + frames_text(n) + " has no empty delimiter frame");
+    case envelope_spec::kind::topic: {
+        const bytes_view first = frames[0].bytes();
+        const bool named = first.size() == spec.name.size() &&
+                           std::memcmp(first.data(), spec.name.data(), first.size()) == 0;
+        return named || !plain_tenbin(frames) ? 1 : 0;
+    }
     }
     throw error(errc::bad_argument, "unknown envelope_spec kind");
 }
@@ -250,6 +273,8 @@ std::string nothing_after(std::size_t n, const envelope_spec& spec) {
     case envelope_spec::kind::delimited:
         return "message of " + frames_text(n) + " ends with its delimiter (frame " + str(n - 1) +
                "): no tenbin frame after the envelope";
+    case envelope_spec::kind::topic:
+        return "message of " + frames_text(n) + " has no tenbin frame after its topic frame";
     default:
         return "message of " + frames_text(n) + " has no tenbin frame after an envelope of " + str(spec.count);
     }
@@ -293,6 +318,34 @@ bool receive_frames(zmq::socket_ref socket, const recv_options& opt, incoming_li
     return true;
 }
 
+// Splits off the envelope of `frames` into `out.envelope` and returns how
+// many frames it took; refuses a message with nothing after it.
+std::size_t take_envelope(incoming_list& frames, const envelope_spec& spec, message& out) {
+    const std::size_t skip = envelope_size(frames, spec);
+    if (skip) {
+        out.envelope.reserve(skip);
+        for (std::size_t i = 0; i < skip; ++i) out.envelope.push_back(frames[i].take_message());
+    }
+    if (skip == frames.size()) fail_with_envelope(out.envelope, errc::odd_chunk_count, nothing_after(skip, spec));
+    return skip;
+}
+
+// Parses a producer's position frame, which comes last (see position.hpp),
+// into `out.position`; returns how many frames after the `skip` envelope
+// frames are the message's body.
+std::size_t take_position(const incoming_list& frames, std::size_t skip, message& out) {
+    std::size_t n = frames.size() - skip;
+    if (n >= 2 && is_position_frame(frames[frames.size() - 1].bytes())) {
+        try {
+            out.position = decode_position(frames[frames.size() - 1].bytes());
+        } catch (const error& e) {
+            fail_with_envelope(out.envelope, e.code(), std::string("the message's last frame: ") + e.what());
+        }
+        --n;
+    }
+    return n;
+}
+
 // Receives into `out`, reusing its storage; `out` is left empty when
 // nothing came and when this throws.
 bool receive_into(zmq::socket_ref socket, const recv_options& opt, form want, message& out) try {
@@ -303,24 +356,9 @@ bool receive_into(zmq::socket_ref socket, const recv_options& opt, form want, me
     incoming_list frames;
     if (!receive_frames(socket, opt, frames)) return false;
 
-    const std::size_t skip = envelope_size(frames, opt.envelope);
-    if (skip) {
-        out.envelope.reserve(skip);
-        for (std::size_t i = 0; i < skip; ++i) out.envelope.push_back(frames[i].take_message());
-    }
-    if (skip == frames.size())
-        fail_with_envelope(out.envelope, errc::odd_chunk_count, nothing_after(skip, opt.envelope));
+    const std::size_t skip = take_envelope(frames, opt.envelope, out);
 
-    // A producer's position frame comes last (see position.hpp).
-    std::size_t n = frames.size() - skip;
-    if (n >= 2 && is_position_frame(frames[frames.size() - 1].bytes())) {
-        try {
-            out.position = decode_position(frames[frames.size() - 1].bytes());
-        } catch (const error& e) {
-            fail_with_envelope(out.envelope, e.code(), std::string("the message's last frame: ") + e.what());
-        }
-        --n;
-    }
+    const std::size_t n = take_position(frames, skip, out);
     out.single = n == 1;
     recv_block* block = recv_block::create(n > 1 ? n / 2 : 1);
     struct drop_builder_ref {
@@ -393,6 +431,26 @@ std::optional<message> receive(zmq::socket_ref socket, const recv_options& opt, 
 }
 
 }  // namespace
+
+bool detail::zrecv_frames(zmq::socket_ref socket, const recv_options& opt, message& out,
+                          std::vector<zmq::message_t>& body) try {
+    out.tensors.clear();
+    out.envelope.clear();
+    out.position.reset();
+    body.clear();
+    incoming_list frames;
+    if (!receive_frames(socket, opt, frames)) return false;
+    const std::size_t skip = take_envelope(frames, opt.envelope, out);
+    const std::size_t n = take_position(frames, skip, out);
+    body.reserve(n);
+    for (std::size_t i = 0; i < n; ++i) body.push_back(frames[skip + i].take_message());
+    return true;
+} catch (...) {
+    out.envelope.clear();
+    out.position.reset();
+    body.clear();
+    throw;
+}
 
 malformed_message::malformed_message(errc code, const std::string& message, std::vector<std::string> envelope)
     : error(code, message), envelope_(std::make_shared<const std::vector<std::string>>(std::move(envelope))) {}

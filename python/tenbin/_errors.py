@@ -45,6 +45,7 @@ _spec = [
     ("bad_url", "BadURL", (Error, ValueError)),
     ("unsupported", "Unsupported", (Error,)),
     ("bad_certificate", "BadCertificate", (Error, ValueError)),
+    ("closed", "Closed", (Error,)),
 ]
 
 _classes: dict[str, type] = {}

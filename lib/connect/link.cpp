@@ -1,0 +1,69 @@
+#include "connect/link.hpp"
+
+#include "shm/shm.hpp"
+#include "transport/frames.hpp"
+
+#include <vector>
+
+namespace tenbin::detail {
+
+namespace {
+
+class plain final : public link {
+public:
+    explicit plain(bool multipart) : multipart_(multipart) {}
+
+    bool send(zmq::socket_ref socket, tensor_span tensors, const send_options& so,
+              std::optional<std::chrono::milliseconds>) override {
+        return multipart_ ? zsend_multipart(socket, tensors, so) : zsend_single(socket, tensors, so);
+    }
+    bool receive(zmq::socket_ref socket, const recv_options& ro, message& into) override {
+        return zrecv(socket, into, ro);
+    }
+
+private:
+    bool multipart_;
+};
+
+class shared_memory final : public link {
+public:
+    explicit shared_memory(const shm_link_options& o) {
+        if (o.sends) sender_ = make_shm_sender(o.pool_bytes, o.lease, o.fan_out);
+        if (o.receives) receiver_ = make_shm_receiver();
+    }
+    ~shared_memory() override {
+        if (sender_) shm_close(*sender_, std::chrono::milliseconds(0));
+    }
+
+    bool send(zmq::socket_ref socket, tensor_span tensors, const send_options& so,
+              std::optional<std::chrono::milliseconds> timeout) override {
+        return shm_send(*sender_, socket, tensors, so.envelope, so.position, timeout);
+    }
+    bool receive(zmq::socket_ref socket, const recv_options& ro, message& into) override {
+        for (;;) {
+            if (!zrecv_frames(socket, ro, into, body_)) return false;
+            std::optional<std::vector<tensor>> tensors = shm_receive(*receiver_, body_, ro.decode);
+            body_.clear();
+            if (!tensors) continue;  // given up by its sender before we claimed it
+            into.tensors = std::move(*tensors);
+            into.single = false;
+            return true;
+        }
+    }
+    void close(std::chrono::milliseconds linger) override {
+        if (sender_) shm_close(*sender_, linger);
+    }
+    tensor_pool* pool() override { return sender_ ? &shm_pool(*sender_) : nullptr; }
+
+private:
+    std::shared_ptr<shm_sender> sender_;
+    std::shared_ptr<shm_receiver> receiver_;
+    std::vector<zmq::message_t> body_;
+};
+
+}  // namespace
+
+std::unique_ptr<link> plain_link(bool multipart) { return std::make_unique<plain>(multipart); }
+std::unique_ptr<link> shm_link(const shm_link_options& opt) { return std::make_unique<shared_memory>(opt); }
+
+}  // namespace tenbin::detail

@@ -1,0 +1,47 @@
+// How a connection's messages travel, behind one interface: the tenbin
+// frames over ZeroMQ (plain), or headers over ZeroMQ with the tensors'
+// bytes in shared memory (+shm). The connection does the rest (envelopes,
+// topics, positions, statistics) the same way for both.
+#pragma once
+
+#include <tenbin/pool.hpp>
+#include <tenbin/zmq.hpp>
+
+#include <chrono>
+#include <memory>
+#include <optional>
+
+namespace tenbin::detail {
+
+class link {
+public:
+    virtual ~link() = default;
+
+    // Sends one message as `so` says (envelope, position). False when the
+    // send timed out: nothing was sent.
+    virtual bool send(zmq::socket_ref socket, tensor_span tensors, const send_options& so,
+                      std::optional<std::chrono::milliseconds> timeout) = 0;
+    // Receives one message into `into`, as zrecv does. False when nothing
+    // came; a message that turned out to have nothing for this receiver (a
+    // +shm message its sender already gave up) is passed over.
+    virtual bool receive(zmq::socket_ref socket, const recv_options& ro, message& into) = 0;
+    // Waits at most `linger` for receivers to take what was sent.
+    virtual void close(std::chrono::milliseconds /*linger*/) {}
+    // Tensors this link sends without a copy; null when it has none.
+    virtual tensor_pool* pool() { return nullptr; }
+};
+
+// The tenbin wire as it is: multipart, or single-part when `multipart` is false.
+std::unique_ptr<link> plain_link(bool multipart);
+
+// +shm: a sender when `sends`, a receiver when `receives` (PAIR is both).
+struct shm_link_options {
+    bool sends = false;
+    bool receives = false;
+    bool fan_out = false;  // PUB
+    std::size_t pool_bytes = 0;
+    std::chrono::milliseconds lease{};
+};
+std::unique_ptr<link> shm_link(const shm_link_options& opt);
+
+}  // namespace tenbin::detail
