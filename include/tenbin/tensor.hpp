@@ -290,7 +290,7 @@ void check_infos(const std::vector<tensor>& tensors, std::span<const std::string
 
 /// Writes a one-line summary without the data:
 /// `tensor(info="images", dtype=f2, shape=[256, 3, 224, 224], nbytes=77070336)`.
-/// Characters of the info outside printable ASCII are written as \xNN.
+/// Characters of the info outside printable ASCII are written as `\xNN`.
 std::ostream& operator<<(std::ostream& out, const tensor& t);
 /// The same, as a string.
 std::string to_string(const tensor& t);
