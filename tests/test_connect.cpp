@@ -278,6 +278,97 @@ TEST_CASE("a topic goes out as a frame in front and is filtered on") {
     CHECK(seed_of(*next) == 9);
 }
 
+TEST_CASE("messages of longer topics are passed over, counted and said once") {
+    auto ctx = std::make_shared<zmq::context_t>(1);
+    connection pub(ctx, strings{"zpub+inproc://other-topics#train"}, bounded_options());
+    std::vector<std::string> notices;
+    connection_options so = bounded_options();
+    so.on_notice = [&](const std::string& text) { notices.push_back(text); };
+    connection sub(ctx, strings{"zsub+inproc://other-topics#train"}, so);
+    (void)send_until_received(pub, sub);
+    const zmq::const_buffer longer = zmq::buffer(std::string_view("training"));
+    send_options with_topic;
+    with_topic.envelope = {&longer, 1};
+    for (int i = 0; i < 2; ++i) REQUIRE(zsend_multipart(pub.socket(), {batch_of(10, 8)}, with_topic));
+    REQUIRE(pub.send(batch_of(10, 9)));
+    sub.socket().set(zmq::sockopt::rcvtimeo, 2000);
+    const auto next = sub.recv();
+    REQUIRE(next);
+    CHECK(seed_of(*next) == 9);
+    CHECK(sub.other_topics() == 2);
+    REQUIRE(notices.size() == 1);
+    CHECK(notices[0].find("topic 'train' passes over messages of topic 'training'") != std::string::npos);
+}
+
+TEST_CASE("endpoints added after construction join the same socket; a mismatched one is refused") {
+    connection pull("zpull://127.0.0.1:*", bounded_options());
+    pull.add("zpull://127.0.0.1:*");
+    pull.add(strings{"zpull+ipc://" + test_zmq::fresh_ipc_path()});
+    REQUIRE(pull.endpoints().size() == 3);
+    for (std::size_t i = 0; i < 3; ++i) {
+        const std::string at = pull.endpoints()[i].address;
+        connection push(at.starts_with("ipc") ? "zpush+ipc://" + at.substr(6) : "zpush://" + at.substr(6),
+                        bounded_options());
+        REQUIRE(push.send(batch_of(2, static_cast<std::int32_t>(i))));
+        const auto got = pull.recv();
+        REQUIRE(got);
+        CHECK(seed_of(*got) == static_cast<std::int32_t>(i));
+    }
+    CHECK(error_text([&] { pull.add("zpush://127.0.0.1:9"); }).rfind("bad_url: 'tcp://127.0.0.1:9' is a push endpoint", 0) == 0);
+    CHECK(error_text([&] { pull.add("zpull+shm://" + test_zmq::fresh_ipc_path()); }).find("+shm endpoint") !=
+          std::string::npos);
+    connection sub("zsub://127.0.0.1:9#train", bounded_options());
+    CHECK(error_text([&] { sub.add("zsub://127.0.0.1:10#eval"); }) ==
+          "bad_url: '#eval': this connection's topic is 'train' (one socket has one topic)");
+    sub.add("zsub://127.0.0.1:10#train");
+    CHECK(sub.endpoints().size() == 2);
+    pull.close();
+    CHECK(error_class([&] { pull.add("zpull://127.0.0.1:*"); }) == "bad_argument");
+}
+
+TEST_CASE("a router receives each message with its envelope and answers through reply(); a rep answers its req") {
+    connection_options ro = bounded_options();
+    ro.kind = socket_kind::router;
+    ro.bind = true;
+    connection router("tcp://127.0.0.1:*", ro);
+    connection_options dealer_opt = bounded_options();
+    dealer_opt.kind = socket_kind::dealer;
+    std::vector<connection> dealers;
+    for (int i = 0; i < 2; ++i) dealers.emplace_back(router.endpoints()[0].address, dealer_opt);
+    for (int i = 0; i < 2; ++i) REQUIRE(dealers[static_cast<std::size_t>(i)].send(batch_of(3, i)));
+    for (int i = 0; i < 2; ++i) {
+        auto m = router.recv_message();
+        REQUIRE(m);
+        CHECK(m->envelope.size() == 1);
+        REQUIRE(router.reply(*m, {batch_of(3, 100 + seed_of(m->tensors))}));
+    }
+    for (int i = 0; i < 2; ++i) {
+        const auto answer = dealers[static_cast<std::size_t>(i)].recv();
+        REQUIRE(answer);
+        CHECK(seed_of(*answer) == 100 + i);
+    }
+    CHECK(error_text([&] { (void)router.send(batch_of(1, 1)); }).find("answer a received message with reply()") !=
+          std::string::npos);
+
+    connection_options rep_opt = bounded_options();
+    rep_opt.kind = socket_kind::rep;
+    rep_opt.bind = true;
+    connection rep("tcp://127.0.0.1:*", rep_opt);
+    connection_options req_opt = bounded_options();
+    req_opt.kind = socket_kind::req;
+    connection req(rep.endpoints()[0].address, req_opt);
+    for (int round = 0; round < 2; ++round) {
+        REQUIRE(req.send(batch_of(2, round)));
+        auto m = rep.recv_message();
+        REQUIRE(m);
+        CHECK(m->envelope.empty());
+        REQUIRE(rep.reply(*m, {batch_of(2, 50 + round)}));
+        const auto answer = req.recv();
+        REQUIRE(answer);
+        CHECK(seed_of(*answer) == 50 + round);
+    }
+}
+
 TEST_CASE("a URL's #topic is the connection's topic") {
     auto ctx = std::make_shared<zmq::context_t>(1);
     connection pub(ctx, strings{"zpub+inproc://url-topics#train"}, bounded_options());

@@ -563,3 +563,28 @@ TEST_CASE("CURVE with pyzmq: certificates of zmq.auth.create_certificates, both 
         CHECK(pull.refused_handshakes() > 0);
     }
 }
+
+TEST_CASE("a #topic subscriber takes a tensorcom publisher's messages as tensorcom's #topic does (a prefix of the first frame)") {
+    // tensorcom sends no topic frame: `zsub://...#f2` is a ZeroMQ prefix
+    // subscription, matched here by the first header frame's dtype code.
+    connection_options co;
+    co.recv_timeout = std::chrono::milliseconds(socket_timeout_ms);
+    connection sub("zrsub://127.0.0.1:*#f2", co);
+    connection other("zrsub://127.0.0.1:*#f4", co);
+    const std::string endpoint = sub.endpoints().at(0).address;
+    peer_process a({"send", "--kind", "pub", "--endpoint", endpoint, "--count", "3", "--seed", "300",
+                    "--set", "compat", "--delay", "0.5"});
+    peer_process b({"send", "--kind", "pub", "--endpoint", other.endpoints().at(0).address, "--count", "1",
+                    "--seed", "400", "--set", "compat", "--delay", "0.5"});
+    for (std::uint64_t seed = 300; seed < 303; ++seed) {
+        const auto got = sub.recv();
+        REQUIRE(got);
+        check_same(*got, generate(tensor_set::compat, seed));
+    }
+    CHECK(sub.other_topics() == 0);
+    check_clean_exit(a.finish());
+    // A message whose first frame does not start with the topic never comes.
+    other.socket().set(zmq::sockopt::rcvtimeo, 1500);
+    CHECK_FALSE(other.recv());
+    check_clean_exit(b.finish());
+}
