@@ -6,3 +6,4 @@
 #include <tenbin/connection.hpp>
 #include <tenbin/loader.hpp>
 #include <tenbin/statistics.hpp>
+#include <tenbin/stream.hpp>
