@@ -6,6 +6,7 @@
 #include <tenbin/pool.hpp>
 #include <tenbin/security.hpp>
 #include <tenbin/statistics.hpp>
+#include <tenbin/stream.hpp>
 #include <tenbin/url.hpp>
 #include <tenbin/zmq.hpp>
 
@@ -135,11 +136,25 @@ struct connection_options {
     /// send is given up: a receiver still holding it keeps its bytes (they
     /// move out of the pool), one that has not claimed it yet skips it.
     std::chrono::milliseconds shm_lease{60000};
+    /// Sending: number the messages (see position.hpp and stream.hpp) as
+    /// the producer of this name, stable across restarts (1 to 64
+    /// printable ASCII characters); consumers then know its epochs, count
+    /// what they miss and resume from where they were.
+    std::string producer{};
+    /// Sending: number the messages under a name made up for this
+    /// connection when `producer` is empty.
+    bool stream = false;
+    /// Receiving: how numbered streams are followed (epochs, sharding).
+    stream_options streams{};
     /// Where the connection says, once each, what it did that the caller
     /// would not otherwise see (messages of another topic passed over, ...).
     /// Unset: written to stderr, "tenbin: " in front.
     std::function<void(const std::string&)> on_notice{};
 };
+
+namespace detail {
+struct connection_access;
+}  // namespace detail
 
 /// One ZeroMQ socket on the endpoints of one or more URLs (brace-expanded):
 /// fan-in or fan-out. Not thread-safe: use a connection from one thread.
@@ -209,6 +224,41 @@ public:
     /// socket owes; on other sockets the same as send(). Returns false when
     /// the send timed out. Throws as send() does.
     [[nodiscard]] bool reply(const message& to, tensor_span tensors);
+    /// Numbered streams, sending: ends the producer's current epoch (an
+    /// end mark, no tensors) and begins the next. False when the send timed
+    /// out (nothing changed). Throws bad_argument unless the connection
+    /// numbers its messages (`producer`, `stream`), or with
+    /// tensorcom_compatible (a tensorcom receiver cannot take a message
+    /// without tensors). A PUSH socket gives the mark to one of its peers,
+    /// as it does every message: each consumer of several sees a later
+    /// epoch's batches instead (see stream.hpp).
+    [[nodiscard]] bool end_epoch();
+    /// Ends the stream: the producer sends nothing more. As end_epoch().
+    [[nodiscard]] bool end_stream();
+    /// Where the next message sent stands (producer, epoch, seq); nothing
+    /// when the connection does not number its messages.
+    std::optional<stream_position> position() const;
+    /// Numbers the next message `seq` of epoch `epoch`: a producer that
+    /// replays its data resumes the numbering where its consumers are.
+    /// Throws bad_argument unless the connection numbers its messages.
+    void seek(std::uint64_t epoch, std::uint64_t seq);
+
+    /// Numbered streams, receiving: the epoch the consumer is in. recv()
+    /// and range-for end at its end, and the next ones are the next epoch's.
+    std::uint64_t epoch() const noexcept;
+    /// Whether the last receive that gave nothing ended an epoch (rather
+    /// than timing out).
+    bool epoch_ended() const noexcept;
+    /// Whether every producer ended its stream: receives give nothing more.
+    bool stream_ended() const noexcept;
+    /// What this consumer has taken of its streams, to resume from.
+    stream_state state() const;
+    /// Resumes from `s` (a state() saved before): batches at or before its
+    /// positions are dropped as duplicates, and the epoch is its epoch.
+    void load_state(const stream_state& s);
+    /// Gaps, duplicates and epochs counted so far.
+    stream_counters stream_stats() const;
+
     /// Sends every tensor list `source` yields (tensorcom's serve);
     /// returns how many messages were sent.
     template <class Source>
@@ -219,7 +269,7 @@ public:
     }
 
     /// Range-for over received messages; ends at a receive timeout
-    /// (recv_timeout), as a loader's does.
+    /// (recv_timeout), as a loader's does, and at the end of an epoch.
     using iterator = detail::batch_iterator<connection, &connection::recv>;
     /// Receives the first message (blocking as recv() does).
     iterator begin() { return iterator(this); }
@@ -258,8 +308,9 @@ public:
     tensor_pool& pool();
 
 private:
-    struct state;
-    std::unique_ptr<state> s_;
+    friend struct detail::connection_access;
+    struct impl;
+    std::unique_ptr<impl> s_;
 };
 
 /// The ZeroMQ socket type of a socket kind.

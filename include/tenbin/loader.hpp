@@ -73,13 +73,20 @@ public:
     /// Stops the thread and discards what is queued. Waits at most about
     /// 50 ms for the thread, plus the transform running, if any.
     ~loader();
+    /// Takes over the other's thread and queue; the moved-from loader has
+    /// none (only destruction and assignment are valid on it).
+    loader(loader&&) noexcept;
+    /// Stops this loader (as the destructor does) and takes over the other's.
+    loader& operator=(loader&&) noexcept;
     loader(const loader&) = delete;
     loader& operator=(const loader&) = delete;
 
     /// The next batch, waiting as long as it takes, or up to the
     /// connection's recv_timeout. Returns nothing when that timeout
-    /// expired (as connection::recv does), and once close() was called and
-    /// the queue is drained (closed() tells which).
+    /// expired (as connection::recv does), at the end of an epoch of a
+    /// numbered stream (epoch_ended() tells; the next call gives the next
+    /// epoch's first batch), and once close() was called and the queue is
+    /// drained (closed() tells).
     [[nodiscard]] std::optional<std::vector<tensor>> next();
     /// Like next(), but waits at most `timeout`, then returns nothing. A
     /// timeout past what the clock can count (milliseconds::max()) waits
@@ -93,9 +100,28 @@ public:
     /// (thread-safe).
     bool closed() const;
 
+    /// Numbered streams (see stream.hpp): the epoch the consumer is in,
+    /// counted from the state it resumed from (thread-safe).
+    std::uint64_t epoch() const;
+    /// Whether the last next() that gave nothing ended an epoch.
+    bool epoch_ended() const;
+    /// Whether every producer ended its stream: next() gives nothing more.
+    bool stream_ended() const;
+    /// What the consumer has taken (batches still queued are not taken), to
+    /// save with a checkpoint (thread-safe).
+    stream_state state() const;
+    /// Resumes from `s`, as connection::load_state does: batches at or
+    /// before its positions, queued ones too, are dropped as duplicates
+    /// (thread-safe).
+    void load_state(const stream_state& s);
+    /// Gaps, duplicates and epochs counted so far (thread-safe).
+    stream_counters stream_stats() const;
+
     /// Range-for over batches; ends at a timeout of next() (the
-    /// connection's recv_timeout, as a connection's range-for does), or
-    /// once the loader is closed and drained.
+    /// connection's recv_timeout, as a connection's range-for does), at the
+    /// end of an epoch, or once the loader is closed and drained: `for
+    /// (int e = 0; e < epochs; ++e) for (auto& batch : loader) ...` trains
+    /// epoch by epoch.
     using iterator = detail::batch_iterator<loader, &loader::next>;
     /// Takes the first batch (blocking as next() does).
     iterator begin() { return iterator(this); }
@@ -122,8 +148,8 @@ public:
     std::uint64_t refused_handshakes() const noexcept;
 
 private:
-    struct state;
-    std::shared_ptr<state> state_;
+    struct shared;
+    std::shared_ptr<shared> s_;
 };
 
 }  // namespace tenbin

@@ -48,6 +48,12 @@ struct stream_options {
     /// How long a producer that has not ended an epoch others have ended
     /// may stay silent before the epoch ends without it.
     std::chrono::milliseconds epoch_timeout{30000};
+    /// Producers an epoch waits for (0: those the stream has shown). A
+    /// consumer knows of a producer once a message of it came: set this
+    /// when one producer may end an epoch before another's first message
+    /// arrives (producers started one after the other, say). Those that
+    /// never come are waited for `epoch_timeout` after the first end.
+    std::size_t expect_producers = 0;
     /// This consumer's rank among `world_size` consumers of the same stream.
     std::size_t rank = 0;
     /// Consumers taking shares of the stream (1: all of it).

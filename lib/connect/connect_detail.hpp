@@ -2,12 +2,14 @@
 // kinds can send or receive, deadlines.
 #pragma once
 
+#include <tenbin/connection.hpp>
 #include <tenbin/url.hpp>
 
 #include <zmq.hpp>
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 
@@ -29,6 +31,22 @@ inline std::chrono::steady_clock::time_point deadline_after(std::chrono::millise
         return clock::time_point::max();
     return now + timeout;
 }
+
+// A producer name made up for this process: host, process id, random.
+std::string made_up_producer_name();
+
+// CLOCK_REALTIME in nanoseconds, as position frames carry it.
+inline std::uint64_t realtime_ns() {
+    return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                          std::chrono::system_clock::now().time_since_epoch())
+                                          .count());
+}
+
+// A connection's receive without its stream tracking, for the loader,
+// which follows streams on its own thread with its queue in view.
+struct connection_access {
+    static std::optional<message> receive(connection& c, zmq::recv_flags flags);
+};
 
 inline bool can_send(socket_kind k) noexcept { return k != socket_kind::pull && k != socket_kind::sub; }
 inline bool can_receive(socket_kind k) noexcept { return k != socket_kind::push && k != socket_kind::pub; }

@@ -3,14 +3,21 @@
 #include "connect/connect_detail.hpp"
 #include "connect/link.hpp"
 #include "connect/security_detail.hpp"
+#include "connect/stream_tracker.hpp"
 
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <deque>
 #include <iostream>
 #include <mutex>
+#include <random>
 #include <set>
+
+#include <unistd.h>
 
 namespace tenbin {
 
@@ -58,7 +65,7 @@ bool has_topic(const connection_options& opt, socket_kind kind) {
 
 }  // namespace
 
-struct connection::state {
+struct connection::impl {
     std::shared_ptr<zmq::context_t> context;
     // Between the two: its threads and sockets end after the socket closes
     // and before the context can terminate.
@@ -73,13 +80,26 @@ struct connection::state {
     recv_options receiving;     // made once (perf: decode options hold a vector)
     std::uint64_t other_topics = 0;
     std::set<std::string> said;  // notices given
+    // Streams: the numbering of what is sent, and what received is given when.
+    std::optional<stream_position> numbering;
+    std::optional<detail::stream_tracker> tracker;
+    std::deque<detail::stream_event> ready;  // given by the tracker, not yet returned
+    std::uint64_t consumer_epoch = 0;
+    bool epoch_ended = false, stream_ended = false;
     // After the socket, so that it goes first (+shm: its side channel).
     std::unique_ptr<detail::link> link;
 
     void open_endpoints(std::vector<endpoint> eps);
     void notice(const std::string& key, const std::string& text);
     std::optional<message> receive(zmq::recv_flags flags);
+    std::optional<message> next(zmq::recv_flags flags);
     bool send(tensor_span tensors, std::span<const zmq::const_buffer> envelope);
+    bool send_mark(stream_position::mark m);
+    detail::stream_tracker& streams() {
+        // Made on first use: a connection that never sees a position has none.
+        if (!tracker) tracker.emplace(opt.streams, 1024, opt.decode.limits.max_bytes);
+        return *tracker;
+    }
     void check_open(const char* what) const {
         // libzmq would say "Socket operation on non-socket", or touch a null handle.
         if (!socket.handle())
@@ -87,7 +107,7 @@ struct connection::state {
     }
 };
 
-void connection::state::notice(const std::string& key, const std::string& text) {
+void connection::impl::notice(const std::string& key, const std::string& text) {
     if (!said.insert(key).second) return;
     if (opt.on_notice)
         opt.on_notice(text);
@@ -96,7 +116,7 @@ void connection::state::notice(const std::string& key, const std::string& text) 
 }
 
 // Sets each endpoint's per-connection options, then binds or connects it.
-void connection::state::open_endpoints(std::vector<endpoint> eps) {
+void connection::impl::open_endpoints(std::vector<endpoint> eps) {
     for (endpoint& ep : eps) {
         if (ep.kind != kind || ep.shm != shm)
             throw error(errc::bad_url, "'" + ep.address + "' is a " + std::string(name(ep.kind)) +
@@ -119,6 +139,18 @@ void connection::state::open_endpoints(std::vector<endpoint> eps) {
         ep.address = attach(socket, ep);
         endpoints.push_back(std::move(ep));
     }
+}
+
+std::string detail::made_up_producer_name() {
+    char host[65] = {};
+    if (::gethostname(host, sizeof host - 1) != 0 || host[0] == '\0') std::strcpy(host, "host");
+    std::string name;
+    for (const char* c = host; *c && name.size() < 32; ++c)
+        name += (*c > 0x20 && *c < 0x7f) ? *c : '_';
+    std::random_device rd;
+    char tail[24];
+    std::snprintf(tail, sizeof tail, "-%d-%04x", static_cast<int>(::getpid()), rd() & 0xffff);
+    return name + tail;
 }
 
 std::shared_ptr<zmq::context_t> detail::default_context(std::span<const std::string> urls, const url_options& opt) {
@@ -182,8 +214,8 @@ connection::connection(std::span<const std::string> urls, connection_options opt
 
 connection::connection(std::shared_ptr<zmq::context_t> context, std::span<const std::string> urls,
                        connection_options opt)
-    : s_(std::make_unique<state>()) {
-    state& s = *s_;
+    : s_(std::make_unique<impl>()) {
+    impl& s = *s_;
     s.context = std::move(context);
     s.opt = std::move(opt);
     s.stats = statistics(s.opt.stats_horizon);
@@ -218,6 +250,14 @@ connection::connection(std::shared_ptr<zmq::context_t> context, std::span<const 
     if (s.kind == socket_kind::router) s.receiving.envelope = envelope_spec::router();
     if (s.kind == socket_kind::sub && has_topic(s.opt, s.kind)) s.receiving.envelope = envelope_spec::topic(s.opt.topic);
 
+    if (!s.opt.producer.empty() || s.opt.stream) {
+        stream_position p;
+        p.producer = s.opt.producer.empty() ? detail::made_up_producer_name() : s.opt.producer;
+        std::random_device rd;
+        p.incarnation = (std::uint64_t{rd()} << 32) ^ rd();
+        (void)encode_position(p);  // the name checked now, not at the first send
+        s.numbering = std::move(p);
+    }
     s.link = s.shm ? detail::shm_link({.sends = detail::can_send(s.kind),
                                      .receives = detail::can_receive(s.kind),
                                      .fan_out = s.kind == socket_kind::pub,
@@ -294,7 +334,7 @@ tensor_pool& connection::pool() {
     return *p;
 }
 
-bool connection::state::send(tensor_span tensors, std::span<const zmq::const_buffer> envelope) {
+bool connection::impl::send(tensor_span tensors, std::span<const zmq::const_buffer> envelope) {
     if (!opt.allow64) check_no64(tensors);
     if (opt.tensorcom_compatible) check_tensorcom(tensors);
     std::vector<tensor> renamed;
@@ -306,13 +346,86 @@ bool connection::state::send(tensor_span tensors, std::span<const zmq::const_buf
     so.envelope = envelope;
     const zmq::const_buffer topic(opt.topic.data(), opt.topic.size());
     if (kind == socket_kind::pub && has_topic(opt, kind)) so.envelope = {&topic, 1};
+    if (numbering) {
+        numbering->sent_ns = detail::realtime_ns();
+        so.position = &*numbering;
+    }
     const bool sent = socket_call("send", [&] { return link->send(socket, tensors, so, opt.send_timeout); });
     if (sent) {
         std::uint64_t bytes = 0;
         for (std::size_t i = 0; i < tensors.size(); ++i) bytes += tensors[i].data.size();
         stats.add(bytes);
+        if (numbering) ++numbering->seq;
     }
     return sent;
+}
+
+bool connection::impl::send_mark(stream_position::mark m) {
+    check_open(m == stream_position::mark::epoch_end ? "end an epoch" : "end a stream");
+    if (!numbering)
+        throw error(errc::bad_argument, "only a connection that numbers its messages (connection_options::producer "
+                                        "or stream) ends epochs and streams");
+    if (opt.tensorcom_compatible)
+        throw error(errc::bad_argument, "an end mark is a message without tensors, which a Python tensorcom "
+                                        "receiver cannot take (tensorcom_compatible)");
+    const endpoint& ep = endpoints.front();
+    if (!detail::can_send(ep.kind)) cannot(ep, "send");
+    stream_position end = *numbering;
+    end.kind = m;
+    end.sent_ns = detail::realtime_ns();
+    send_options so;
+    const zmq::const_buffer topic(opt.topic.data(), opt.topic.size());
+    if (kind == socket_kind::pub && has_topic(opt, kind)) so.envelope = {&topic, 1};
+    so.position = &end;
+    if (!socket_call("send", [&] { return link->send(socket, {}, so, opt.send_timeout); })) return false;
+    ++numbering->epoch;
+    numbering->seq = 0;
+    return true;
+}
+
+bool connection::end_epoch() { return s_->send_mark(stream_position::mark::epoch_end); }
+bool connection::end_stream() { return s_->send_mark(stream_position::mark::stream_end); }
+
+std::optional<stream_position> connection::position() const {
+    if (!s_ || !s_->numbering) return std::nullopt;
+    return s_->numbering;
+}
+
+void connection::seek(std::uint64_t epoch, std::uint64_t seq) {
+    if (!s_ || !s_->numbering)
+        throw error(errc::bad_argument, "only a connection that numbers its messages (connection_options::producer "
+                                        "or stream) can seek");
+    s_->numbering->epoch = epoch;
+    s_->numbering->seq = seq;
+}
+
+std::uint64_t connection::epoch() const noexcept { return s_ ? s_->consumer_epoch : 0; }
+bool connection::epoch_ended() const noexcept { return s_ && s_->epoch_ended; }
+bool connection::stream_ended() const noexcept { return s_ && s_->stream_ended; }
+stream_counters connection::stream_stats() const { return s_ && s_->tracker ? s_->tracker->counters() : stream_counters{}; }
+
+stream_state connection::state() const {
+    if (!s_ || !s_->tracker) return stream_state{s_ ? s_->consumer_epoch : 0, {}};
+    std::vector<stream_position> pending;
+    for (const detail::stream_event& e : s_->ready)
+        if (e.what == detail::stream_event::kind::message && e.message.position) pending.push_back(*e.message.position);
+    return s_->tracker->state(s_->consumer_epoch, pending);
+}
+
+void connection::load_state(const stream_state& st) {
+    if (!s_) throw error(errc::bad_argument, "cannot load a state: the connection is closed (or moved from)");
+    std::vector<detail::stream_event> out;
+    s_->streams().load(st, std::chrono::steady_clock::now(), out);
+    // What was waiting to be returned is checked against the state too.
+    std::deque<detail::stream_event> ready;
+    for (detail::stream_event& e : s_->ready)
+        if (e.what != detail::stream_event::kind::message || !e.message.position ||
+            !detail::stream_tracker::taken_in(st, *e.message.position))
+            ready.push_back(std::move(e));
+    for (detail::stream_event& e : out) ready.push_back(std::move(e));
+    s_->ready = std::move(ready);
+    s_->consumer_epoch = st.epoch;
+    s_->stream_ended = false;
 }
 
 bool connection::send(tensor_span tensors) {
@@ -344,21 +457,100 @@ std::optional<std::vector<tensor>> connection::recv() {
 
 std::optional<std::vector<tensor>> connection::try_recv() {
     if (!s_) throw error(errc::bad_argument, "cannot receive: the connection is closed (or moved from)");
-    std::optional<message> m = s_->receive(zmq::recv_flags::dontwait);
+    std::optional<message> m = s_->next(zmq::recv_flags::dontwait);
     if (!m) return std::nullopt;
     return std::move(m->tensors);
 }
 
 std::optional<message> connection::recv_message() {
     if (!s_) throw error(errc::bad_argument, "cannot receive: the connection is closed (or moved from)");
-    return s_->receive(zmq::recv_flags::none);
+    return s_->next(zmq::recv_flags::none);
+}
+
+namespace {
+
+detail::tracked tracked_of(message&& m) {
+    detail::tracked t;
+    for (const tensor& x : m.tensors) t.bytes += x.nbytes();
+    t.tensors = std::move(m.tensors);
+    t.position = std::move(m.position);
+    if (!m.envelope.empty()) t.envelope = std::make_shared<std::vector<zmq::message_t>>(std::move(m.envelope));
+    return t;
+}
+
+message message_of(detail::tracked&& t) {
+    message m;
+    m.tensors = std::move(t.tensors);
+    m.position = std::move(t.position);
+    if (t.envelope)
+        for (zmq::message_t& f : *t.envelope) m.envelope.emplace_back(f.data(), f.size());
+    return m;
+}
+
+}  // namespace
+
+// The next message to give: as it came when it has no position; through
+// the stream tracker when it has, which gives each epoch's batches and then
+// nothing once at the epoch's end. The tracker's own deadline (a silent
+// producer) bounds every wait while it has one.
+std::optional<message> connection::impl::next(zmq::recv_flags flags) {
+    epoch_ended = false;
+    using clock = std::chrono::steady_clock;
+    const bool waits = flags == zmq::recv_flags::none;
+    const auto until = waits && opt.recv_timeout ? detail::deadline_after(*opt.recv_timeout) : clock::time_point::max();
+    for (;;) {
+        while (!ready.empty()) {
+            detail::stream_event e = std::move(ready.front());
+            ready.pop_front();
+            switch (e.what) {
+            case detail::stream_event::kind::message: return message_of(std::move(e.message));
+            case detail::stream_event::kind::epoch_end:
+                ++consumer_epoch;
+                epoch_ended = true;
+                // The last epoch's end says the stream's too.
+                if (!ready.empty() && ready.front().what == detail::stream_event::kind::stream_end) {
+                    ready.pop_front();
+                    stream_ended = true;
+                }
+                return std::nullopt;
+            case detail::stream_event::kind::stream_end: stream_ended = true; break;
+            }
+        }
+        if (stream_ended) return std::nullopt;
+        std::optional<message> m;
+        const auto tick = tracker ? tracker->deadline() : clock::time_point::max();
+        if (waits && tick != clock::time_point::max()) {
+            check_open("receive");
+            const bool came = socket_call("receive", [&] { return readable_before(socket, std::min(until, tick)); });
+            if (!came) {
+                if (clock::now() >= until) return std::nullopt;
+                std::vector<detail::stream_event> out;
+                tracker->tick(clock::now(), out);
+                for (detail::stream_event& x : out) ready.push_back(std::move(x));
+                continue;
+            }
+            m = receive(zmq::recv_flags::dontwait);
+            if (!m) continue;
+        } else {
+            m = receive(flags);
+            if (!m) return std::nullopt;
+        }
+        if (!m->position) return m;  // unnumbered: as it came
+        std::vector<detail::stream_event> out;
+        streams().add(tracked_of(std::move(*m)), clock::now(), out);
+        for (detail::stream_event& x : out) ready.push_back(std::move(x));
+    }
+}
+
+std::optional<message> detail::connection_access::receive(connection& c, zmq::recv_flags flags) {
+    return c.s_->receive(flags);
 }
 
 // The next message for this receiver. Messages of longer topics that
 // ZeroMQ's prefix matching lets through are passed over; they do not
 // restart the wait: with a timeout, a blocking receive ends when it is
 // over, however many such messages came meanwhile.
-std::optional<message> connection::state::receive(zmq::recv_flags flags) {
+std::optional<message> connection::impl::receive(zmq::recv_flags flags) {
     check_open("receive");
     const endpoint& ep = endpoints.front();
     if (!detail::can_receive(ep.kind)) cannot(ep, "receive");

@@ -1,6 +1,7 @@
 #include <tenbin/connect.hpp>
 
 #include "connect/connect_detail.hpp"
+#include "connect/stream_tracker.hpp"
 
 #include <atomic>
 #include <condition_variable>
@@ -25,12 +26,14 @@ std::uint64_t data_bytes(const std::vector<tensor>& batch) {
 }
 }  // namespace
 
-struct loader::state {
-    // A batch, or an error to raise in the consumer.
-    using item = std::variant<std::vector<tensor>, std::exception_ptr>;
-    // A received item and its tensor bytes, on its way to the queue.
+struct loader::shared {
+    // A message or the end of an epoch (as the stream tracker gives them),
+    // or an error to raise in the consumer.
+    using item = std::variant<detail::stream_event, std::exception_ptr>;
+    // A received message and its tensor bytes, or an error, on its way to
+    // the stream tracker and the queue.
     struct arrival {
-        item what;
+        std::variant<detail::tracked, std::exception_ptr> what;
         std::uint64_t bytes = 0;
     };
 
@@ -56,6 +59,10 @@ struct loader::state {
     std::atomic<std::uint64_t> refused{0};  // CURVE handshakes refused (counted on a monitor thread)
     std::atomic<bool> stop = false;  // close() was called (set under the mutex; read without it to leave the loop)
     bool finished = false;           // the thread has ended
+    // Streams: what is given when (fed under the mutex), and the consumer's side.
+    std::optional<detail::stream_tracker> tracker;
+    std::uint64_t consumer_epoch = 0;
+    bool epoch_ended = false, stream_ended = false;
     std::thread thread;
 
     void run();
@@ -67,12 +74,16 @@ struct loader::state {
         std::uint64_t bytes;
     };
     room_left queue_all(std::vector<arrival>& got);
-    // Adds `a` to the queue (the caller holds the mutex).
+    // Adds `a` to the queue, through the stream tracker (the caller holds
+    // the mutex).
     void push(arrival& a);
+    void push_events(std::vector<detail::stream_event>& events);
+    // Ends epochs whose silent producers timed out (the caller holds the mutex).
+    void tick();
     // The front of the queue, or nothing when it is empty (the caller
     // holds the mutex and has waited as it wants).
     std::optional<std::vector<tensor>> take();
-    bool ready() const { return !queue.empty() || stop || finished; }
+    bool ready() const { return !queue.empty() || stop || finished || stream_ended; }
     // Whether a message of `bytes` may join the queue while it holds fewer
     // than `messages`.
     bool fits(std::uint64_t bytes, std::size_t messages) const {
@@ -92,8 +103,8 @@ struct loader::state {
 // (transformed), or the error to raise in the consumer. False when nothing
 // came (a skipped malformed message counts as something).
 template <class Receive>
-bool loader::state::receive_into(std::vector<arrival>& got, Receive&& receive) {
-    std::optional<std::vector<tensor>> batch;
+bool loader::shared::receive_into(std::vector<arrival>& got, Receive&& receive) {
+    std::optional<message> batch;
     // The exception leaves its handler before it is queued: this thread's
     // reference to it is dropped before the consumer can take it (through
     // the mutex), so the consumer frees it. Queueing from inside the
@@ -113,33 +124,35 @@ bool loader::state::receive_into(std::vector<arrival>& got, Receive&& receive) {
         // socket is at a message boundary.
         std::lock_guard lock(mutex);
         ++malformed;
-        if (!opt.skip_malformed) got.emplace_back().what.emplace<std::exception_ptr>(std::move(failure));
+        if (!opt.skip_malformed) got.emplace_back().what = std::move(failure);
         return true;
     }
+    // End marks carry no tensors for the transform.
+    const bool mark = batch->position && batch->position->kind != stream_position::mark::batch;
     // Whatever the caller's transform throws is the caller's to see, in
     // that batch's place, never skipped as malformed input; the loader
     // goes on.
-    if (opt.transform && !stop.load(std::memory_order_relaxed)) {  // once closed, it is dropped anyway
+    if (opt.transform && !mark && !stop.load(std::memory_order_relaxed)) {  // once closed, it is dropped anyway
         try {
-            batch = opt.transform(std::move(*batch));
+            batch->tensors = opt.transform(std::move(batch->tensors));
         } catch (...) {
             failure = std::current_exception();
         }
         if (failure) {
-            got.emplace_back().what.emplace<std::exception_ptr>(std::move(failure));
+            got.emplace_back().what = std::move(failure);
             return true;
         }
     }
     arrival& a = got.emplace_back();
-    a.bytes = data_bytes(*batch);
-    a.what = std::move(*batch);
+    a.bytes = data_bytes(batch->tensors);
+    a.what = detail::tracked{std::move(batch->tensors), std::move(batch->position), a.bytes, nullptr};
     return true;
 }
 
 // Queues what was received, in order, under one lock and with one wake-up
 // of the consumer (perf: three locks and a wake-up a message). Waits for
 // room as needed (see refill); returns the room left.
-loader::state::room_left loader::state::queue_all(std::vector<arrival>& got) {
+loader::shared::room_left loader::shared::queue_all(std::vector<arrival>& got) {
     std::unique_lock lock(mutex);
     for (arrival& a : got) {
         if (!has_room(a.bytes)) {
@@ -155,26 +168,75 @@ loader::state::room_left loader::state::queue_all(std::vector<arrival>& got) {
             opt.queue_bytes > queued_bytes ? opt.queue_bytes - queued_bytes : 0};
 }
 
-void loader::state::push(arrival& a) {
-    if (std::holds_alternative<std::vector<tensor>>(a.what)) stats.add(a.bytes);
-    queue.push_back(std::move(a.what));
-    queued_bytes += a.bytes;
+void loader::shared::push(arrival& a) {
+    if (auto* e = std::get_if<std::exception_ptr>(&a.what)) {
+        queue.push_back(std::move(*e));
+    } else {
+        auto& m = std::get<detail::tracked>(a.what);
+        stats.add(a.bytes);
+        if (!m.position) {  // unnumbered: straight to the queue (perf)
+            queue.push_back(detail::stream_event{detail::stream_event::kind::message, std::move(m), 0});
+            queued_bytes += a.bytes;
+        } else {
+            if (!tracker) tracker.emplace(opt.connection.streams, opt.queue_messages, opt.queue_bytes);
+            std::vector<detail::stream_event> events;
+            tracker->add(std::move(m), std::chrono::steady_clock::now(), events);
+            push_events(events);
+        }
+    }
     peak_messages = std::max(peak_messages, queue.size());
     peak_bytes = std::max(peak_bytes, queued_bytes);
 }
 
-std::optional<std::vector<tensor>> loader::state::take() {
+void loader::shared::push_events(std::vector<detail::stream_event>& events) {
+    for (detail::stream_event& e : events) {
+        queued_bytes += e.message.bytes;
+        queue.push_back(std::move(e));
+    }
+    if (!events.empty()) changed.notify_all();
+    events.clear();
+}
+
+void loader::shared::tick() {
+    if (!tracker) return;
+    std::vector<detail::stream_event> events;
+    tracker->tick(std::chrono::steady_clock::now(), events);
+    push_events(events);
+}
+
+std::optional<std::vector<tensor>> loader::shared::take() {
+    epoch_ended = false;
     if (queue.empty()) return std::nullopt;
     auto item = std::move(queue.front());
     queue.pop_front();
-    auto* batch = std::get_if<std::vector<tensor>>(&item);
-    if (batch) queued_bytes -= data_bytes(*batch);
     if (queue.size() <= refill_mark()) drained.notify_one();
-    if (!batch) std::rethrow_exception(std::get<std::exception_ptr>(item));
-    return std::move(*batch);
+    if (auto* e = std::get_if<std::exception_ptr>(&item)) std::rethrow_exception(*e);
+    detail::stream_event& e = std::get<detail::stream_event>(item);
+    switch (e.what) {
+    case detail::stream_event::kind::message:
+        queued_bytes -= e.message.bytes;
+        return std::move(e.message.tensors);
+    case detail::stream_event::kind::epoch_end: {
+        ++consumer_epoch;
+        epoch_ended = true;
+        // The last epoch's end says the stream's too.
+        const auto* after = queue.empty() ? nullptr : std::get_if<detail::stream_event>(&queue.front());
+        if (after && after->what == detail::stream_event::kind::stream_end) {
+            queue.pop_front();
+            stream_ended = true;
+            changed.notify_all();
+        }
+        return std::nullopt;
+    }
+    case detail::stream_event::kind::stream_end:
+        stream_ended = true;
+        changed.notify_all();  // other consumers waiting see the end too
+        return std::nullopt;
+    }
+    return std::nullopt;
 }
 
-void loader::state::run() {
+void loader::shared::run() {
     std::optional<connection> conn;
     try {
         connection_options copt = opt.connection;
@@ -213,7 +275,11 @@ void loader::state::run() {
     try {
         room_left room{opt.queue_messages, opt.queue_bytes};
         while (!stop.load(std::memory_order_relaxed)) {
-            if (!receive_into(got, [&] { return conn->recv(); })) continue;
+            if (!receive_into(got, [&] { return detail::connection_access::receive(*conn, zmq::recv_flags::none); })) {
+                std::lock_guard lock(mutex);
+                tick();  // quiet: a silent producer may be due
+                continue;
+            }
             const std::size_t most = std::min(room.messages, max_burst);
             // A skipped malformed message adds nothing to `got`.
             std::uint64_t in_hand = got.empty() ? 0 : got.back().bytes;
@@ -223,7 +289,8 @@ void loader::state::run() {
                                         !stop.load(std::memory_order_relaxed);
                  ++taken) {
                 const std::size_t before = got.size();
-                if (!receive_into(got, [&] { return conn->try_recv(); })) break;
+                if (!receive_into(got, [&] { return detail::connection_access::receive(*conn, zmq::recv_flags::dontwait); }))
+                    break;
                 if (got.size() > before) in_hand += got.back().bytes;
             }
             room = queue_all(got);
@@ -253,7 +320,7 @@ loader::loader(std::span<const std::string> urls, loader_options opt)
              std::move(opt)) {}
 
 loader::loader(std::shared_ptr<zmq::context_t> context, std::span<const std::string> urls, loader_options opt)
-    : state_(std::make_shared<state>()) {
+    : s_(std::make_shared<shared>()) {
     // Parse now so that a bad URL fails in the caller's thread.
     const socket_kind kind = parse_urls(urls, {.kind = opt.connection.kind, .bind = opt.connection.bind}).front().kind;
     if (!detail::can_receive(kind))
@@ -266,48 +333,117 @@ loader::loader(std::shared_ptr<zmq::context_t> context, std::span<const std::str
                                        std::string(name(kind)) +
                                        " socket, which must also send; use pull, sub, dealer or pair");
     if (opt.reuse_allocations) reuse_large_allocations();
-    state_->stats = statistics(opt.connection.stats_horizon);
-    state_->opt = std::move(opt);
-    state_->urls.assign(urls.begin(), urls.end());
-    state_->context = std::move(context);
-    state_->thread = std::thread([s = state_] { s->run(); });
+    s_->stats = statistics(opt.connection.stats_horizon);
+    s_->opt = std::move(opt);
+    s_->urls.assign(urls.begin(), urls.end());
+    s_->context = std::move(context);
+    s_->thread = std::thread([s = s_] { s->run(); });
     // A refused endpoint is the constructor's error, as for a connection.
     std::exception_ptr failure;
     {
-        std::unique_lock lock(state_->mutex);
-        state_->changed.wait(lock, [&] { return state_->started; });
-        failure = state_->setup_failure;
+        std::unique_lock lock(s_->mutex);
+        s_->changed.wait(lock, [&] { return s_->started; });
+        failure = s_->setup_failure;
     }
     if (failure) {
-        state_->thread.join();
+        s_->thread.join();
         std::rethrow_exception(failure);
     }
 }
 
 loader::~loader() {
+    if (!s_) return;
     close();
-    if (state_->thread.joinable()) state_->thread.join();
+    if (s_->thread.joinable()) s_->thread.join();
+}
+
+loader::loader(loader&&) noexcept = default;
+loader& loader::operator=(loader&& o) noexcept {
+    if (this == &o) return *this;
+    if (s_) {
+        close();
+        if (s_->thread.joinable()) s_->thread.join();
+    }
+    s_ = std::move(o.s_);
+    return *this;
+}
+
+std::uint64_t loader::epoch() const {
+    std::lock_guard lock(s_->mutex);
+    return s_->consumer_epoch;
+}
+bool loader::epoch_ended() const {
+    std::lock_guard lock(s_->mutex);
+    return s_->epoch_ended;
+}
+bool loader::stream_ended() const {
+    std::lock_guard lock(s_->mutex);
+    return s_->stream_ended;
+}
+stream_counters loader::stream_stats() const {
+    std::lock_guard lock(s_->mutex);
+    return s_->tracker ? s_->tracker->counters() : stream_counters{};
+}
+
+stream_state loader::state() const {
+    std::lock_guard lock(s_->mutex);
+    if (!s_->tracker) return stream_state{s_->consumer_epoch, {}};
+    // Queued batches are not the consumer's yet.
+    std::vector<stream_position> pending;
+    for (const auto& item : s_->queue)
+        if (const auto* e = std::get_if<detail::stream_event>(&item))
+            if (e->what == detail::stream_event::kind::message && e->message.position)
+                pending.push_back(*e->message.position);
+    return s_->tracker->state(s_->consumer_epoch, pending);
+}
+
+void loader::load_state(const stream_state& st) {
+    shared& s = *s_;
+    std::lock_guard lock(s.mutex);
+    if (!s.tracker) s.tracker.emplace(s.opt.connection.streams, s.opt.queue_messages, s.opt.queue_bytes);
+    // Queued batches the state has are duplicates now, and so are the ends
+    // of epochs before its own.
+    std::deque<shared::item> kept;
+    for (auto& item : s.queue) {
+        if (auto* e = std::get_if<detail::stream_event>(&item)) {
+            const bool taken = e->what == detail::stream_event::kind::message && e->message.position &&
+                               detail::stream_tracker::taken_in(st, *e->message.position);
+            const bool old_end = e->what == detail::stream_event::kind::epoch_end && e->epoch < st.epoch;
+            if (taken || old_end) {
+                s.queued_bytes -= e->message.bytes;
+                continue;
+            }
+        }
+        kept.push_back(std::move(item));
+    }
+    s.queue = std::move(kept);
+    std::vector<detail::stream_event> events;
+    s.tracker->load(st, std::chrono::steady_clock::now(), events);
+    s.push_events(events);
+    s.consumer_epoch = st.epoch;
+    s.stream_ended = false;
+    s.drained.notify_one();
 }
 
 void loader::close() {
-    std::lock_guard lock(state_->mutex);
-    state_->stop = true;
-    state_->changed.notify_all();
-    state_->drained.notify_all();
+    std::lock_guard lock(s_->mutex);
+    s_->stop = true;
+    s_->changed.notify_all();
+    s_->drained.notify_all();
 }
 
 // Both wait and take under one lock: with several consumers, a batch one
 // was woken for cannot go to another in between.
 std::optional<std::vector<tensor>> loader::next() {
-    if (const auto& t = state_->opt.connection.recv_timeout) return next(*t);
-    state& s = *state_;
+    if (const auto& t = s_->opt.connection.recv_timeout) return next(*t);
+    shared& s = *s_;
     std::unique_lock lock(s.mutex);
     s.changed.wait(lock, [&] { return s.ready(); });
     return s.take();  // nothing: closed or ended, and drained
 }
 
 std::optional<std::vector<tensor>> loader::next(std::chrono::milliseconds timeout) {
-    state& s = *state_;
+    shared& s = *s_;
     std::unique_lock lock(s.mutex);
     // A timeout returns nothing, as connection::recv does (would-block is no error).
     if (!s.changed.wait_until(lock, detail::deadline_after(timeout), [&] { return s.ready(); })) return std::nullopt;
@@ -315,38 +451,38 @@ std::optional<std::vector<tensor>> loader::next(std::chrono::milliseconds timeou
 }
 
 bool loader::closed() const {
-    std::lock_guard lock(state_->mutex);
-    return state_->stop.load() || (state_->finished && state_->queue.empty());
+    std::lock_guard lock(s_->mutex);
+    return s_->stop.load() || (s_->finished && s_->queue.empty());
 }
 
 statistics loader::stats() const {
-    std::lock_guard lock(state_->mutex);
-    return state_->stats;
+    std::lock_guard lock(s_->mutex);
+    return s_->stats;
 }
 std::size_t loader::queued_messages() const {
-    std::lock_guard lock(state_->mutex);
-    return state_->queue.size();
+    std::lock_guard lock(s_->mutex);
+    return s_->queue.size();
 }
 std::uint64_t loader::queued_bytes() const {
-    std::lock_guard lock(state_->mutex);
-    return state_->queued_bytes;
+    std::lock_guard lock(s_->mutex);
+    return s_->queued_bytes;
 }
 std::size_t loader::peak_queued_messages() const {
-    std::lock_guard lock(state_->mutex);
-    return state_->peak_messages;
+    std::lock_guard lock(s_->mutex);
+    return s_->peak_messages;
 }
 std::uint64_t loader::peak_queued_bytes() const {
-    std::lock_guard lock(state_->mutex);
-    return state_->peak_bytes;
+    std::lock_guard lock(s_->mutex);
+    return s_->peak_bytes;
 }
 std::uint64_t loader::malformed() const {
-    std::lock_guard lock(state_->mutex);
-    return state_->malformed;
+    std::lock_guard lock(s_->mutex);
+    return s_->malformed;
 }
-std::uint64_t loader::refused_handshakes() const noexcept { return state_->refused.load(); }
+std::uint64_t loader::refused_handshakes() const noexcept { return s_->refused.load(); }
 std::vector<endpoint> loader::endpoints() const {
-    std::lock_guard lock(state_->mutex);  // set before the constructor returned
-    return state_->endpoints;
+    std::lock_guard lock(s_->mutex);  // set before the constructor returned
+    return s_->endpoints;
 }
 
 }  // namespace tenbin

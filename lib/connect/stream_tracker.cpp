@@ -158,31 +158,34 @@ void stream_tracker::route(tracked m, std::vector<stream_event>& out) {
 void stream_tracker::tick(clock::time_point now, std::vector<stream_event>& out) { try_close(now, false, out); }
 
 stream_tracker::clock::time_point stream_tracker::deadline() const {
+    if (!first_end_) return clock::time_point::max();
     auto soonest = clock::time_point::max();
-    bool any_ended = false;
-    for (const auto& [name, p] : producers_) {
-        if (ended(p, epoch_))
-            any_ended = true;
-        else
-            soonest = std::min(soonest, p.heard + opt_.epoch_timeout);
-    }
-    return any_ended ? soonest : clock::time_point::max();
+    for (const auto& [name, p] : producers_)
+        if (!ended(p, epoch_)) soonest = std::min(soonest, p.heard + opt_.epoch_timeout);
+    if (producers_.size() < opt_.expect_producers) soonest = std::min(soonest, *first_end_ + opt_.epoch_timeout);
+    return soonest;
 }
 
 void stream_tracker::try_close(clock::time_point now, bool forced, std::vector<stream_event>& out) {
     while (!finished_ && !producers_.empty()) {
-        bool any_ended = false, stragglers_silent = true;
+        bool stragglers_silent = true;
         for (const auto& [name, p] : producers_) {
-            if (ended(p, epoch_))
-                any_ended = true;
-            else if (now - p.heard < opt_.epoch_timeout)
+            if (ended(p, epoch_)) {
+                if (!first_end_) first_end_ = now;
+            } else if (now - p.heard < opt_.epoch_timeout) {
                 stragglers_silent = false;
+            }
         }
-        const bool all_ended = std::all_of(producers_.begin(), producers_.end(),
-                                           [&](const auto& e) { return ended(e.second, epoch_); });
+        // Producers expected but not known yet wait from the epoch's first end.
+        const std::size_t unknown =
+            producers_.size() < opt_.expect_producers ? opt_.expect_producers - producers_.size() : 0;
+        if (unknown && first_end_ && now - *first_end_ < opt_.epoch_timeout) stragglers_silent = false;
+        const bool all_ended = unknown == 0 && std::all_of(producers_.begin(), producers_.end(),
+                                                           [&](const auto& e) { return ended(e.second, epoch_); });
         if (!all_ended) {
-            if (!forced && !(any_ended && stragglers_silent)) return;
+            if (!forced && !(first_end_ && stragglers_silent)) return;
             // The stated rule: the epoch ends without them.
+            counters_.producers_timed_out += unknown;
             for (auto& [name, p] : producers_)
                 if (!ended(p, epoch_)) {
                     p.timed_out = epoch_;
@@ -190,6 +193,7 @@ void stream_tracker::try_close(clock::time_point now, bool forced, std::vector<s
                 }
             forced = false;
         }
+        first_end_.reset();
         const bool marked = std::any_of(producers_.begin(), producers_.end(),
                                         [&](const auto& e) { return e.second.marked == epoch_; });
         const bool all_finished = std::all_of(producers_.begin(), producers_.end(),
@@ -284,13 +288,19 @@ bool stream_tracker::taken_in(const stream_state& s, const stream_position& p) {
     return p.seq < ps.next || std::binary_search(ps.taken.begin(), ps.taken.end(), p.seq);
 }
 
-void stream_tracker::load(const stream_state& s) {
+void stream_tracker::load(const stream_state& s, clock::time_point now, std::vector<stream_event>& out) {
+    std::vector<tracked> kept;
+    for (auto& [e, list] : later_)
+        for (tracked& m : list) kept.push_back(std::move(m));
+    for (auto& [name, p] : producers_)
+        for (auto& [seq, m] : p.waiting) kept.push_back(std::move(m));
     producers_.clear();
     later_.clear();
     held_messages_ = 0;
     held_bytes_ = 0;
     finished_ = false;
     given_in_epoch_ = 0;
+    first_end_.reset();
     last_given_.reset();
     epoch_ = s.epoch;
     for (const auto& [name, ps] : s.producers) {
@@ -301,8 +311,9 @@ void stream_tracker::load(const stream_state& s) {
         p.finished = ps.finished;
         p.received = ps.next + ps.taken.size();
         p.top = ps.taken.empty() ? ps.next : ps.taken.back() + 1;
-        p.heard = clock::now();
+        p.heard = now;
     }
+    for (tracked& m : kept) add(std::move(m), now, out);
 }
 
 }  // namespace tenbin::detail

@@ -8,10 +8,13 @@
 #include <tenbin/stream.hpp>
 #include <tenbin/tensor.hpp>
 
+#include <zmq.hpp>
+
 #include <chrono>
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -24,6 +27,9 @@ struct tracked {
     std::vector<tensor> tensors;
     std::optional<stream_position> position;  // a batch's; none for unnumbered messages
     std::uint64_t bytes = 0;                  // its tensors' bytes
+    // Its envelope, when it had one (a topic frame): shared, since a batch
+    // given twice (padding) is copied.
+    std::shared_ptr<std::vector<zmq::message_t>> envelope{};
 };
 
 // What the tracker gives: a message, or the end of the consumer's epoch.
@@ -63,8 +69,10 @@ public:
     // epoch the user's iteration is in.
     stream_state state(std::uint64_t consumer_epoch, const std::vector<stream_position>& pending) const;
     // Starts over from `s`: batches at or before its positions are
-    // duplicates from now on.
-    void load(const stream_state& s);
+    // duplicates from now on. What was kept back is taken again as if it
+    // came now: what `s` has is dropped, the rest is appended to `out` or
+    // kept as before.
+    void load(const stream_state& s, clock::time_point now, std::vector<stream_event>& out);
     // Whether a batch at `p` is one `s` says was taken.
     static bool taken_in(const stream_state& s, const stream_position& p);
 
@@ -108,6 +116,7 @@ private:
     std::uint64_t hold_bytes_limit_;
     std::uint64_t epoch_ = 0;
     std::uint64_t given_in_epoch_ = 0;  // messages given in epoch_
+    std::optional<clock::time_point> first_end_;  // when a producer first ended epoch_
     std::optional<tracked> last_given_;  // this rank's, for padding a producer it got none of
     bool finished_ = false;
     std::map<std::string, producer> producers_;
