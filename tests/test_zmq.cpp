@@ -1437,6 +1437,19 @@ TEST_CASE("a position frame travels after the tenbin frames in both forms, behin
         REQUIRE(got);
         CHECK_FALSE(got->position);
 
+        // An end mark behind a ROUTER's identity: its empty frame is the
+        // empty list, not a REQ's delimiter.
+        so.position = &end;
+        REQUIRE(send_form(linked.dealer, w, std::vector<tensor>{}, so));
+        recv_options routed;
+        routed.envelope = envelope_spec::router();
+        got = zrecv(linked.router, routed);
+        REQUIRE(got);
+        CHECK(got->envelope.size() == 1);
+        CHECK(got->tensors.empty());
+        REQUIRE(got->position);
+        CHECK(got->position->kind == stream_position::mark::epoch_end);
+
         // Behind a ROUTER's identity.
         so.position = &p;
         REQUIRE(send_form(linked.dealer, w, batch, so));

@@ -34,6 +34,9 @@ public:
     explicit batch_iterator(Source* source) : source_(source) { ++*this; }
     value_type& operator*() { return *current_; }
     batch_iterator& operator++() {
+        // The batch before is let go first: acked delivery's on_release
+        // acknowledges it, which an epoch's end may wait for.
+        current_.reset();
         current_ = (source_->*next)();
         return *this;
     }
@@ -45,6 +48,18 @@ private:
     std::optional<value_type> current_;
 };
 }  // namespace detail
+
+/// When an acked consumer acknowledges a batch (see connection_options::acked).
+enum class ack_mode {
+    /// When the user's code takes it (recv, next): a consumer killed while
+    /// it processes the batch loses it.
+    on_take,
+    /// When the user's code drops its last tensor of it (or its last copy):
+    /// a consumer killed while it processes the batch gives it back to
+    /// the producer, which sends it to another. A batch kept for long (its
+    /// labels, say) holds one of the consumer's credits meanwhile.
+    on_release,
+};
 
 /// How a connection behaves. The defaults suit large tensor batches.
 struct connection_options {
@@ -146,6 +161,30 @@ struct connection_options {
     bool stream = false;
     /// Receiving: how numbered streams are followed (epochs, sharding).
     stream_options streams{};
+    /// Acknowledged delivery, for zpush/zpull URLs (both ends must set it):
+    /// a consumer holds `credit` credits and the producer sends a batch
+    /// only to a consumer with one, so no batch waits in a queue towards a
+    /// consumer that did not ask for it; the consumer acknowledges each
+    /// (`ack`), and the batches a consumer had not acknowledged when it
+    /// died (its connection dropped, or it missed heartbeats for three
+    /// `ack_heartbeat` intervals) go to the others. The messages are
+    /// numbered (`stream` is implied), so a consumer never takes a batch
+    /// twice: at least once on the wire, exactly once at the consumer. A
+    /// producer that restarts and replays its data skips the batches its
+    /// consumers report they have. Both ends open a ZeroMQ ROUTER socket
+    /// (a tensorcom peer cannot be one) run by a thread of the connection;
+    /// endpoints are given at construction (add() refuses).
+    bool acked = false;
+    /// Acked consumers: batches taken and not yet acknowledged at most.
+    std::size_t credit = 16;
+    /// Acked consumers: when a batch is acknowledged.
+    ack_mode ack = ack_mode::on_release;
+    /// Acked delivery: how often each end tells the other it lives; three
+    /// missed make the other dead.
+    std::chrono::milliseconds ack_heartbeat{1000};
+    /// This end's name: an acked consumer's for its producers, a label in
+    /// metrics. Made up when empty.
+    std::string name{};
     /// Where the connection says, once each, what it did that the caller
     /// would not otherwise see (messages of another topic passed over, ...).
     /// Unset: written to stderr, "tenbin: " in front.
@@ -155,6 +194,29 @@ struct connection_options {
 namespace detail {
 struct connection_access;
 }  // namespace detail
+
+/// A consumer as an acked producer sees it (connection::consumers()).
+struct consumer_info {
+    std::string name;  ///< the consumer's connection_options::name
+    std::chrono::system_clock::time_point connected_since;  ///< its first message
+    std::chrono::system_clock::time_point last_heard;       ///< its last message
+    std::size_t credits = 0;         ///< batches it would take now
+    std::size_t in_flight = 0;       ///< batches sent to it, not acknowledged
+    std::uint64_t acknowledged = 0;  ///< batches it acknowledged
+    std::uint64_t redelivered = 0;   ///< batches it got that another consumer had been given
+};
+
+/// What an acked connection counted so far.
+struct delivery_counters {
+    std::uint64_t sent = 0;          ///< batches sent (redeliveries too)
+    std::uint64_t acknowledged = 0;  ///< batches acknowledged
+    std::uint64_t redelivered = 0;   ///< batches sent again, their consumer lost
+    std::uint64_t skipped = 0;       ///< batches not sent: a consumer reported it had them
+    std::uint64_t consumers_lost = 0;   ///< consumers found dead (or gone)
+    std::uint64_t producers_lost = 0;   ///< producers a consumer found dead
+    std::uint64_t bad_acks = 0;      ///< acks of batches never sent to their consumer, ignored
+    std::uint64_t bad_messages = 0;  ///< malformed control messages, ignored
+};
 
 /// One ZeroMQ socket on the endpoints of one or more URLs (brace-expanded):
 /// fan-in or fan-out. Not thread-safe: use a connection from one thread.
@@ -258,6 +320,11 @@ public:
     void load_state(const stream_state& s);
     /// Gaps, duplicates and epochs counted so far.
     stream_counters stream_stats() const;
+
+    /// Acked producers: the consumers (thread-safe).
+    std::vector<consumer_info> consumers() const;
+    /// Acked connections: what delivery counted (thread-safe).
+    delivery_counters delivery_stats() const;
 
     /// Sends every tensor list `source` yields (tensorcom's serve);
     /// returns how many messages were sent.

@@ -44,8 +44,11 @@ inline std::uint64_t realtime_ns() {
 
 // A connection's receive without its stream tracking, for the loader,
 // which follows streams on its own thread with its queue in view.
+struct tracked;
 struct connection_access {
-    static std::optional<message> receive(connection& c, zmq::recv_flags flags);
+    static std::optional<tracked> receive(connection& c, zmq::recv_flags flags);
+    // Acked consumers: what a resumed consumer has, for its producers (thread-safe).
+    static void seed(connection& c, const stream_state& s);
 };
 
 inline bool can_send(socket_kind k) noexcept { return k != socket_kind::pull && k != socket_kind::sub; }

@@ -1,6 +1,7 @@
 #include <tenbin/connection.hpp>
 
 #include "connect/connect_detail.hpp"
+#include "connect/delivery.hpp"
 #include "connect/link.hpp"
 #include "connect/security_detail.hpp"
 #include "connect/stream_tracker.hpp"
@@ -75,6 +76,7 @@ struct connection::impl {
     std::vector<endpoint> endpoints;
     socket_kind kind{};
     bool shm = false;           // +shm endpoints
+    std::vector<std::string> connected;  // acked: the routing ids given to the endpoints connected to
     bool serves_curve = false;  // a ZAP handler admits CURVE clients
     statistics stats;
     recv_options receiving;     // made once (perf: decode options hold a vector)
@@ -88,16 +90,22 @@ struct connection::impl {
     bool epoch_ended = false, stream_ended = false;
     // After the socket, so that it goes first (+shm: its side channel).
     std::unique_ptr<detail::link> link;
+    // Acked delivery: the thread that runs the socket; goes before the link.
+    std::unique_ptr<detail::delivery> delivery;
 
     void open_endpoints(std::vector<endpoint> eps);
     void notice(const std::string& key, const std::string& text);
     std::optional<message> receive(zmq::recv_flags flags);
+    std::optional<detail::tracked> receive_tracked(zmq::recv_flags flags);
     std::optional<message> next(zmq::recv_flags flags);
+    void stop_delivery() {
+        if (delivery) delivery->stop(opt.linger);
+    }
     bool send(tensor_span tensors, std::span<const zmq::const_buffer> envelope);
     bool send_mark(stream_position::mark m);
     detail::stream_tracker& streams() {
         // Made on first use: a connection that never sees a position has none.
-        if (!tracker) tracker.emplace(opt.streams, 1024, opt.decode.limits.max_bytes);
+        if (!tracker) tracker.emplace(opt.streams, 1024, opt.decode.limits.max_bytes, !opt.acked);
         return *tracker;
     }
     void check_open(const char* what) const {
@@ -135,7 +143,16 @@ void connection::impl::open_endpoints(std::vector<endpoint> eps) {
         // Only where it queues outgoing messages: on a sub socket it would
         // hold back the subscription until the application next calls into
         // the socket, and what is published meanwhile is lost.
-        if (!ep.bind && opt.immediate && detail::can_send(kind)) socket.set(zmq::sockopt::immediate, 1);
+        if (opt.acked) {
+            // Acked delivery's ROUTER names the peers it connects to, so that
+            // it can say hello first.
+            if (!ep.bind) {
+                connected.push_back("~ep" + std::to_string(endpoints.size()));
+                socket.set(zmq::sockopt::connect_routing_id, connected.back());
+            }
+        } else if (!ep.bind && opt.immediate && detail::can_send(kind)) {
+            socket.set(zmq::sockopt::immediate, 1);
+        }
         ep.address = attach(socket, ep);
         endpoints.push_back(std::move(ep));
     }
@@ -232,7 +249,23 @@ connection::connection(std::shared_ptr<zmq::context_t> context, std::span<const 
         throw error(errc::bad_argument, "a topic makes a publisher send a topic frame in front of each message, "
                                         "which a Python tensorcom subscriber cannot decode (tensorcom_compatible)");
     s.shm = eps.front().shm;
-    s.socket = zmq::socket_t(*s.context, zmq_socket_type(s.kind));
+    if (s.opt.acked) {
+        if (s.kind != socket_kind::push && s.kind != socket_kind::pull)
+            throw error(errc::bad_argument, "acked delivery is for zpush and zpull URLs (a producer and its "
+                                            "consumers), not a " + std::string(name(s.kind)) + " socket");
+        if (s.opt.streams.world_size > 1)
+            throw error(errc::bad_argument, "acked consumers share their producers' batches among themselves: "
+                                            "streams.world_size is for a stream every consumer receives whole");
+        if (s.kind == socket_kind::push) s.opt.stream = true;  // acks name batches by their positions
+    }
+    s.socket = zmq::socket_t(*s.context, s.opt.acked ? zmq::socket_type::router : zmq_socket_type(s.kind));
+    if (s.opt.acked) {
+        std::random_device rd;
+        const std::uint64_t id = (std::uint64_t{rd()} << 32) ^ rd();
+        s.socket.set(zmq::sockopt::routing_id, zmq::const_buffer(&id, sizeof id));
+        s.socket.set(zmq::sockopt::router_mandatory, 1);
+        s.socket.set(zmq::sockopt::router_handover, 1);
+    }
     s.socket.set(zmq::sockopt::sndhwm, s.opt.send_hwm);
     s.socket.set(zmq::sockopt::linger, detail::can_send(s.kind) ? to_ms(s.opt.linger) : 0);
     if (s.opt.recv_timeout) s.socket.set(zmq::sockopt::rcvtimeo, to_ms(*s.opt.recv_timeout));
@@ -271,12 +304,28 @@ connection::connection(std::shared_ptr<zmq::context_t> context, std::span<const 
         s.curve = detail::watch_curve(*s.context, s.socket, *s.opt.curve, s.serves_curve);
     }
     s.open_endpoints(std::move(eps));
+    if (s.opt.acked) {
+        if (s.opt.name.empty()) s.opt.name = s.numbering ? s.numbering->producer : detail::made_up_producer_name();
+        detail::delivery_options d;
+        d.role = s.kind == socket_kind::push ? detail::peer_role::producer : detail::peer_role::consumer;
+        d.name = s.numbering ? s.numbering->producer : s.opt.name;
+        d.incarnation = s.numbering ? s.numbering->incarnation : std::random_device{}();
+        d.credit = std::max<std::size_t>(s.opt.credit, 1);
+        d.ack = s.opt.ack;
+        d.heartbeat = s.opt.ack_heartbeat;
+        d.decode = s.opt.decode;
+        d.connected = s.connected;
+        s.delivery = detail::delivery::start(*s.context, s.socket, *s.link, std::move(d));
+    }
 }
 
 void connection::add(std::string_view url) { add(std::vector<std::string>{std::string(url)}); }
 
 void connection::add(std::span<const std::string> urls) {
     s_->check_open("add endpoints");
+    if (s_->delivery)
+        throw error(errc::bad_argument, "an acked connection's thread runs its socket: give every endpoint when "
+                                        "it is opened");
     s_->open_endpoints(parse_urls(urls, {.kind = s_->opt.kind, .bind = s_->opt.bind}));
 }
 
@@ -314,7 +363,9 @@ connection& connection::operator=(connection&& o) noexcept {
     return *this;
 }
 connection::~connection() {
-    if (s_) s_->link->close(s_->opt.linger);
+    if (!s_) return;
+    s_->stop_delivery();
+    s_->link->close(s_->opt.linger);
 }
 
 const statistics& connection::stats() const noexcept { return s_->stats; }
@@ -350,7 +401,8 @@ bool connection::impl::send(tensor_span tensors, std::span<const zmq::const_buff
         numbering->sent_ns = detail::realtime_ns();
         so.position = &*numbering;
     }
-    const bool sent = socket_call("send", [&] { return link->send(socket, tensors, so, opt.send_timeout); });
+    const bool sent = delivery ? delivery->send(tensors, *numbering, opt.send_timeout)
+                               : socket_call("send", [&] { return link->send(socket, tensors, so, opt.send_timeout); });
     if (sent) {
         std::uint64_t bytes = 0;
         for (std::size_t i = 0; i < tensors.size(); ++i) bytes += tensors[i].data.size();
@@ -377,7 +429,10 @@ bool connection::impl::send_mark(stream_position::mark m) {
     const zmq::const_buffer topic(opt.topic.data(), opt.topic.size());
     if (kind == socket_kind::pub && has_topic(opt, kind)) so.envelope = {&topic, 1};
     so.position = &end;
-    if (!socket_call("send", [&] { return link->send(socket, {}, so, opt.send_timeout); })) return false;
+    if (delivery)
+        delivery->mark(end);
+    else if (!socket_call("send", [&] { return link->send(socket, {}, so, opt.send_timeout); }))
+        return false;
     ++numbering->epoch;
     numbering->seq = 0;
     return true;
@@ -426,6 +481,15 @@ void connection::load_state(const stream_state& st) {
     s_->ready = std::move(ready);
     s_->consumer_epoch = st.epoch;
     s_->stream_ended = false;
+    if (s_->delivery) s_->delivery->seed(st);
+}
+
+std::vector<consumer_info> connection::consumers() const {
+    return s_ && s_->delivery ? s_->delivery->consumers() : std::vector<consumer_info>{};
+}
+
+delivery_counters connection::delivery_stats() const {
+    return s_ && s_->delivery ? s_->delivery->counters() : delivery_counters{};
 }
 
 bool connection::send(tensor_span tensors) {
@@ -517,33 +581,70 @@ std::optional<message> connection::impl::next(zmq::recv_flags flags) {
             }
         }
         if (stream_ended) return std::nullopt;
-        std::optional<message> m;
+        std::optional<detail::tracked> t;
         const auto tick = tracker ? tracker->deadline() : clock::time_point::max();
-        if (waits && tick != clock::time_point::max()) {
+        const auto tick_now = [&] {
+            std::vector<detail::stream_event> out;
+            tracker->tick(clock::now(), out);
+            for (detail::stream_event& x : out) ready.push_back(std::move(x));
+        };
+        if (delivery) {
+            check_open("receive");
+            std::optional<std::chrono::milliseconds> wait = std::chrono::milliseconds(0);
+            if (waits && std::min(until, tick) != clock::time_point::max())
+                wait = std::max(std::chrono::milliseconds(0), std::chrono::ceil<std::chrono::milliseconds>(
+                                                                  std::min(until, tick) - clock::now()));
+            else if (waits)
+                wait.reset();
+            t = delivery->receive(wait);
+            if (!t) {
+                if (!waits || clock::now() >= until) return std::nullopt;
+                tick_now();
+                continue;
+            }
+        } else if (waits && tick != clock::time_point::max()) {
             check_open("receive");
             const bool came = socket_call("receive", [&] { return readable_before(socket, std::min(until, tick)); });
             if (!came) {
                 if (clock::now() >= until) return std::nullopt;
-                std::vector<detail::stream_event> out;
-                tracker->tick(clock::now(), out);
-                for (detail::stream_event& x : out) ready.push_back(std::move(x));
+                tick_now();
                 continue;
             }
-            m = receive(zmq::recv_flags::dontwait);
+            std::optional<message> m = receive(zmq::recv_flags::dontwait);
             if (!m) continue;
+            t = tracked_of(std::move(*m));
         } else {
-            m = receive(flags);
+            std::optional<message> m = receive(flags);
             if (!m) return std::nullopt;
+            if (!m->position) return m;  // unnumbered: as it came (perf: no detour)
+            t = tracked_of(std::move(*m));
         }
-        if (!m->position) return m;  // unnumbered: as it came
+        if (!t->position) return message_of(std::move(*t));
         std::vector<detail::stream_event> out;
-        streams().add(tracked_of(std::move(*m)), clock::now(), out);
+        streams().add(std::move(*t), clock::now(), out);
         for (detail::stream_event& x : out) ready.push_back(std::move(x));
     }
 }
 
-std::optional<message> detail::connection_access::receive(connection& c, zmq::recv_flags flags) {
-    return c.s_->receive(flags);
+std::optional<detail::tracked> connection::impl::receive_tracked(zmq::recv_flags flags) {
+    if (!delivery) {
+        std::optional<message> m = receive(flags);
+        if (!m) return std::nullopt;
+        return tracked_of(std::move(*m));
+    }
+    check_open("receive");
+    std::optional<detail::tracked> t =
+        delivery->receive(flags == zmq::recv_flags::dontwait ? std::optional(std::chrono::milliseconds(0)) : opt.recv_timeout);
+    if (t) stats.add(t->bytes);
+    return t;
+}
+
+std::optional<detail::tracked> detail::connection_access::receive(connection& c, zmq::recv_flags flags) {
+    return c.s_->receive_tracked(flags);
+}
+
+void detail::connection_access::seed(connection& c, const stream_state& s) {
+    if (c.s_->delivery) c.s_->delivery->seed(s);
 }
 
 // The next message for this receiver. Messages of longer topics that
@@ -597,6 +698,7 @@ std::optional<message> connection::impl::receive(zmq::recv_flags flags) {
 
 void connection::close() {
     if (!s_) return;
+    s_->stop_delivery();
     s_->link->close(s_->opt.linger);
     if (s_->socket) s_->socket.close();
 }

@@ -20,6 +20,19 @@ public:
     bool receive(zmq::socket_ref socket, const recv_options& ro, message& into) override {
         return zrecv(socket, into, ro);
     }
+    std::optional<std::vector<tensor>> decode(std::vector<zmq::message_t>& body, const decode_options& opt) override {
+        // Each frame kept alive by its own keeper, as zrecv's are.
+        std::vector<buffer> frames;
+        frames.reserve(body.size());
+        for (zmq::message_t& f : body) {
+            auto kept = std::make_shared<zmq::message_t>(std::move(f));
+            frames.push_back(buffer::share(kept, {kept->data<std::byte>(), kept->size()}, false));
+        }
+        std::vector<tensor> out = frames.size() == 1 ? decode_buffer(frames[0], opt) : decode_list(frames, opt);
+        for (tensor& t : out)
+            if (!t.data().aligned_to(itemsize(t.dtype()))) t = t.aligned();
+        return out;
+    }
 
 private:
     bool multipart_;
@@ -49,6 +62,9 @@ public:
             into.single = false;
             return true;
         }
+    }
+    std::optional<std::vector<tensor>> decode(std::vector<zmq::message_t>& body, const decode_options& opt) override {
+        return shm_receive(*receiver_, body, opt);
     }
     void close(std::chrono::milliseconds linger) override {
         if (sender_) shm_close(*sender_, linger);

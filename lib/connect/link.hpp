@@ -10,6 +10,7 @@
 #include <chrono>
 #include <memory>
 #include <optional>
+#include <vector>
 
 namespace tenbin::detail {
 
@@ -25,6 +26,10 @@ public:
     // came; a message that turned out to have nothing for this receiver (a
     // +shm message its sender already gave up) is passed over.
     virtual bool receive(zmq::socket_ref socket, const recv_options& ro, message& into) = 0;
+    // The tensors of a message's body frames (envelope and position frame
+    // already taken off, as zrecv_frames leaves them); nothing when there
+    // is nothing for this receiver (as receive()).
+    virtual std::optional<std::vector<tensor>> decode(std::vector<zmq::message_t>& body, const decode_options& opt) = 0;
     // Waits at most `linger` for receivers to take what was sent.
     virtual void close(std::chrono::milliseconds /*linger*/) {}
     // Tensors this link sends without a copy; null when it has none.

@@ -59,6 +59,7 @@ struct loader::shared {
     std::atomic<std::uint64_t> refused{0};  // CURVE handshakes refused (counted on a monitor thread)
     std::atomic<bool> stop = false;  // close() was called (set under the mutex; read without it to leave the loop)
     bool finished = false;           // the thread has ended
+    connection* conn = nullptr;      // the thread's, while it runs (acked: seeded by load_state)
     // Streams: what is given when (fed under the mutex), and the consumer's side.
     std::optional<detail::stream_tracker> tracker;
     std::uint64_t consumer_epoch = 0;
@@ -104,7 +105,7 @@ struct loader::shared {
 // came (a skipped malformed message counts as something).
 template <class Receive>
 bool loader::shared::receive_into(std::vector<arrival>& got, Receive&& receive) {
-    std::optional<message> batch;
+    std::optional<detail::tracked> batch;
     // The exception leaves its handler before it is queued: this thread's
     // reference to it is dropped before the consumer can take it (through
     // the mutex), so the consumer frees it. Queueing from inside the
@@ -144,8 +145,8 @@ bool loader::shared::receive_into(std::vector<arrival>& got, Receive&& receive) 
         }
     }
     arrival& a = got.emplace_back();
-    a.bytes = data_bytes(batch->tensors);
-    a.what = detail::tracked{std::move(batch->tensors), std::move(batch->position), a.bytes, nullptr};
+    a.bytes = batch->bytes = data_bytes(batch->tensors);
+    a.what = std::move(*batch);
     return true;
 }
 
@@ -178,7 +179,7 @@ void loader::shared::push(arrival& a) {
             queue.push_back(detail::stream_event{detail::stream_event::kind::message, std::move(m), 0});
             queued_bytes += a.bytes;
         } else {
-            if (!tracker) tracker.emplace(opt.connection.streams, opt.queue_messages, opt.queue_bytes);
+            if (!tracker) tracker.emplace(opt.connection.streams, opt.queue_messages, opt.queue_bytes, !opt.connection.acked);
             std::vector<detail::stream_event> events;
             tracker->add(std::move(m), std::chrono::steady_clock::now(), events);
             push_events(events);
@@ -215,7 +216,7 @@ std::optional<std::vector<tensor>> loader::shared::take() {
     switch (e.what) {
     case detail::stream_event::kind::message:
         queued_bytes -= e.message.bytes;
-        return std::move(e.message.tensors);
+        return std::move(e.message.tensors);  // its ack token (ack_mode::on_take) goes with the event
     case detail::stream_event::kind::epoch_end: {
         ++consumer_epoch;
         epoch_ended = true;
@@ -262,6 +263,7 @@ void loader::shared::run() {
         std::lock_guard lock(mutex);
         endpoints = conn->endpoints();
         started = true;
+        this->conn = &*conn;
         changed.notify_all();
     }
     // One message waited for, then those already waiting while the queue
@@ -299,6 +301,7 @@ void loader::shared::run() {
         fatal = std::current_exception();
     }
     std::lock_guard lock(mutex);
+    this->conn = nullptr;
     // Fatal: the socket failed. Raised once in the consumer, after every
     // batch received before it, those still in hand included (no more
     // than the room they were taken for); queued outside the handler, as
@@ -400,7 +403,8 @@ stream_state loader::state() const {
 void loader::load_state(const stream_state& st) {
     shared& s = *s_;
     std::lock_guard lock(s.mutex);
-    if (!s.tracker) s.tracker.emplace(s.opt.connection.streams, s.opt.queue_messages, s.opt.queue_bytes);
+    if (!s.tracker)
+        s.tracker.emplace(s.opt.connection.streams, s.opt.queue_messages, s.opt.queue_bytes, !s.opt.connection.acked);
     // Queued batches the state has are duplicates now, and so are the ends
     // of epochs before its own.
     std::deque<shared::item> kept;
@@ -422,6 +426,7 @@ void loader::load_state(const stream_state& st) {
     s.push_events(events);
     s.consumer_epoch = st.epoch;
     s.stream_ended = false;
+    if (s.conn) detail::connection_access::seed(*s.conn, st);
     s.drained.notify_one();
 }
 

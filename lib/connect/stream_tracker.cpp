@@ -6,8 +6,8 @@
 
 namespace tenbin::detail {
 
-stream_tracker::stream_tracker(stream_options opt, std::size_t hold_messages, std::uint64_t hold_bytes)
-    : opt_(opt), hold_messages_limit_(hold_messages), hold_bytes_limit_(hold_bytes) {
+stream_tracker::stream_tracker(stream_options opt, std::size_t hold_messages, std::uint64_t hold_bytes, bool count_gaps)
+    : opt_(opt), count_gaps_(count_gaps), hold_messages_limit_(hold_messages), hold_bytes_limit_(hold_bytes) {
     if (opt_.world_size == 0 || opt_.rank >= opt_.world_size)
         throw error(errc::bad_argument, "rank " + std::to_string(opt_.rank) + " of a world of " +
                                             std::to_string(opt_.world_size) + ": a rank is 0 to world_size - 1");
@@ -80,7 +80,7 @@ void stream_tracker::batch(producer& p, tracked m, std::vector<stream_event>& ou
 
 void stream_tracker::leave_epoch(producer& p, std::optional<std::uint64_t> count, std::vector<stream_event>& out) {
     const std::uint64_t sent = count ? std::max(*count, p.top) : p.top;
-    counters_.gaps += sent > p.received ? sent - p.received : 0;
+    if (count_gaps_) counters_.gaps += sent > p.received ? sent - p.received : 0;
     const std::size_t w = opt_.world_size;
     if (w > 1) {
         if (opt_.drop_last) {

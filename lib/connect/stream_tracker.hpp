@@ -30,6 +30,9 @@ struct tracked {
     // Its envelope, when it had one (a topic frame): shared, since a batch
     // given twice (padding) is copied.
     std::shared_ptr<std::vector<zmq::message_t>> envelope{};
+    // Acked delivery: acknowledges the batch when dropped (ack_mode::on_take:
+    // dropped as the user takes the batch, or as it is dropped unseen).
+    std::shared_ptr<const void> ack{};
 };
 
 // What the tracker gives: a message, or the end of the consumer's epoch.
@@ -47,7 +50,9 @@ public:
     // Batches of later epochs kept back: at most `hold_messages` and
     // `hold_bytes`; past them the current epoch ends without the producers
     // it still waits for (counted as timed out).
-    stream_tracker(stream_options opt, std::size_t hold_messages, std::uint64_t hold_bytes);
+    // `count_gaps` false: the stream is shared among consumers (acked
+    // delivery), so what one does not get is no gap.
+    stream_tracker(stream_options opt, std::size_t hold_messages, std::uint64_t hold_bytes, bool count_gaps = true);
 
     // Takes one received message at `now`; appends what is ready to `out`.
     void add(tracked m, clock::time_point now, std::vector<stream_event>& out);
@@ -112,6 +117,7 @@ private:
     void try_close(clock::time_point now, bool forced, std::vector<stream_event>& out);
 
     stream_options opt_;
+    bool count_gaps_;
     std::size_t hold_messages_limit_;
     std::uint64_t hold_bytes_limit_;
     std::uint64_t epoch_ = 0;

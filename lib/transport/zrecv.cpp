@@ -249,8 +249,9 @@ std::size_t envelope_size(const incoming_list& frames, const envelope_spec& spec
     case envelope_spec::kind::router:
         // [identity, "", body...] from REQ; [identity, body...] from DEALER.
         // A tenbin header is never empty, but an empty list's single-part
-        // frame is: a final empty frame is the body.
-        return n > 2 && frames[1].size() == 0 ? 2 : 1;
+        // frame is: a final empty frame is the body, and so is one followed
+        // only by its position frame.
+        return n > 2 && frames[1].size() == 0 && !(n == 3 && is_position_frame(frames[2].bytes())) ? 2 : 1;
     case envelope_spec::kind::delimited:
         for (std::size_t i = 0; i < n; ++i)
             if (frames[i].size() == 0) return i + 1;

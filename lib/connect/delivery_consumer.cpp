@@ -1,0 +1,262 @@
+// The consumer's delivery thread (see delivery.hpp).
+#include "connect/delivery_engine.hpp"
+
+#include <algorithm>
+#include <deque>
+
+#include <unistd.h>
+
+namespace tenbin::detail {
+
+namespace {
+
+// Where ack tokens put what they acknowledge: the thread sends it on its
+// next turn, woken by the token. Outlives the thread (a tensor the user
+// keeps may drop its token after the connection closed).
+struct ack_sink {
+    std::mutex mutex;
+    bool open = true;
+    int wake_fd = -1;
+    struct entry {
+        std::string rid, producer;
+        batch_id id;
+    };
+    std::vector<entry> pending;
+};
+
+// Acknowledges its batch when the last holder drops it.
+struct ack_token {
+    std::shared_ptr<ack_sink> sink;
+    ack_sink::entry what;
+    ~ack_token() {
+        std::lock_guard lock(sink->mutex);
+        if (!sink->open) return;
+        sink->pending.push_back(std::move(what));
+        const std::uint64_t one = 1;
+        [[maybe_unused]] const ssize_t r = ::write(sink->wake_fd, &one, sizeof one);
+    }
+};
+
+// `t` with its bytes kept by `token` too: dropping the last tensor (or
+// copy) of the batch acknowledges it.
+tensor keep_with(const tensor& t, const std::shared_ptr<const void>& token) {
+    const buffer& b = t.data();
+    auto both = std::make_shared<std::pair<std::shared_ptr<const void>, buffer::keeper_type>>(token, b.keeper());
+    buffer kept = buffer::share(std::move(both), {const_cast<std::byte*>(b.data()), b.size()}, false);
+    return tensor(t.dtype(), shape_t(t.shape().begin(), t.shape().end()), std::move(kept), t.info());
+}
+
+class consumer_engine final : public delivery_engine {
+public:
+    consumer_engine(zmq::context_t& context, zmq::socket_ref socket, link& l, delivery_options opt)
+        : delivery_engine(context, socket, l, std::move(opt)), sink_(std::make_shared<ack_sink>()) {
+        sink_->wake_fd = wake_fd();
+        for (const std::string& rid : opt_.connected) producers_[rid].ours = true;
+        begin();
+    }
+    ~consumer_engine() override {
+        stop(std::chrono::milliseconds(0));
+        std::lock_guard lock(sink_->mutex);
+        sink_->open = false;  // the wake-up descriptor goes with the engine
+    }
+
+    bool send(tensor_span, const stream_position&, std::optional<std::chrono::milliseconds>) override {
+        throw error(errc::bad_argument, "an acked consumer does not send");
+    }
+    void mark(const stream_position&) override { throw error(errc::bad_argument, "an acked consumer does not send"); }
+
+    std::optional<tracked> receive(std::optional<std::chrono::milliseconds> timeout) override {
+        std::unique_lock lock(mutex_);
+        const auto ready = [&] { return !outbox_.empty() || ended_; };
+        if (timeout) {
+            if (!changed_.wait_for(lock, *timeout, ready)) return std::nullopt;
+        } else {
+            changed_.wait(lock, ready);
+        }
+        if (outbox_.empty()) throw error(errc::closed, "cannot receive: the connection is closing");
+        tracked t = std::move(outbox_.front());
+        outbox_.pop_front();
+        return t;
+    }
+
+    void seed(const stream_state& taken) override {
+        std::lock_guard lock(mutex_);
+        for (const auto& [name, p] : taken.producers) done_[name].add(p);
+    }
+
+    std::vector<consumer_info> consumers() const override { return {}; }
+    delivery_counters counters() const override {
+        std::lock_guard lock(mutex_);
+        return counters_;
+    }
+
+private:
+    struct producer : peer_base {
+        bool ours = false;  // this end connected to it: it waits for our hello
+        bool lost = false;  // counted lost since last heard
+        clock::time_point asked{};  // our last hello
+    };
+
+    control hello_with_positions(bool answer) const {
+        control c = hello(answer);
+        for (const auto& [name, set] : done_) {
+            if (c.taken.size() == max_reported_producers) break;
+            c.taken[name] = set.report();
+        }
+        return c;
+    }
+
+    void on_control(const std::string& rid, control c, clock::time_point now) override {
+        auto it = producers_.find(rid);
+        switch (c.type) {
+        case control_type::hello: {
+            if (c.role != peer_role::producer) {
+                ++counters_.bad_messages;
+                return;
+            }
+            producer& p = producers_[rid];
+            p.incarnation = c.incarnation;
+            p.name = c.name;
+            p.heard = now;
+            p.answered = true;
+            p.lost = false;
+            if (c.answer) {
+                send_control(rid, hello_with_positions(false));
+                p.sent = now;
+            }
+            return;
+        }
+        case control_type::heartbeat:
+            if (it == producers_.end() || !it->second.answered) {
+                send_control(rid, hello_with_positions(true));  // a producer that does not know us
+                return;
+            }
+            it->second.heard = now;
+            if (c.epochs_done > 0 && !it->second.name.empty()) done_[it->second.name].add_epochs_before(c.epochs_done);
+            return;
+        case control_type::bye:
+            if (it == producers_.end()) return;
+            if (it->second.ours) {
+                it->second.answered = false;  // it may come back: say hello again
+            } else {
+                producers_.erase(it);
+            }
+            ++counters_.producers_lost;
+            return;
+        case control_type::ack: ++counters_.bad_messages; return;
+        }
+    }
+
+    void on_data(const std::string& rid, message&& m, std::vector<zmq::message_t>& body,
+                 clock::time_point now) override {
+        if (auto it = producers_.find(rid); it != producers_.end()) it->second.heard = now;
+        if (!m.position) {
+            ++counters_.bad_messages;  // acked producers number their batches
+            return;
+        }
+        const stream_position& pos = *m.position;
+        tracked t;
+        try {
+            std::optional<std::vector<tensor>> tensors = link_.decode(body, opt_.decode);
+            if (!tensors) return;  // given up by its sender before we claimed it: it comes again
+            t.tensors = std::move(*tensors);
+        } catch (const error&) {
+            ++counters_.bad_messages;
+            acknowledge({rid, pos.producer, {pos.epoch, pos.seq}});  // it would only come back bad
+            return;
+        }
+        if (pos.kind == stream_position::mark::batch) {
+            auto token = std::make_shared<const ack_token>(ack_token{sink_, {rid, pos.producer, {pos.epoch, pos.seq}}});
+            if (opt_.ack == ack_mode::on_release) {
+                for (tensor& x : t.tensors) x = keep_with(x, token);
+                // An empty batch has no tensor to hold its token.
+                if (t.tensors.empty()) t.ack = token;
+            } else {
+                t.ack = token;
+            }
+        }
+        for (const tensor& x : t.tensors) t.bytes += x.nbytes();
+        t.position = std::move(m.position);
+        outbox_.push_back(std::move(t));
+    }
+
+    void acknowledge(ack_sink::entry e) {
+        std::lock_guard lock(sink_->mutex);
+        sink_->pending.push_back(std::move(e));
+    }
+
+    void turn(clock::time_point now, bool) override {
+        send_acks();
+        const auto dead_after = 3 * opt_.heartbeat;
+        const auto retry = std::min<std::chrono::milliseconds>(opt_.heartbeat, std::chrono::milliseconds(100));
+        for (auto& [rid, p] : producers_) {
+            const bool silent = p.answered && now - p.heard > dead_after;
+            if (silent && !p.lost) {
+                ++counters_.producers_lost;
+                p.lost = true;
+                p.answered = false;
+            }
+            if (!p.answered) {
+                // Until it answers: a producer not up yet, or up again.
+                if (p.ours && now - p.asked >= retry) {
+                    send_control(rid, hello_with_positions(true));
+                    p.asked = p.sent = now;
+                }
+                continue;
+            }
+            if (now - p.sent >= opt_.heartbeat) {
+                control c;
+                c.type = control_type::heartbeat;
+                c.incarnation = opt_.incarnation;
+                send_control(rid, c);
+                p.sent = now;
+            }
+        }
+    }
+
+    void send_acks() {
+        std::vector<ack_sink::entry> acks;
+        {
+            std::lock_guard lock(sink_->mutex);
+            acks.swap(sink_->pending);
+        }
+        std::map<std::string, control> by_producer;
+        for (ack_sink::entry& e : acks) {
+            done_[e.producer].add(e.id);
+            control& c = by_producer[e.rid];
+            c.type = control_type::ack;
+            c.acks.push_back(e.id);
+            if (c.acks.size() == max_control_acks) {
+                send_control(e.rid, c);  // a producer gone redelivers: the batch is dropped as a duplicate then
+                c.acks.clear();
+            }
+        }
+        for (auto& [rid, c] : by_producer)
+            if (!c.acks.empty()) send_control(rid, c);
+    }
+
+    void leave() override {
+        send_acks();
+        control bye;
+        bye.type = control_type::bye;
+        for (const auto& [rid, p] : producers_)
+            if (p.answered) send_control(rid, bye);
+        // What was received and not taken goes back with the goodbye: no ack for it.
+        std::lock_guard lock(sink_->mutex);
+        sink_->open = false;
+    }
+
+    std::shared_ptr<ack_sink> sink_;
+    std::map<std::string, producer> producers_;  // by routing id
+    std::deque<tracked> outbox_;
+    std::map<std::string, position_set> done_;   // by producer name: what this consumer has
+};
+
+}  // namespace
+
+std::unique_ptr<delivery> make_delivery_consumer(zmq::context_t& context, zmq::socket_ref socket, link& l,
+                                                 delivery_options opt) {
+    return std::make_unique<consumer_engine>(context, socket, l, std::move(opt));
+}
+
+}  // namespace tenbin::detail

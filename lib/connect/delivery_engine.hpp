@@ -1,0 +1,101 @@
+// What the producer's and the consumer's delivery threads share: the
+// thread, its wake-ups, the ROUTER socket's peers, heartbeats and the
+// socket monitor that tells of a dropped connection.
+#pragma once
+
+#include "connect/delivery.hpp"
+
+#include <atomic>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+
+namespace tenbin::detail {
+
+// Batch ids of one producer that are done, compactly: per epoch every seq
+// below `next`, and those in `above`; every epoch below `before`.
+class position_set {
+public:
+    bool contains(batch_id id) const;
+    void add(batch_id id);
+    // Every batch of epochs before `epoch`.
+    void add_epochs_before(std::uint64_t epoch);
+    // What a consumer reports (its producer_state of this producer).
+    void add(const producer_state& p);
+    // The report of it: the epochs before as `epoch`, the latest epoch's batches as next/taken.
+    producer_state report() const;
+
+private:
+    std::uint64_t before_ = 0;
+    std::map<std::uint64_t, std::pair<std::uint64_t, std::set<std::uint64_t>>> epochs_;
+};
+
+class delivery_engine : public delivery {
+public:
+    delivery_engine(zmq::context_t& context, zmq::socket_ref socket, link& l, delivery_options opt);
+    ~delivery_engine() override;
+
+    void stop(std::chrono::milliseconds linger) override;
+
+protected:
+    using clock = std::chrono::steady_clock;
+
+    // Derived classes call stop() in their destructors: the thread calls
+    // their overrides until it ends.
+
+    // A peer as the ROUTER knows it (its routing id is the key).
+    struct peer_base {
+        std::string name;
+        std::uint64_t incarnation = 0;
+        clock::time_point heard{}, sent{};
+        std::chrono::system_clock::time_point since{};
+        bool answered = false;  // it said hello
+    };
+
+    void begin();  // starts the thread (the derived object made)
+    void wake() noexcept;
+    int wake_fd() const noexcept { return wake_fd_; }
+    // Sends control `c` to `rid`; false when the ROUTER has no such peer
+    // (gone) or it would block. The caller holds the mutex.
+    bool send_control(const std::string& rid, const control& c);
+    control hello(bool answer) const;
+
+    // Each turn of the thread, under the mutex: messages that came, then
+    // the derived engine's work; `probe` after a connection dropped.
+    virtual void on_control(const std::string& rid, control c, clock::time_point now) = 0;
+    virtual void on_data(const std::string& rid, message&& m, std::vector<zmq::message_t>& body,
+                         clock::time_point now) = 0;
+    virtual void turn(clock::time_point now, bool probe) = 0;
+    // Before the thread ends: goodbyes (under the mutex).
+    virtual void leave() = 0;
+    // Whether stopping may end the thread now (a producer waits for acks).
+    virtual bool drained() const { return true; }
+
+    zmq::socket_ref socket_;
+    link& link_;
+    delivery_options opt_;
+    mutable std::mutex mutex_;
+    std::condition_variable changed_;  // for the user's thread
+    bool stopping_ = false;
+    bool ended_ = false;  // the thread is done
+    clock::time_point stop_by_{};
+    delivery_counters counters_;
+
+private:
+    void run();
+    void receive_all(clock::time_point now);
+
+    int wake_fd_ = -1;
+    zmq::socket_t monitor_;
+    std::string monitor_address_;
+    std::thread thread_;
+};
+
+std::unique_ptr<delivery> make_delivery_producer(zmq::context_t& context, zmq::socket_ref socket, link& l,
+                                                 delivery_options opt);
+std::unique_ptr<delivery> make_delivery_consumer(zmq::context_t& context, zmq::socket_ref socket, link& l,
+                                                 delivery_options opt);
+
+}  // namespace tenbin::detail

@@ -1,0 +1,309 @@
+// The producer's delivery thread (see delivery.hpp).
+#include "connect/delivery_engine.hpp"
+
+#include <algorithm>
+#include <deque>
+
+namespace tenbin::detail {
+
+namespace {
+
+batch_id id_of(const stream_position& p) { return {p.epoch, p.seq}; }
+
+class producer_engine final : public delivery_engine {
+public:
+    producer_engine(zmq::context_t& context, zmq::socket_ref socket, link& l, delivery_options opt)
+        : delivery_engine(context, socket, l, std::move(opt)),
+          // A restarted producer first hears what its consumers have: those
+          // connected say hello (or answer ours) within two heartbeats.
+          assign_from_(clock::now() + 2 * opt_.heartbeat) {
+        begin();
+    }
+    ~producer_engine() override { stop(std::chrono::milliseconds(0)); }
+
+    bool send(tensor_span tensors, const stream_position& pos,
+              std::optional<std::chrono::milliseconds> timeout) override {
+        batch b;
+        b.position = pos;
+        // Kept until acknowledged: tensors the caller owns are shared, views copied.
+        b.tensors.reserve(tensors.size());
+        for (std::size_t i = 0; i < tensors.size(); ++i) {
+            const tensor_view v = tensors[i];
+            const buffer* owner = tensors.owner(i);
+            b.tensors.emplace_back(v.dtype, shape_t(v.shape.begin(), v.shape.end()),
+                                   owner ? *owner : buffer::copy(v.data), v.info);
+        }
+        std::unique_lock lock(mutex_);
+        const auto room = [&] { return stopping_ || inbox_.size() < inbox_bound; };
+        if (timeout) {
+            if (!changed_.wait_for(lock, *timeout, room)) return false;
+        } else {
+            changed_.wait(lock, room);
+        }
+        if (stopping_) throw error(errc::closed, "cannot send: the connection is closing");
+        inbox_.push_back(std::move(b));
+        lock.unlock();
+        wake();
+        return true;
+    }
+
+    void mark(const stream_position& end) override {
+        {
+            std::lock_guard lock(mutex_);
+            marks_.push_back(end);
+        }
+        wake();
+    }
+
+    std::optional<tracked> receive(std::optional<std::chrono::milliseconds>) override {
+        throw error(errc::bad_argument, "an acked producer does not receive");
+    }
+    void seed(const stream_state&) override {}
+
+    std::vector<consumer_info> consumers() const override {
+        std::lock_guard lock(mutex_);
+        std::vector<consumer_info> out;
+        const auto wall = std::chrono::system_clock::now();
+        const auto now = clock::now();
+        for (const auto& [rid, c] : consumers_) {
+            consumer_info i;
+            i.name = c.name;
+            i.connected_since = c.since;
+            i.last_heard = wall - std::chrono::duration_cast<std::chrono::system_clock::duration>(now - c.heard);
+            i.in_flight = c.in_flight.size();
+            i.credits = c.window > i.in_flight ? c.window - i.in_flight : 0;
+            i.acknowledged = c.acknowledged;
+            i.redelivered = c.redelivered;
+            out.push_back(std::move(i));
+        }
+        return out;
+    }
+    delivery_counters counters() const override {
+        std::lock_guard lock(mutex_);
+        return counters_;
+    }
+
+private:
+    // Batches waiting for a consumer (the user's send returns once one is
+    // here: a queue on this side, towards nobody).
+    static constexpr std::size_t inbox_bound = 16;
+
+    struct batch {
+        std::vector<tensor> tensors;
+        stream_position position;
+        bool again = false;  // given to a consumer that was lost
+    };
+    struct consumer : peer_base {
+        std::size_t window = 0;
+        std::map<batch_id, batch> in_flight;
+        std::uint64_t acknowledged = 0, redelivered = 0;
+        std::size_t free() const { return window > in_flight.size() ? window - in_flight.size() : 0; }
+    };
+
+    void on_control(const std::string& rid, control c, clock::time_point now) override {
+        auto it = consumers_.find(rid);
+        switch (c.type) {
+        case control_type::hello: {
+            if (c.role != peer_role::consumer) {
+                ++counters_.bad_messages;  // another producer, or nonsense
+                return;
+            }
+            if (it != consumers_.end() && it->second.incarnation != c.incarnation) lose(it);  // it restarted
+            it = consumers_.find(rid);
+            if (it == consumers_.end()) {
+                it = consumers_.emplace(rid, consumer{}).first;
+                it->second.since = std::chrono::system_clock::now();
+            }
+            consumer& k = it->second;
+            k.name = c.name;
+            k.incarnation = c.incarnation;
+            k.window = c.window;
+            k.heard = now;
+            k.answered = true;
+            if (const auto r = c.taken.find(opt_.name); r != c.taken.end()) done_.add(r->second);
+            if (c.answer) {
+                send_control(rid, hello(false));
+                k.sent = now;
+            }
+            if (ended_stream_) give_mark(rid, *ended_stream_);
+            return;
+        }
+        case control_type::heartbeat:
+            if (it == consumers_.end()) {
+                // A consumer of an earlier incarnation of ours: it says hello again when asked.
+                send_control(rid, hello(true));
+                return;
+            }
+            it->second.heard = now;
+            return;
+        case control_type::ack:
+            if (it == consumers_.end()) {
+                counters_.bad_acks += c.acks.size();
+                return;
+            }
+            it->second.heard = now;
+            for (const batch_id& a : c.acks) {
+                if (it->second.in_flight.erase(a) == 0) {
+                    ++counters_.bad_acks;  // never sent to it, or acknowledged before
+                    continue;
+                }
+                done_.add(a);
+                ++it->second.acknowledged;
+                ++counters_.acknowledged;
+            }
+            return;
+        case control_type::bye:
+            if (it != consumers_.end()) lose(it);
+            return;
+        }
+    }
+
+    void on_data(const std::string&, message&&, std::vector<zmq::message_t>&, clock::time_point) override {
+        ++counters_.bad_messages;  // consumers send no batches
+    }
+
+    // A consumer gone: what it held goes first to the others.
+    void lose(std::map<std::string, consumer>::iterator it) {
+        ++counters_.consumers_lost;
+        auto& held = it->second.in_flight;
+        for (auto b = held.rbegin(); b != held.rend(); ++b) {
+            b->second.again = true;
+            redeliver_.push_front(std::move(b->second));
+        }
+        consumers_.erase(it);
+    }
+
+    void turn(clock::time_point now, bool probe) override {
+        const auto dead_after = 3 * opt_.heartbeat;
+        for (auto it = consumers_.begin(); it != consumers_.end();) {
+            auto here = it++;
+            consumer& k = here->second;
+            // A dropped connection refuses the probe (ROUTER_MANDATORY).
+            const bool refused = probe && !heartbeat(here->first, k, now);
+            if (refused || now - k.heard > dead_after) lose(here);
+        }
+        assign(now);
+        give_marks();
+        for (auto& [rid, k] : consumers_)
+            if (now - k.sent >= opt_.heartbeat) heartbeat(rid, k, now);
+    }
+
+    bool heartbeat(const std::string& rid, consumer& k, clock::time_point now) {
+        control c;
+        c.type = control_type::heartbeat;
+        c.incarnation = opt_.incarnation;
+        c.epochs_done = epochs_done_;
+        k.sent = now;
+        return send_control(rid, c);
+    }
+
+    // Batches to consumers with credit, the lost ones' first.
+    void assign(clock::time_point now) {
+        if (now < assign_from_) return;
+        for (;;) {
+            std::deque<batch>& from = !redeliver_.empty() ? redeliver_ : inbox_;
+            if (from.empty()) return;
+            batch& b = from.front();
+            if (done_.contains(id_of(b.position))) {
+                ++counters_.skipped;
+                from.pop_front();
+                continue;
+            }
+            auto best = consumers_.end();
+            for (auto it = consumers_.begin(); it != consumers_.end(); ++it)
+                if (it->second.answered && it->second.free() > 0 &&
+                    (best == consumers_.end() || it->second.free() > best->second.free()))
+                    best = it;
+            if (best == consumers_.end()) return;  // nobody asks now
+            if (!give(best->first, b.tensors, b.position)) {
+                // Full towards it (its ZeroMQ queue): try it again next turn.
+                return;
+            }
+            ++counters_.sent;
+            if (b.again) {
+                ++counters_.redelivered;
+                ++best->second.redelivered;
+            }
+            const batch_id id = id_of(b.position);
+            best->second.in_flight.emplace(id, std::move(b));
+            from.pop_front();
+            changed_.notify_all();  // room in the inbox
+        }
+    }
+
+    bool give(const std::string& rid, const std::vector<tensor>& tensors, const stream_position& pos) {
+        const zmq::const_buffer to(rid.data(), rid.size());
+        send_options so;
+        so.flags = zmq::send_flags::dontwait;
+        so.envelope = {&to, 1};
+        so.position = &pos;
+        try {
+            return link_.send(socket_, tensors, so, std::chrono::milliseconds(0));
+        } catch (const zmq::error_t& e) {
+            if (e.num() == EHOSTUNREACH) return false;  // gone: its probe or silence tells
+            throw;
+        }
+    }
+
+    void give_mark(const std::string& rid, const stream_position& m) { give(rid, {}, m); }
+
+    // Whether a batch of `epoch` or one before is still to be sent (`sent`:
+    // or to be acknowledged).
+    bool open(std::uint64_t epoch, bool sent) const {
+        const auto of = [epoch](const batch& b) { return b.position.epoch <= epoch; };
+        if (std::any_of(inbox_.begin(), inbox_.end(), of) || std::any_of(redeliver_.begin(), redeliver_.end(), of))
+            return true;
+        if (!sent) return false;
+        for (const auto& [rid, k] : consumers_)
+            for (const auto& [id, b] : k.in_flight)
+                if (id.epoch <= epoch) return true;
+        return false;
+    }
+
+    // An end mark goes to every consumer once its epoch's batches were all
+    // handed out, after them (ZeroMQ keeps each consumer's order); one
+    // redelivered later comes late. Heartbeats tell consumers which epochs
+    // are acknowledged whole.
+    void give_marks() {
+        while (!marks_.empty() && !open(marks_.front().epoch, false)) {
+            for (const auto& [rid, k] : consumers_) give_mark(rid, marks_.front());
+            if (marks_.front().kind == stream_position::mark::stream_end) ended_stream_ = marks_.front();
+            given_.push_back(marks_.front().epoch);
+            marks_.pop_front();
+        }
+        while (!given_.empty() && !open(given_.front(), true)) {
+            epochs_done_ = given_.front() + 1;
+            done_.add_epochs_before(epochs_done_);
+            given_.pop_front();
+        }
+    }
+
+    bool drained() const override {
+        if (!inbox_.empty() || !redeliver_.empty() || !marks_.empty()) return false;
+        return std::all_of(consumers_.begin(), consumers_.end(), [](const auto& k) { return k.second.in_flight.empty(); });
+    }
+
+    void leave() override {
+        control bye;
+        bye.type = control_type::bye;
+        for (const auto& [rid, k] : consumers_) send_control(rid, bye);
+    }
+
+    std::map<std::string, consumer> consumers_;  // by routing id
+    std::deque<batch> inbox_, redeliver_;
+    std::deque<stream_position> marks_;
+    std::deque<std::uint64_t> given_;  // epochs whose end mark went, not all acknowledged yet
+    std::uint64_t epochs_done_ = 0;    // every batch of the epochs before was acknowledged
+    std::optional<stream_position> ended_stream_;  // told to consumers that come later
+    position_set done_;  // acknowledged, or reported by consumers
+    clock::time_point assign_from_;
+};
+
+}  // namespace
+
+std::unique_ptr<delivery> make_delivery_producer(zmq::context_t& context, zmq::socket_ref socket, link& l,
+                                                 delivery_options opt) {
+    return std::make_unique<producer_engine>(context, socket, l, std::move(opt));
+}
+
+}  // namespace tenbin::detail
