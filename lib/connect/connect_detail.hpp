@@ -49,6 +49,8 @@ struct connection_access {
     static std::optional<tracked> receive(connection& c, zmq::recv_flags flags);
     // Acked consumers: what a resumed consumer has, for its producers (thread-safe).
     static void seed(connection& c, const stream_state& s);
+    // Acked consumers: see delivery::flush_acks (thread-safe).
+    static void flush_acks(connection& c);
 };
 
 inline bool can_send(socket_kind k) noexcept { return k != socket_kind::pull && k != socket_kind::sub; }

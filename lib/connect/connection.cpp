@@ -559,6 +559,8 @@ message message_of(detail::tracked&& t) {
 // producer) bounds every wait while it has one.
 std::optional<message> connection::impl::next(zmq::recv_flags flags) {
     epoch_ended = false;
+    // The batches the caller let go are acknowledged before it gets another.
+    if (delivery) delivery->flush_acks();
     using clock = std::chrono::steady_clock;
     const bool waits = flags == zmq::recv_flags::none;
     const auto until = waits && opt.recv_timeout ? detail::deadline_after(*opt.recv_timeout) : clock::time_point::max();
@@ -645,6 +647,10 @@ std::optional<detail::tracked> detail::connection_access::receive(connection& c,
 
 void detail::connection_access::seed(connection& c, const stream_state& s) {
     if (c.s_->delivery) c.s_->delivery->seed(s);
+}
+
+void detail::connection_access::flush_acks(connection& c) {
+    if (c.s_->delivery) c.s_->delivery->flush_acks();
 }
 
 // The next message for this receiver. Messages of longer topics that

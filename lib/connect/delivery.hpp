@@ -65,6 +65,10 @@ public:
     virtual std::optional<tracked> receive(std::optional<std::chrono::milliseconds> timeout) = 0;
     // Consumer: positions it has from before (a restart), told to producers.
     virtual void seed(const stream_state& taken) = 0;
+    // Consumer: returns once the acknowledgements made so far were handed
+    // to ZeroMQ (a consumer killed while it works on the next batch has
+    // told of the ones before).
+    virtual void flush_acks() {}
 
     // Producer: waits at most `linger` for acknowledgements; then both
     // ends say goodbye and the thread ends.

@@ -22,16 +22,21 @@ struct ack_sink {
         batch_id id;
     };
     std::vector<entry> pending;
+    std::uint64_t made = 0;  // acknowledgements ever put here
 };
 
-// Acknowledges its batch when the last holder drops it.
+// Acknowledges its batch when the last holder drops it (once: not copied).
 struct ack_token {
     std::shared_ptr<ack_sink> sink;
     ack_sink::entry what;
+    ack_token(std::shared_ptr<ack_sink> s, ack_sink::entry w) : sink(std::move(s)), what(std::move(w)) {}
+    ack_token(const ack_token&) = delete;
+    ack_token& operator=(const ack_token&) = delete;
     ~ack_token() {
         std::lock_guard lock(sink->mutex);
         if (!sink->open) return;
         sink->pending.push_back(std::move(what));
+        ++sink->made;
         const std::uint64_t one = 1;
         [[maybe_unused]] const ssize_t r = ::write(sink->wake_fd, &one, sizeof one);
     }
@@ -79,6 +84,29 @@ public:
         return t;
     }
 
+    // on_release: the producers confirmed every release so far, so that a
+    // consumer killed while it works on the next batch is not sent again
+    // those it was done with. A producer that does not answer within two
+    // heartbeats (gone) is not waited for.
+    void flush_acks() override {
+        if (opt_.ack != ack_mode::on_release) return;
+        std::uint64_t target;
+        {
+            std::lock_guard lock(sink_->mutex);
+            target = sink_->made;
+        }
+        std::unique_lock lock(mutex_);
+        const auto confirmed = [&] {
+            if (ended_) return true;
+            if (acks_sent_ < target) return false;
+            return std::all_of(producers_.begin(), producers_.end(),
+                               [](const auto& p) { return !p.second.answered || p.second.confirmed >= p.second.acked; });
+        };
+        if (confirmed()) return;
+        wake();
+        changed_.wait_for(lock, 2 * opt_.heartbeat, confirmed);
+    }
+
     void seed(const stream_state& taken) override {
         std::lock_guard lock(mutex_);
         for (const auto& [name, p] : taken.producers) done_[name].add(p);
@@ -94,6 +122,7 @@ private:
     struct producer : peer_base {
         bool ours = false;  // this end connected to it: it waits for our hello
         bool lost = false;  // counted lost since last heard
+        std::uint64_t acked = 0, confirmed = 0;  // acks sent to it, and those it confirmed
         clock::time_point asked{};  // our last hello
     };
 
@@ -115,6 +144,7 @@ private:
                 return;
             }
             producer& p = producers_[rid];
+            if (p.incarnation != c.incarnation) p.acked = p.confirmed = 0;  // a new producer counts afresh
             p.incarnation = c.incarnation;
             p.name = c.name;
             p.heard = now;
@@ -143,6 +173,9 @@ private:
             }
             ++counters_.producers_lost;
             return;
+        case control_type::confirm:
+            if (it != producers_.end()) it->second.confirmed = std::max(it->second.confirmed, c.confirmed);
+            return;
         case control_type::ack: ++counters_.bad_messages; return;
         }
     }
@@ -166,7 +199,10 @@ private:
             return;
         }
         if (pos.kind == stream_position::mark::batch) {
-            auto token = std::make_shared<const ack_token>(ack_token{sink_, {rid, pos.producer, {pos.epoch, pos.seq}}});
+            // Reported as had from now on: it is this consumer's to take
+            // (a restarted producer must not give it to another meanwhile).
+            done_[pos.producer].add(batch_id{pos.epoch, pos.seq});
+            auto token = std::make_shared<const ack_token>(sink_, ack_sink::entry{rid, pos.producer, {pos.epoch, pos.seq}});
             if (opt_.ack == ack_mode::on_release) {
                 for (tensor& x : t.tensors) x = keep_with(x, token);
                 // An empty batch has no tensor to hold its token.
@@ -216,9 +252,11 @@ private:
 
     void send_acks() {
         std::vector<ack_sink::entry> acks;
+        std::uint64_t made;
         {
             std::lock_guard lock(sink_->mutex);
             acks.swap(sink_->pending);
+            made = sink_->made;
         }
         std::map<std::string, control> by_producer;
         for (ack_sink::entry& e : acks) {
@@ -227,12 +265,23 @@ private:
             c.type = control_type::ack;
             c.acks.push_back(e.id);
             if (c.acks.size() == max_control_acks) {
-                send_control(e.rid, c);  // a producer gone redelivers: the batch is dropped as a duplicate then
+                send_ack(e.rid, c);
                 c.acks.clear();
             }
         }
         for (auto& [rid, c] : by_producer)
-            if (!c.acks.empty()) send_control(rid, c);
+            if (!c.acks.empty()) send_ack(rid, c);
+        acks_sent_ = made;
+    }
+
+    // A producer gone redelivers what it did not hear of: dropped here as a duplicate then.
+    void send_ack(const std::string& rid, const control& c) {
+        if (!send_control(rid, c)) return;
+        if (auto it = producers_.find(rid); it != producers_.end()) {
+            // A new incarnation counts from what it confirms.
+            if (it->second.acked < it->second.confirmed) it->second.acked = it->second.confirmed;
+            it->second.acked += c.acks.size();
+        }
     }
 
     void leave() override {
@@ -249,6 +298,7 @@ private:
     std::shared_ptr<ack_sink> sink_;
     std::map<std::string, producer> producers_;  // by routing id
     std::deque<tracked> outbox_;
+    std::uint64_t acks_sent_ = 0;  // acknowledgements handed to ZeroMQ
     std::map<std::string, position_set> done_;   // by producer name: what this consumer has
 };
 

@@ -97,6 +97,7 @@ private:
         std::size_t window = 0;
         std::map<batch_id, batch> in_flight;
         std::uint64_t acknowledged = 0, redelivered = 0;
+        std::uint64_t acks_had = 0;  // in ack messages, bad ones too: confirmed back
         std::size_t free() const { return window > in_flight.size() ? window - in_flight.size() : 0; }
     };
 
@@ -142,6 +143,13 @@ private:
                 return;
             }
             it->second.heard = now;
+            it->second.acks_had += c.acks.size();
+            {
+                control confirm;
+                confirm.type = control_type::confirm;
+                confirm.confirmed = it->second.acks_had;
+                send_control(rid, confirm);
+            }
             for (const batch_id& a : c.acks) {
                 if (it->second.in_flight.erase(a) == 0) {
                     ++counters_.bad_acks;  // never sent to it, or acknowledged before
@@ -155,6 +163,7 @@ private:
         case control_type::bye:
             if (it != consumers_.end()) lose(it);
             return;
+        case control_type::confirm: ++counters_.bad_messages; return;
         }
     }
 

@@ -134,6 +134,7 @@ std::vector<std::byte> encode_control(const control& c) {
         }
         break;
     case control_type::bye: break;
+    case control_type::confirm: w.u64(c.confirmed); break;
     }
     return out;
 }
@@ -192,6 +193,10 @@ control decode_control(bytes_view frame) {
         break;
     }
     case static_cast<std::uint8_t>(control_type::bye): c.type = control_type::bye; break;
+    case static_cast<std::uint8_t>(control_type::confirm):
+        c.type = control_type::confirm;
+        c.confirmed = r.u64("the count confirmed");
+        break;
     default: throw error(errc::bad_header, "control message: unknown type " + std::to_string(type));
     }
     r.done();

@@ -5,7 +5,7 @@
 //   offset size
 //    0      8   "~TenAck~"
 //    8      1   version (1)
-//    9      1   type: 1 hello, 2 heartbeat, 3 ack, 4 bye
+//    9      1   type: 1 hello, 2 heartbeat, 3 ack, 4 bye, 5 confirm
 //   10      6   reserved, 0
 //   16          the type's fields:
 //
@@ -19,6 +19,8 @@
 //   ack        4 count, count x (8 epoch, 8 seq): batches of the
 //              receiving producer the consumer is done with
 //   bye        nothing: the sender leaves
+//   confirm    8 count: the acks a producer has had from the consumer so
+//              far (its answer to each ack message)
 //
 // A malformed message is a typed error (bad_header, bad_magic,
 // unsupported, limit_exceeded), never a read past its end; the counts are
@@ -42,7 +44,7 @@ inline constexpr std::size_t max_control_acks = 4096;
 inline constexpr std::size_t max_reported_producers = 1024;
 inline constexpr std::size_t max_reported_taken = 65536;
 
-enum class control_type : std::uint8_t { hello = 1, heartbeat = 2, ack = 3, bye = 4 };
+enum class control_type : std::uint8_t { hello = 1, heartbeat = 2, ack = 3, bye = 4, confirm = 5 };
 enum class peer_role : std::uint8_t { producer = 1, consumer = 2 };
 
 struct batch_id {
@@ -65,6 +67,8 @@ struct control {
     std::uint64_t epochs_done = 0;
     // ack
     std::vector<batch_id> acks;
+    // confirm
+    std::uint64_t confirmed = 0;
 };
 
 bool is_control_frame(bytes_view frame) noexcept;

@@ -81,6 +81,11 @@ struct loader::shared {
     void push_events(std::vector<detail::stream_event>& events);
     // Ends epochs whose silent producers timed out (the caller holds the mutex).
     void tick();
+    // Acked: the batches the consumer let go are acknowledged before it
+    // gets another (the caller holds the mutex, which keeps `conn` alive).
+    void flush_acks() {
+        if (conn && opt.connection.acked) detail::connection_access::flush_acks(*conn);
+    }
     // The front of the queue, or nothing when it is empty (the caller
     // holds the mutex and has waited as it wants).
     std::optional<std::vector<tensor>> take();
@@ -443,6 +448,7 @@ std::optional<std::vector<tensor>> loader::next() {
     if (const auto& t = s_->opt.connection.recv_timeout) return next(*t);
     shared& s = *s_;
     std::unique_lock lock(s.mutex);
+    s.flush_acks();
     s.changed.wait(lock, [&] { return s.ready(); });
     return s.take();  // nothing: closed or ended, and drained
 }
@@ -450,6 +456,7 @@ std::optional<std::vector<tensor>> loader::next() {
 std::optional<std::vector<tensor>> loader::next(std::chrono::milliseconds timeout) {
     shared& s = *s_;
     std::unique_lock lock(s.mutex);
+    s.flush_acks();
     // A timeout returns nothing, as connection::recv does (would-block is no error).
     if (!s.changed.wait_until(lock, detail::deadline_after(timeout), [&] { return s.ready(); })) return std::nullopt;
     return s.take();

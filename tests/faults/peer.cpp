@@ -14,6 +14,19 @@
 //        Waits D ms (default 500) for subscriptions to arrive, publishes C
 //        messages as fast as it can (a PUB drops at its high-water mark),
 //        then exits without lingering: "published C".
+//   producer URL [--count C] [--heartbeat-ms H]
+//        An acked producer named "shard": C numbered batches (values the
+//        batch's seq) from the start, then the stream's end; a restart
+//        replays from the start. Prints "endpoint ADDRESS", then, having
+//        waited for every acknowledgement, "stats sent=S acknowledged=A
+//        redelivered=R skipped=K".
+//   trainer URL --state FILE [--work-ms W] [--heartbeat-ms H]
+//        An acked consumer through a loader (ack on_release, credit 4),
+//        resumed from its checkpoint FILE when it exists. Per batch: prints
+//        "processing V", works W ms, then checkpoints: the batches it
+//        processed and its loader's state, in FILE (JSON, replaced whole).
+//        Prints "end" at the stream's end; exits 2 when nothing came for
+//        --idle-ms.
 //   keygen DIR NAME
 //        Writes the CURVE certificates DIR/NAME.key and DIR/NAME.key_secret.
 // Each socket mode takes --curve-cert FILE (this side's secret
@@ -31,6 +44,10 @@
 #include <cstring>
 #include <iostream>
 #include <map>
+#include <stdexcept>
+#include <vector>
+
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 
@@ -45,6 +62,8 @@ struct args {
     std::size_t bytes = 0;
     long interval_us = 0, idle_ms = 10000, report_ms = 0, delay_ms = 500;
     std::string curve_cert, curve_server, curve_allow;
+    std::string state;
+    long work_ms = 0, heartbeat_ms = 200;
 };
 
 // The CURVE settings the --curve-* options give (none without --curve-cert).
@@ -79,6 +98,9 @@ args parse(int argc, char** argv) {
         else if (k == "--curve-cert") a.curve_cert = v;
         else if (k == "--curve-server") a.curve_server = v;
         else if (k == "--curve-allow") a.curve_allow = v;
+        else if (k == "--state") a.state = v;
+        else if (k == "--work-ms") a.work_ms = std::stol(v);
+        else if (k == "--heartbeat-ms") a.heartbeat_ms = std::stol(v);
         else {
             std::cerr << "unknown option " << k << "\n";
             std::exit(64);
@@ -173,6 +195,88 @@ int run_pub(const args& a) {
     return 0;
 }
 
+tenbin::connection_options acked_options(const args& a) {
+    tenbin::connection_options o;
+    o.acked = true;
+    o.ack_heartbeat = std::chrono::milliseconds(a.heartbeat_ms);
+    o.send_timeout = 200ms;
+    o.recv_timeout = 50ms;
+    o.linger = 20000ms;  // a producer waits this long for its last acknowledgements
+    return o;
+}
+
+int run_producer(const args& a) {
+    tenbin::connection_options o = acked_options(a);
+    o.producer = "shard";
+    tenbin::connection c(a.url, o);
+    std::cout << "endpoint " << c.endpoints().at(0).address << std::endl;
+    const bool shm = a.url.find("+shm") != std::string::npos;
+    for (std::uint64_t i = 0; i < a.count; ++i) {
+        tenbin::tensor t = shm ? c.pool().acquire(tenbin::dtype::i4, {1024}, "batch")
+                               : tenbin::tensor(tenbin::dtype::i4, {1024}, tenbin::buffer::allocate(4096), "batch");
+        for (auto& v : t.mutable_values<std::int32_t>()) v = static_cast<std::int32_t>(i);
+        while (!c.send({t})) {
+        }  // nobody has credit yet: the same batch again
+    }
+    while (!c.end_stream()) {
+    }
+    c.close();  // waits for the acknowledgements
+    const tenbin::delivery_counters d = c.delivery_stats();
+    std::cout << "stats sent=" << d.sent << " acknowledged=" << d.acknowledged << " redelivered=" << d.redelivered
+              << " skipped=" << d.skipped << std::endl;
+    return 0;
+}
+
+// A trainer's checkpoint: the batches it processed and its loader's state,
+// written together (replaced whole), as a training job checkpoints its
+// model with its data position.
+void save_checkpoint(const std::string& path, const std::vector<std::int32_t>& processed, const std::string& state) {
+    std::string text = "{\"processed\":[";
+    for (std::size_t i = 0; i < processed.size(); ++i) text += (i ? "," : "") + std::to_string(processed[i]);
+    text += "],\"state\":" + state + "}";
+    const std::string temp = path + ".tmp";
+    std::FILE* f = std::fopen(temp.c_str(), "w");
+    if (!f) throw std::runtime_error("cannot write " + temp);
+    std::fwrite(text.data(), 1, text.size(), f);
+    std::fclose(f);
+    std::rename(temp.c_str(), path.c_str());
+}
+
+int run_trainer(const args& a) {
+    tenbin::loader_options lo;
+    lo.connection = acked_options(a);
+    lo.connection.credit = 4;
+    lo.queue_messages = 4;
+    tenbin::loader l(a.url, lo);
+    std::vector<std::int32_t> processed;
+    if (std::FILE* f = std::fopen(a.state.c_str(), "r")) {
+        std::string text(1 << 22, '\0');
+        text.resize(std::fread(text.data(), 1, text.size(), f));
+        std::fclose(f);
+        const auto j = nlohmann::json::parse(text);
+        processed = j["processed"].get<std::vector<std::int32_t>>();
+        l.load_state(tenbin::stream_state_from_json(j["state"].dump()));
+    }
+    auto last = std::chrono::steady_clock::now();
+    while (!l.stream_ended()) {
+        for (auto& batch : l) {
+            const std::int32_t v = batch.at(0).values<std::int32_t>()[0];
+            std::cout << "processing " << v << std::endl;
+            std::this_thread::sleep_for(std::chrono::milliseconds(a.work_ms));
+            processed.push_back(v);
+            save_checkpoint(a.state, processed, tenbin::to_json(l.state()));
+            last = std::chrono::steady_clock::now();
+        }
+        if (std::chrono::steady_clock::now() - last > std::chrono::milliseconds(a.idle_ms)) {
+            const tenbin::stream_counters sc = l.stream_stats();
+            std::cout << "idle duplicates=" << sc.duplicates << " late=" << sc.late << std::endl;
+            return 2;
+        }
+    }
+    std::cout << "end" << std::endl;
+    return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -181,6 +285,8 @@ int main(int argc, char** argv) {
         if (a.mode == "send") return run_send(a);
         if (a.mode == "recv") return run_recv(a);
         if (a.mode == "pub") return run_pub(a);
+        if (a.mode == "producer") return run_producer(a);
+        if (a.mode == "trainer") return run_trainer(a);
         if (a.mode == "keygen") {
             tenbin::create_certificates(a.url, argc > 3 ? argv[3] : "");
             return 0;

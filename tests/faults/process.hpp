@@ -71,6 +71,14 @@ public:
             pending_.append(buf, static_cast<std::size_t>(n));
         }
     }
+    // Drops what it has written so far: the next line read is one it
+    // writes from now on.
+    void skip_written() {
+        pending_.clear();
+        char buf[4096];
+        for (pollfd p{out_, POLLIN, 0}; ::poll(&p, 1, 0) > 0 && (p.revents & POLLIN);)
+            if (::read(out_, buf, sizeof buf) <= 0) break;
+    }
     // Reads lines until one starts with `prefix`; returns it or nothing.
     std::optional<std::string> expect(const std::string& prefix, std::chrono::milliseconds timeout) {
         const auto deadline = std::chrono::steady_clock::now() + timeout;
