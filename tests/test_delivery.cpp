@@ -118,3 +118,131 @@ TEST_CASE("acked: a producer shares its batches among consumers with credit, eac
     CHECK(d.acknowledged == 90);
     CHECK(d.redelivered == 0);
 }
+
+// ---- publishing to a known audience -------------------------------------------
+
+namespace {
+
+connection_options pub_options() {
+    connection_options o;
+    o.producer = "pub";
+    o.send_timeout = 10s;
+    o.linger = 1s;
+    return o;
+}
+
+connection_options sub_options(const std::string& name = {}) {
+    connection_options o;
+    o.recv_timeout = 5s;
+    o.name = name;
+    return o;
+}
+
+}  // namespace
+
+TEST_CASE("a publisher with wait_for waits for its subscribers: each late one gets the first batch") {
+    connection_options po = pub_options();
+    po.wait_for = 3;
+    po.wait_for_names = {"alice"};
+    connection pub("zpub://127.0.0.1:*", po);
+    const std::string at = "zsub://" + pub.endpoints().at(0).address.substr(6);
+    std::thread publisher([&] {
+        for (std::int32_t k = 0; k < 3; ++k) CHECK(pub.send(batch_of(k)));
+    });
+    std::vector<connection> subs;
+    for (const char* name : {"bob", "", "alice"}) {
+        std::this_thread::sleep_for(200ms);  // late, one after the other
+        subs.emplace_back(at, sub_options(name));
+    }
+    for (connection& s : subs) {
+        const auto first = s.recv();
+        REQUIRE(first);
+        CHECK(value_of(*first) == 0);
+    }
+    publisher.join();
+    CHECK(pub.subscribers() == 3);
+    const std::vector<std::string> names = pub.subscriber_names();
+    CHECK(names == std::vector<std::string>{"alice", "bob"});
+    subs.pop_back();  // alice leaves
+    for (int i = 0; i < 100 && pub.subscriber_names() != std::vector<std::string>{"bob"}; ++i)
+        std::this_thread::sleep_for(20ms);
+    CHECK(pub.subscriber_names() == std::vector<std::string>{"bob"});
+    CHECK(pub.subscribers() == 2);
+
+    connection_options never = pub_options();
+    never.wait_for = 1;
+    never.send_timeout = 200ms;
+    connection alone("zpub://127.0.0.1:*", never);
+    CHECK_FALSE(alone.send(batch_of(1)));  // nobody came within the send timeout
+}
+
+TEST_CASE("a late subscriber gets the current epoch's start (replay_window); those that had it drop it") {
+    connection_options po = pub_options();
+    po.replay_window = 16;
+    connection pub("zpub://127.0.0.1:*", po);
+    const std::string at = "zsub://" + pub.endpoints().at(0).address.substr(6);
+    connection early(at, sub_options());
+    std::this_thread::sleep_for(300ms);  // its subscription arrives
+    for (std::int32_t k = 0; k < 5; ++k) REQUIRE(pub.send(batch_of(k)));
+    connection late(at, sub_options());
+    std::this_thread::sleep_for(300ms);
+    REQUIRE(pub.send(batch_of(5)));
+    REQUIRE(pub.end_epoch());
+    for (connection* s : {&early, &late}) {
+        std::vector<std::int32_t> got;
+        for (auto& b : *s) got.push_back(value_of(b));
+        CHECK(got == std::vector<std::int32_t>{0, 1, 2, 3, 4, 5});
+        CHECK(s->epoch_ended());
+    }
+    CHECK(early.stream_stats().duplicates == 5);
+    CHECK(late.stream_stats().duplicates == 0);
+}
+
+TEST_CASE("a slow subscriber: dropped batches are counted as gaps on its side; with pub_nodrop none is dropped") {
+    for (const bool nodrop : {false, true}) {
+        CAPTURE(nodrop);
+        connection_options po = pub_options();
+        po.send_hwm = 2;
+        po.pub_nodrop = nodrop;
+        connection pub("zpub://127.0.0.1:*", po);
+        connection_options so = sub_options();
+        so.recv_hwm = 2;
+        so.recv_timeout = 2s;
+        connection sub("zsub://" + pub.endpoints().at(0).address.substr(6), so);
+        std::this_thread::sleep_for(300ms);
+        std::atomic<int> sent{0};
+        std::atomic<bool> ended{false};
+        std::thread publisher([&] {
+            for (std::int32_t k = 0; k < 300; ++k) {
+                CHECK(pub.send(batch_of(k)));
+                ++sent;
+            }
+            CHECK(pub.end_epoch());
+            // The end mark may be dropped as the batches were; the next
+            // epoch's batches tell how many this one had.
+            while (!ended) {
+                std::this_thread::sleep_for(50ms);
+                CHECK(pub.send(batch_of(1000)));
+            }
+        });
+        if (!nodrop) {
+            while (sent < 300) std::this_thread::sleep_for(10ms);  // it reads nothing meanwhile
+        }
+        std::size_t got = 0;
+        for (auto& b : sub) {
+            (void)b;
+            ++got;
+            if (nodrop) std::this_thread::sleep_for(1ms);  // slow, and the publisher waits for it
+        }
+        ended = true;
+        publisher.join();
+        CHECK(sub.epoch_ended());
+        if (nodrop) {
+            CHECK(got == 300);
+            CHECK(sub.stream_stats().gaps == 0);
+        } else {
+            CHECK(got < 300);
+            CHECK(got + sub.stream_stats().gaps == 300);
+        }
+    }
+}

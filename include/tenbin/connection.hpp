@@ -116,9 +116,24 @@ struct connection_options {
     std::optional<std::chrono::milliseconds> recv_timeout{};
     /// Send timeout: send() gives up and returns false. Unset = wait.
     std::optional<std::chrono::milliseconds> send_timeout{};
-    /// PUB sockets wait at the high-water mark (ZMQ_XPUB_NODROP) instead of
-    /// dropping messages for a slow subscriber: backpressure, as PUSH has.
+    /// The policy for a slow subscriber. PUB sockets wait at the high-water
+    /// mark (ZMQ_XPUB_NODROP) instead of dropping messages for a slow
+    /// subscriber: backpressure, as PUSH has. By default (false) a slow
+    /// subscriber loses messages, as ZeroMQ's PUB drops them; a numbered
+    /// stream (`producer`, `stream`) makes every one of them a gap counted
+    /// on the subscriber's side (stream_stats().gaps).
     bool pub_nodrop = false;
+    /// PUB: the first send waits (at most `send_timeout`) until this many
+    /// subscribers joined, and `wait_for_names` too (named subscribers:
+    /// connection_options::name on their side).
+    std::size_t wait_for = 0;
+    /// PUB: the names of subscribers the first send waits for.
+    std::vector<std::string> wait_for_names{};
+    /// PUB with a numbered stream: the messages of the current epoch kept
+    /// (at most this many, its start) and sent again when a subscriber
+    /// joins, so that a late one gets the epoch's start; those that had
+    /// them drop them as duplicates. 0: none kept.
+    std::size_t replay_window = 0;
     /// ZMQ_IMMEDIATE on connecting sockets that send: queue only to peers
     /// whose connection is complete, so messages are not stranded in the
     /// pipe of a peer that is down (they go to live peers, or send blocks).
@@ -321,6 +336,12 @@ public:
     /// Gaps, duplicates and epochs counted so far.
     stream_counters stream_stats() const;
 
+    /// PUB with wait_for, wait_for_names or replay_window (which watch
+    /// subscriptions): the subscribers joined so far, and the names of the
+    /// named ones; read when sending, or now by refresh.
+    std::size_t subscribers(bool refresh = true);
+    /// The names of the named subscribers (see subscribers()).
+    std::vector<std::string> subscriber_names(bool refresh = true);
     /// Acked producers: the consumers (thread-safe).
     std::vector<consumer_info> consumers() const;
     /// Acked connections: what delivery counted (thread-safe).

@@ -32,6 +32,10 @@ inline std::chrono::steady_clock::time_point deadline_after(std::chrono::millise
     return now + timeout;
 }
 
+// The subscription a named subscriber adds (connection_options::name): a
+// topic no tenbin message starts with (a header starts with a dtype code).
+inline const std::string name_topic = "\x01~tenbin-subscriber:";
+
 // A producer name made up for this process: host, process id, random.
 std::string made_up_producer_name();
 

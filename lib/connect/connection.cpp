@@ -88,6 +88,15 @@ struct connection::impl {
     std::deque<detail::stream_event> ready;  // given by the tracker, not yet returned
     std::uint64_t consumer_epoch = 0;
     bool epoch_ended = false, stream_ended = false;
+    // PUB watching its audience (an XPUB socket): subscribers joined, the
+    // named ones, and the current epoch's start kept for late ones.
+    bool xpub = false;
+    std::size_t subscribers = 0;
+    std::multiset<std::string> subscriber_names;
+    bool joined = false;  // a subscriber joined since the last send
+    std::deque<std::pair<std::vector<tensor>, stream_position>> retained;
+    void absorb_subscriptions();
+    bool wait_for_audience();
     // After the socket, so that it goes first (+shm: its side channel).
     std::unique_ptr<detail::link> link;
     // Acked delivery: the thread that runs the socket; goes before the link.
@@ -258,7 +267,14 @@ connection::connection(std::shared_ptr<zmq::context_t> context, std::span<const 
                                             "streams.world_size is for a stream every consumer receives whole");
         if (s.kind == socket_kind::push) s.opt.stream = true;  // acks name batches by their positions
     }
-    s.socket = zmq::socket_t(*s.context, s.opt.acked ? zmq::socket_type::router : zmq_socket_type(s.kind));
+    s.xpub = s.kind == socket_kind::pub && (s.opt.wait_for > 0 || !s.opt.wait_for_names.empty() || s.opt.replay_window > 0);
+    if (s.opt.replay_window > 0 && s.kind == socket_kind::pub && s.opt.producer.empty()) s.opt.stream = true;
+    s.socket = zmq::socket_t(*s.context, s.opt.acked ? zmq::socket_type::router
+                                         : s.xpub    ? zmq::socket_type::xpub
+                                                     : zmq_socket_type(s.kind));
+    // Every subscription and unsubscription, each subscriber's, and those of
+    // subscribers that leave.
+    if (s.xpub) s.socket.set(zmq::sockopt::xpub_verboser, 1);
     if (s.opt.acked) {
         std::random_device rd;
         const std::uint64_t id = (std::uint64_t{rd()} << 32) ^ rd();
@@ -272,7 +288,12 @@ connection::connection(std::shared_ptr<zmq::context_t> context, std::span<const 
     if (s.opt.send_timeout) s.socket.set(zmq::sockopt::sndtimeo, to_ms(*s.opt.send_timeout));
     if (s.opt.heartbeat) set_heartbeat(s.socket, *s.opt.heartbeat);
     bound_receive(s.socket, s.opt.decode.limits, s.opt.recv_hwm);
-    if (s.kind == socket_kind::sub) s.socket.set(zmq::sockopt::subscribe, s.opt.topic);
+    if (s.kind == socket_kind::sub) {
+        s.socket.set(zmq::sockopt::subscribe, s.opt.topic);
+        // A named subscriber says its name to the publisher as a topic no
+        // message begins with.
+        if (!s.opt.name.empty()) s.socket.set(zmq::sockopt::subscribe, detail::name_topic + s.opt.name);
+    }
     if (s.kind == socket_kind::pub && s.opt.pub_nodrop) s.socket.set(zmq::sockopt::xpub_nodrop, 1);
 
     s.receiving.decode = s.opt.decode;
@@ -385,7 +406,62 @@ tensor_pool& connection::pool() {
     return *p;
 }
 
+void connection::impl::absorb_subscriptions() {
+    zmq::message_t m;
+    while (socket_call("read subscriptions", [&] { return bool(socket.recv(m, zmq::recv_flags::dontwait)); })) {
+        if (m.size() == 0) continue;
+        const bool subscribes = m.data<char>()[0] == 1;
+        const std::string_view topic(m.data<char>() + 1, m.size() - 1);
+        if (topic.starts_with(detail::name_topic)) {
+            const std::string who(topic.substr(detail::name_topic.size()));
+            if (subscribes) {
+                subscriber_names.insert(who);
+            } else if (auto it = subscriber_names.find(who); it != subscriber_names.end()) {
+                subscriber_names.erase(it);
+            }
+            continue;
+        }
+        if (subscribes) {
+            ++subscribers;
+            joined = true;
+        } else if (subscribers > 0) {
+            --subscribers;
+        }
+    }
+}
+
+// Before the first send, the audience asked for; false at the send timeout.
+bool connection::impl::wait_for_audience() {
+    const auto deadline = opt.send_timeout ? detail::deadline_after(*opt.send_timeout)
+                                           : std::chrono::steady_clock::time_point::max();
+    const auto complete = [&] {
+        return subscribers >= opt.wait_for &&
+               std::all_of(opt.wait_for_names.begin(), opt.wait_for_names.end(),
+                           [&](const std::string& n) { return subscriber_names.count(n) != 0; });
+    };
+    for (absorb_subscriptions(); !complete(); absorb_subscriptions())
+        if (!socket_call("wait for subscribers", [&] { return readable_before(socket, deadline); })) return false;
+    return true;
+}
+
 bool connection::impl::send(tensor_span tensors, std::span<const zmq::const_buffer> envelope) {
+    if (xpub) {
+        if (stats.messages() == 0 && !wait_for_audience()) return false;
+        absorb_subscriptions();
+        if (joined && !retained.empty()) {
+            // A subscriber joined: the epoch's start again (those that had
+            // it drop it by its position).
+            send_options again;
+            const zmq::const_buffer t(opt.topic.data(), opt.topic.size());
+            if (has_topic(opt, kind)) again.envelope = {&t, 1};
+            for (auto& kept : retained) {
+                again.position = &kept.second;
+                if (!socket_call("send", [&] { return link->send(socket, kept.first, again, opt.send_timeout); }))
+                    return false;
+            }
+        }
+        joined = false;
+    }
     if (!opt.allow64) check_no64(tensors);
     if (opt.tensorcom_compatible) check_tensorcom(tensors);
     std::vector<tensor> renamed;
@@ -407,6 +483,16 @@ bool connection::impl::send(tensor_span tensors, std::span<const zmq::const_buff
         std::uint64_t bytes = 0;
         for (std::size_t i = 0; i < tensors.size(); ++i) bytes += tensors[i].data.size();
         stats.add(bytes);
+        if (xpub && opt.replay_window > 0 && numbering && retained.size() < opt.replay_window) {
+            std::vector<tensor> kept;
+            for (std::size_t i = 0; i < tensors.size(); ++i) {
+                const tensor_view v = tensors[i];
+                const buffer* owner = tensors.owner(i);
+                kept.emplace_back(v.dtype, shape_t(v.shape.begin(), v.shape.end()),
+                                  owner ? *owner : buffer::copy(v.data), v.info);
+            }
+            retained.emplace_back(std::move(kept), *numbering);
+        }
         if (numbering) ++numbering->seq;
     }
     return sent;
@@ -433,6 +519,8 @@ bool connection::impl::send_mark(stream_position::mark m) {
         delivery->mark(end);
     else if (!socket_call("send", [&] { return link->send(socket, {}, so, opt.send_timeout); }))
         return false;
+    retained.clear();  // a new epoch: its own start is kept
+    numbering->previous = numbering->seq;
     ++numbering->epoch;
     numbering->seq = 0;
     return true;
@@ -482,6 +570,17 @@ void connection::load_state(const stream_state& st) {
     s_->consumer_epoch = st.epoch;
     s_->stream_ended = false;
     if (s_->delivery) s_->delivery->seed(st);
+}
+
+std::size_t connection::subscribers(bool refresh) {
+    if (refresh && s_ && s_->xpub) s_->absorb_subscriptions();
+    return s_ ? s_->subscribers : 0;
+}
+
+std::vector<std::string> connection::subscriber_names(bool refresh) {
+    if (refresh && s_ && s_->xpub) s_->absorb_subscriptions();
+    return s_ ? std::vector<std::string>(s_->subscriber_names.begin(), s_->subscriber_names.end())
+              : std::vector<std::string>{};
 }
 
 std::vector<consumer_info> connection::consumers() const {
