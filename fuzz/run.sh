@@ -46,7 +46,7 @@ built=" $(ninja -C "$build" -t targets all 2>/dev/null | grep -o '^fuzz/fuzz-[a-
 targets=()
 # Fastest first (executions a second): they reach RUNS in well under a
 # minute and leave the rest of a budget to the slow ones.
-for t in decode_header decode_buffer formats read decode_list zrecv shm_wire zstd sctp_parts url; do
+for t in decode_header decode_buffer formats read decode_list zrecv shm_wire stream zstd sctp_parts url; do
   [[ "$built" == *" fuzz/fuzz-$t: "* ]] && targets+=("$t")
 done
 ninja -C "$build" -j "${TENBIN_FUZZ_NINJA_JOBS:-2}" $(printf 'fuzz/fuzz-%s ' "${targets[@]}") >/dev/null

@@ -23,6 +23,7 @@ stream_position sample_position() {
     p.epoch = 3;
     p.seq = 41;
     p.sent_ns = 1700000000123456789ull;
+    p.previous = 9;
     return p;
 }
 
@@ -31,7 +32,7 @@ stream_position sample_position() {
 TEST_CASE("a position frame is the documented bytes and reads back whole") {
     const stream_position p = sample_position();
     const std::vector<std::byte> f = encode_position(p);
-    REQUIRE(f.size() == 48 + 8);
+    REQUIRE(f.size() == 56 + 8);
     CHECK(position_frame_size(p) == f.size());
     CHECK(std::memcmp(f.data(), "~TenPos~", 8) == 0);
     CHECK(std::to_integer<int>(f[8]) == 1);  // version
@@ -40,7 +41,8 @@ TEST_CASE("a position frame is the documented bytes and reads back whole") {
     CHECK(std::to_integer<int>(f[16]) == 0x88);  // incarnation's low byte first
     CHECK(std::to_integer<int>(f[24]) == 3);
     CHECK(std::to_integer<int>(f[32]) == 41);
-    CHECK(std::memcmp(f.data() + 48, "shard-07", 8) == 0);
+    CHECK(std::to_integer<int>(f[48]) == 9);
+    CHECK(std::memcmp(f.data() + 56, "shard-07", 8) == 0);
     CHECK(is_position_frame(f));
     CHECK(decode_position(f) == p);
 
@@ -70,11 +72,11 @@ TEST_CASE("producer names that cannot travel are refused; malformed frames are t
     CHECK(error_text([&] { decode_position(with(8, 2)); }) ==
           "unsupported: position frame version 2; this build reads 1");
     CHECK(error_text([&] { decode_position(with(9, 3)); }) == "bad_header: position frame: unknown mark 3");
-    CHECK(error_text([&] { decode_position(with(12, 9)); }).rfind("bad_header: position frame of 56 bytes", 0) == 0);
-    CHECK(error_text([&] { decode_position(with(50, ' ')); }) ==
+    CHECK(error_text([&] { decode_position(with(12, 9)); }).rfind("bad_header: position frame of 64 bytes", 0) == 0);
+    CHECK(error_text([&] { decode_position(with(58, ' ')); }) ==
           "bad_header: position frame: a producer name that is not printable ASCII");
     CHECK(error_text([&] { decode_position(std::span(good).first(47)); }) ==
-          "bad_header: a position frame of 47 bytes, under 48");
+          "bad_header: a position frame of 47 bytes, under 56");
     CHECK(error_text([&] { decode_position(with(0, 'x')); }) == "bad_magic: not a position frame (no ~TenPos~)");
     CHECK_FALSE(is_position_frame(std::span(good).first(7)));
 }

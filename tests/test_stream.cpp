@@ -184,6 +184,32 @@ TEST_CASE("a producer silent past the timeout is waited for no longer; its late 
     CHECK(small.tracker.counters().producers_timed_out == 1);
 }
 
+TEST_CASE("a finished producer and a silent one: the stream ends at the timeout; a hostile epoch costs no loop") {
+    stream_options o;
+    o.epoch_timeout = 5s;
+    consumer c(o);
+    c.batch("a", 0, 0);
+    c.batch("b", 0, 0);
+    c.end("a", 0, 1, stream_position::mark::stream_end);
+    c.wait(5s);  // b died: its epoch ends without it, and so does the stream
+    CHECK(c.text() == "a0.0 b0.0 |0 $");
+    CHECK(c.tracker.counters().producers_timed_out == 1);
+    c.batch("b", 1, 0);  // after the end: dropped and counted, never held
+    CHECK(c.text() == "a0.0 b0.0 |0 $");
+    CHECK(c.tracker.counters().after_end == 1);
+    CHECK(c.tracker.held_messages() == 0);
+    // An epoch number far ahead, with a silent producer beside it: its
+    // epochs are reached at once (a loop per epoch would never end).
+    consumer far(o);
+    far.batch("a", 0, 0);
+    far.batch("b", 0, 0);
+    far.end("a", 0, 1);
+    far.batch("a", std::uint64_t{1} << 62, 0);
+    far.wait(5s);  // then every producer silent: that epoch ends too
+    const std::string e = std::to_string(std::uint64_t{1} << 62);
+    CHECK(far.text() == "a0.0 b0.0 |0 a" + e + ".0 |" + e);
+}
+
 TEST_CASE("producers not known yet: their late batches come in the next epoch, or are waited for when expected") {
     consumer c;
     c.batch("a", 0, 0);
@@ -211,6 +237,29 @@ TEST_CASE("producers not known yet: their late batches come in the next epoch, o
     never.wait(1s);
     CHECK(never.text() == "a0.0 |0");
     CHECK(never.tracker.counters().producers_timed_out == 1);
+}
+
+TEST_CASE("lost end marks: every producer silent ends the epoch; the next epoch's batch tells the gaps") {
+    stream_options o;
+    o.epoch_timeout = 5s;
+    consumer c(o);
+    c.batch("a", 0, 0);
+    c.batch("a", 0, 1);
+    c.wait(4s);
+    CHECK(c.text() == "a0.0 a0.1");
+    c.wait(1s);
+    CHECK(c.text() == "a0.0 a0.1 |0");
+    CHECK(c.tracker.counters().producers_timed_out == 1);
+    // Its epoch 1 ends unseen too; epoch 2's first batch says epoch 1 had 6.
+    c.batch("a", 1, 0);
+    c.batch("a", 1, 4);
+    tracked t;
+    t.position = stream_position{"a", 1, 2, 0, stream_position::mark::batch, 0, 6};
+    std::vector<stream_event> out;
+    c.tracker.add(std::move(t), c.now, out);
+    c.take(out);
+    CHECK(c.text() == "a0.0 a0.1 |0 a1.0 a1.4 |1 a2.0");
+    CHECK(c.tracker.counters().gaps == 4);  // 1, 2, 3 and 5
 }
 
 TEST_CASE("a consumer that starts after the producers' first epochs begins where they are") {

@@ -17,7 +17,10 @@
 //   32      8   seq: a batch's place in its epoch, from 0; for an end, the
 //               number of batches the producer sent in that epoch
 //   40      8   when it was sent: CLOCK_REALTIME nanoseconds (0: unknown)
-//   48      n   the producer's name
+//   48      8   the batches the producer sent in the epoch before (0 in
+//               epoch 0): a consumer that missed that epoch's end mark
+//               (a PUB drops it like any message) still counts its gaps
+//   56      n   the producer's name
 //
 // Python tensorcom pairs frames (and chunks) with zip, which drops an odd
 // last one: its receivers take a numbered batch as a plain one. An end mark
@@ -63,6 +66,8 @@ struct stream_position {
     mark kind = mark::batch;
     /// When it was sent: CLOCK_REALTIME in nanoseconds (0: unknown).
     std::uint64_t sent_ns = 0;
+    /// How many batches the producer sent in the epoch before this one.
+    std::uint64_t previous = 0;
     /// Field-wise equality.
     friend bool operator==(const stream_position&, const stream_position&) = default;
 };

@@ -13,8 +13,10 @@
 //   ended it; a producer that sends a later epoch's batch has ended the
 //   earlier one. A producer silent for `epoch_timeout` while the others
 //   have ended the epoch (it died, say) is waited for no longer: the epoch
-//   ends without it, counted in `producers_timed_out`. A batch of a later
-//   epoch that comes first is kept for that epoch's iteration; one of an
+//   ends without it, counted in `producers_timed_out`; so does an epoch
+//   whose producers were all silent that long after some of its batches
+//   came (its end marks lost: a PUB drops them as any message; or they all
+//   died). A batch of a later epoch that comes first is kept for that epoch's iteration; one of an
 //   epoch already over (from a producer that was waited for no longer) is
 //   given in the current one, counted in `late`.
 // - drops a batch whose position it has had already (a replaying producer,
@@ -97,6 +99,7 @@ struct stream_counters {
     std::uint64_t producers_timed_out = 0;  ///< times an epoch ended without a silent producer
     std::uint64_t dropped_remainder = 0;    ///< batches dropped to give every rank as many (drop_last)
     std::uint64_t padded = 0;               ///< batches given again to give every rank as many
+    std::uint64_t after_end = 0;            ///< batches received after the stream's end, dropped
 };
 
 /// `state` as JSON: {"epoch": E, "producers": {"NAME": {"epoch": E,

@@ -24,6 +24,11 @@ void stream_tracker::add(tracked m, clock::time_point now, std::vector<stream_ev
         return;
     }
     const stream_position pos = *m.position;
+    if (finished_) {
+        // Nothing is taken after the end: kept, it would be held for ever.
+        if (pos.kind == stream_position::mark::batch) ++counters_.after_end;
+        return;
+    }
     auto [it, fresh] = producers_.try_emplace(pos.producer);
     producer& p = it->second;
     if (fresh) p.epoch = pos.epoch;  // joined here: what came before is a gap of its first epoch
@@ -32,14 +37,14 @@ void stream_tracker::add(tracked m, clock::time_point now, std::vector<stream_ev
         batch(p, std::move(m), out);
     } else if (pos.epoch >= p.epoch) {
         if (pos.epoch > p.epoch) {
-            leave_epoch(p, std::nullopt, out);
+            leave_epoch(p, pos.epoch == p.epoch + 1 && pos.previous ? std::optional(pos.previous) : std::nullopt, out);
             p.epoch = pos.epoch;
         }
         leave_epoch(p, pos.seq, out);
         p.marked = pos.epoch;
         p.finished = pos.kind == stream_position::mark::stream_end;
     }  // else: an end mark had before (a replay)
-    try_close(now, held_messages_ > hold_messages_limit_ || held_bytes_ > hold_bytes_limit_, out);
+    try_close(now, out);
 }
 
 void stream_tracker::batch(producer& p, tracked m, std::vector<stream_event>& out) {
@@ -59,7 +64,9 @@ void stream_tracker::batch(producer& p, tracked m, std::vector<stream_event>& ou
         return;
     }
     if (e > p.epoch) {
-        leave_epoch(p, std::nullopt, out);
+        // Its end mark missed (a PUB drops it as any message): the batch
+        // tells how many the epoch before had, when that is the one left.
+        leave_epoch(p, e == p.epoch + 1 && m.position->previous ? std::optional(m.position->previous) : std::nullopt, out);
         p.epoch = e;
     }
     p.finished = false;
@@ -155,19 +162,23 @@ void stream_tracker::route(tracked m, std::vector<stream_event>& out) {
     out.push_back({stream_event::kind::message, std::move(m), 0});
 }
 
-void stream_tracker::tick(clock::time_point now, std::vector<stream_event>& out) { try_close(now, false, out); }
+void stream_tracker::tick(clock::time_point now, std::vector<stream_event>& out) { try_close(now, out); }
 
 stream_tracker::clock::time_point stream_tracker::deadline() const {
-    if (!first_end_) return clock::time_point::max();
+    if (!first_end_ && given_in_epoch_ == 0) return clock::time_point::max();
     auto soonest = clock::time_point::max();
     for (const auto& [name, p] : producers_)
         if (!ended(p, epoch_)) soonest = std::min(soonest, p.heard + opt_.epoch_timeout);
-    if (producers_.size() < opt_.expect_producers) soonest = std::min(soonest, *first_end_ + opt_.epoch_timeout);
+    if (first_end_ && producers_.size() < opt_.expect_producers)
+        soonest = std::min(soonest, *first_end_ + opt_.epoch_timeout);
     return soonest;
 }
 
-void stream_tracker::try_close(clock::time_point now, bool forced, std::vector<stream_event>& out) {
+void stream_tracker::try_close(clock::time_point now, std::vector<stream_event>& out) {
     while (!finished_ && !producers_.empty()) {
+        // Too much kept back for later epochs ends the current one, as
+        // many times as it takes to come under the bounds.
+        const bool forced = held_messages_ > hold_messages_limit_ || held_bytes_ > hold_bytes_limit_;
         bool stragglers_silent = true;
         for (const auto& [name, p] : producers_) {
             if (ended(p, epoch_)) {
@@ -180,10 +191,13 @@ void stream_tracker::try_close(clock::time_point now, bool forced, std::vector<s
         const std::size_t unknown =
             producers_.size() < opt_.expect_producers ? opt_.expect_producers - producers_.size() : 0;
         if (unknown && first_end_ && now - *first_end_ < opt_.epoch_timeout) stragglers_silent = false;
+        // Every producer silent that long, something given and no end come
+        // (a PUB dropped it, or they all died): the epoch is over too.
+        const bool all_silent = !first_end_ && given_in_epoch_ > 0 && stragglers_silent;
         const bool all_ended = unknown == 0 && std::all_of(producers_.begin(), producers_.end(),
                                                            [&](const auto& e) { return ended(e.second, epoch_); });
         if (!all_ended) {
-            if (!forced && !(first_end_ && stragglers_silent)) return;
+            if (!forced && !(first_end_ && stragglers_silent) && !all_silent) return;
             // The stated rule: the epoch ends without them.
             counters_.producers_timed_out += unknown;
             for (auto& [name, p] : producers_)
@@ -191,13 +205,16 @@ void stream_tracker::try_close(clock::time_point now, bool forced, std::vector<s
                     p.timed_out = epoch_;
                     ++counters_.producers_timed_out;
                 }
-            forced = false;
         }
         first_end_.reset();
         const bool marked = std::any_of(producers_.begin(), producers_.end(),
                                         [&](const auto& e) { return e.second.marked == epoch_; });
-        const bool all_finished = std::all_of(producers_.begin(), producers_.end(),
-                                              [](const auto& e) { return e.second.finished; });
+        // Finished, the last silent ones timed out with this epoch: the
+        // stream is over (one that comes back finds the consumer finished).
+        const bool all_finished =
+            std::any_of(producers_.begin(), producers_.end(), [](const auto& e) { return e.second.finished; }) &&
+            std::all_of(producers_.begin(), producers_.end(),
+                        [&](const auto& e) { return e.second.finished || e.second.timed_out == epoch_; });
         // An epoch nothing was given in, that no producer ended with a mark
         // (they all began after it: a consumer resumed, or joined late), is
         // no iteration of the consumer's: skipped.
@@ -210,14 +227,15 @@ void stream_tracker::try_close(clock::time_point now, bool forced, std::vector<s
             finished_ = true;
             return;
         }
-        // On to the next epoch anyone is in.
+        // Straight to the next epoch anyone is in: a hostile epoch number
+        // must not cost one turn of this loop per epoch skipped.
         std::uint64_t next = epoch_ + 1;
         if (given_in_epoch_ == 0 && !marked) {
             next = UINT64_MAX;
             for (const auto& [name, p] : producers_)
-                if (!p.finished) next = std::min(next, p.epoch);
+                if (!p.finished && p.epoch > epoch_) next = std::min(next, p.epoch);
             if (!later_.empty()) next = std::min(next, later_.begin()->first);
-            next = std::max(next, epoch_ + 1);
+            if (next == UINT64_MAX) next = epoch_ + 1;
         }
         epoch_ = next;
         given_in_epoch_ = 0;
@@ -245,7 +263,10 @@ stream_state stream_tracker::state(std::uint64_t consumer_epoch, const std::vect
     for (const auto& [name, p] : producers_)
         for (const auto& [seq, m] : p.waiting) untaken[name].push_back(&*m.position);
 
-    for (const auto& [name, p] : producers_) {
+    for (const auto& entry : producers_) {
+        // Not a structured binding: clang 14 cannot capture one in a lambda.
+        const std::string& name = entry.first;
+        const producer& p = entry.second;
         producer_state ps{p.epoch, p.next, {p.above.begin(), p.above.end()}, p.finished};
         std::uint64_t epoch = p.epoch, next = p.next;
         std::set<std::uint64_t> taken(p.above.begin(), p.above.end());

@@ -114,7 +114,7 @@ private:
     void release_groups(producer& p, std::uint64_t upto, std::vector<stream_event>& out);
     // Gives a batch in its epoch: now, or kept for a later one.
     void route(tracked m, std::vector<stream_event>& out);
-    void try_close(clock::time_point now, bool forced, std::vector<stream_event>& out);
+    void try_close(clock::time_point now, std::vector<stream_event>& out);
 
     stream_options opt_;
     bool count_gaps_;

@@ -10,7 +10,7 @@ namespace tenbin {
 
 namespace {
 
-constexpr std::size_t fixed_part = 48;
+constexpr std::size_t fixed_part = 56;
 
 bool printable(std::string_view s) {
     return std::all_of(s.begin(), s.end(), [](char c) { return c >= 0x21 && c <= 0x7e; });
@@ -51,6 +51,7 @@ void encode_position_into(const stream_position& p, mutable_bytes out) {
     detail::store_le(b + 24, p.epoch);
     detail::store_le(b + 32, p.seq);
     detail::store_le(b + 40, p.sent_ns);
+    detail::store_le(b + 48, p.previous);
     std::memcpy(b + fixed_part, p.producer.data(), p.producer.size());
 }
 
@@ -88,6 +89,7 @@ stream_position decode_position(bytes_view f) {
     p.epoch = detail::load_le<std::uint64_t>(f.data() + 24);
     p.seq = detail::load_le<std::uint64_t>(f.data() + 32);
     p.sent_ns = detail::load_le<std::uint64_t>(f.data() + 40);
+    p.previous = detail::load_le<std::uint64_t>(f.data() + 48);
     p.producer.assign(reinterpret_cast<const char*>(f.data() + fixed_part), n);
     if (!printable(p.producer)) throw error(errc::bad_header, "position frame: a producer name that is not printable ASCII");
     return p;
