@@ -3,6 +3,7 @@
 #include <tenbin/connect.hpp>
 #include <tenbin/pool.hpp>
 
+#include "shm/protocol.hpp"
 #include "shm/shm.hpp"
 #include "support.hpp"
 #include "zmq_fixture.hpp"
@@ -754,21 +755,4 @@ TEST_CASE("a plain receiver refuses an shm message; an shm receiver refuses a pl
     }
 }
 
-TEST_CASE("the wire parsers refuse what is not theirs") {
-    using namespace tenbin::detail;
-    const auto first = encode_shm_first({"side", 42, 123456789});
-    const shm_first f = parse_shm_first(first);
-    CHECK(f.side == "side");
-    CHECK(f.seq == 42);
-    CHECK(f.claim_by == 123456789);
-    std::vector<std::byte> bad(first.begin(), first.end() - 8);  // version 1's length
-    CHECK_THROWS_AS(parse_shm_first(bad), error);
-    bad = first;
-    bad[12] = std::byte{200};  // name longer than the frame
-    CHECK_THROWS_AS(parse_shm_first(bad), error);
-    bad = first;
-    bad[8] = std::byte{9};  // version
-    CHECK_THROWS_AS(parse_shm_first(bad), error);
-    CHECK_THROWS_AS(parse_shm_descriptor(std::vector<std::byte>(33)), error);
-    CHECK_NOTHROW(parse_shm_descriptor(std::vector<std::byte>(32)));
-}
+

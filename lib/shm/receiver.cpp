@@ -2,6 +2,7 @@
 // read-only, tensors made from descriptors checked against them.
 #ifdef __linux__
 
+#include "shm/internal.hpp"
 #include "shm/ring.hpp"
 
 #include <algorithm>
@@ -85,7 +86,7 @@ public:
         if (claim_by != 0 && offset_ && std::all_of(descs.begin(), descs.end(), [&](const shm_descriptor& d) {
                 return d.length == 0 || maps_.count(d.segment) != 0;
             })) {
-            if (!tell(shm_ring::claim_entry(seq), msg_claim_quiet, seq)) return lost("cannot claim a message");
+            if (!tell({seq, false}, packet::claim_quiet)) return lost("cannot claim a message");
             // Read after the claim was written: the sender sees it before giving the message up.
             if (static_cast<__int128>(monotonic_ns()) + *offset_ < static_cast<__int128>(claim_by)) {
                 quiet_claims.fetch_add(1, std::memory_order_relaxed);
@@ -94,9 +95,9 @@ public:
             // Too late to be sure: the answer to a claim says whether it was in time.
         }
         const std::uint64_t asked = monotonic_ns();
-        if (!send_packet(fd_.get(), request(msg_claim, seq))) return lost("cannot claim a message");
+        if (!send_packet(fd_.get(), encode_request({packet::claim, seq}))) return lost("cannot claim a message");
         for (;;) {
-            std::array<std::byte, 16 + 8 * closed_per_reply> body{};
+            std::array<std::byte, max_reply_size + 1> body{};  // one more: a longer packet shows
             iovec iov{body.data(), body.size()};
             alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * fds_per_packet)];
             msghdr mh{};
@@ -119,18 +120,20 @@ public:
                     }
                 }
             if (n <= 0) return lost("the shm sender closed its side channel");
-            if (n < 16 || (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC))) return lost("a malformed side-channel reply");
-            const std::uint32_t type = load_le<std::uint32_t>(body.data());
-            const std::uint32_t count = load_le<std::uint32_t>(body.data() + 4);
-            if (static_cast<std::size_t>(n) != 16 + std::size_t{count} * 8) return lost("a malformed side-channel reply");
-            const std::byte* ids = body.data() + 16;
-            if (type == msg_fds) {
-                if (fds.size() != count) return lost("a side-channel reply with the wrong number of descriptors");
-                for (std::size_t k = 0; k < count; ++k) add_segment(load_le<std::uint64_t>(ids + 8 * k), fds[k].get());
+            if (mh.msg_flags & MSG_CTRUNC) return lost("a side-channel reply with too many descriptors");
+            reply r;
+            try {
+                r = parse_reply({body.data(), static_cast<std::size_t>(n)}, fds.size());
+            } catch (const error&) {
+                dead_ = true;
+                throw;
+            }
+            if (r.type == packet::fds) {
+                for (std::size_t k = 0; k < r.ids.size(); ++k) add_segment(r.ids[k], fds[k].get());
                 continue;
             }
-            if (type == msg_ring) {
-                if (count != 0 || fds.size() != 1 || ring_) return lost("a malformed side-channel reply");
+            if (r.type == packet::ring) {
+                if (ring_) return lost("a second ring");
                 try {
                     ring_ = shm_ring::open(fds[0].get());
                 } catch (const error&) {
@@ -138,19 +141,18 @@ public:
                 }
                 continue;
             }
-            if ((type != msg_ok && type != msg_gone) || !fds.empty()) return lost("a malformed side-channel reply");
-            for (std::size_t k = 0; k < count; ++k) maps_.erase(load_le<std::uint64_t>(ids + 8 * k));
+            for (std::uint64_t id : r.ids) maps_.erase(id);
             // The sender's clock was read after `asked`: clock minus `asked` bounds the offset from above.
-            const __int128 offset = static_cast<__int128>(load_le<std::uint64_t>(body.data() + 8)) - asked;
+            const __int128 offset = static_cast<__int128>(r.clock) - asked;
             offset_ = offset_ ? std::min(*offset_, offset) : offset;
-            return type == msg_ok;
+            return r.type == packet::ok;
         }
     }
 
     void release(std::uint64_t seq) noexcept {
         if (dead()) return;
         std::lock_guard lock(mutex_);
-        tell(shm_ring::release_entry(seq), msg_release, seq);
+        tell({seq, true}, packet::release);
     }
 
     std::shared_ptr<const mapping> segment(std::uint64_t id) {
@@ -164,18 +166,18 @@ private:
     // through the ring once there is one, with a KICK when the sender asks
     // for it; a packet of `type` before. False when the sender is gone or
     // has cut this receiver off.
-    bool tell(std::uint64_t entry, std::uint32_t type, std::uint64_t seq) noexcept {
-        if (!ring_) return send_packet(fd_.get(), request(type, seq));
+    bool tell(ring_entry entry, packet type) noexcept {
+        if (!ring_) return send_packet(fd_.get(), encode_request({type, entry.seq}));
         // Full (the sender is behind): kick it and wait for room; a packet
         // instead could overtake the ring's entries (a release before its claim).
-        for (int tries = 0; !ring_->push(entry); ++tries) {
+        for (int tries = 0; !ring_->push(encode_ring_entry(entry)); ++tries) {
             if (tries == claim_timeout_s * 10000) return false;
-            if (tries % 100 == 0 && !send_packet(fd_.get(), request(msg_kick, 0))) return false;
+            if (tries % 100 == 0 && !send_packet(fd_.get(), encode_request({packet::kick, 0}))) return false;
             std::this_thread::sleep_for(std::chrono::microseconds(100));
         }
         switch (ring_->asked()) {
             case shm_ring::nothing: return true;
-            case shm_ring::kick: return send_packet(fd_.get(), request(msg_kick, 0));
+            case shm_ring::kick: return send_packet(fd_.get(), encode_request({packet::kick, 0}));
             default: return false;  // cut off
         }
     }

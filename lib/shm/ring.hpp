@@ -11,7 +11,7 @@
 // receiver writes is checked: a corrupt ring cuts that receiver off.
 #pragma once
 
-#include "shm/internal.hpp"
+#include "base/fd.hpp"
 
 #include <atomic>
 #include <cstddef>
@@ -28,15 +28,13 @@ public:
     // What the sender asks of the receiver after each entry.
     enum request : std::uint64_t { nothing = 0, kick = 1, cut_off = 2 };
 
-    // An entry: a message's sequence number, and whether it is a release.
-    static std::uint64_t claim_entry(std::uint64_t seq) { return seq << 1; }
-    static std::uint64_t release_entry(std::uint64_t seq) { return seq << 1 | 1; }
-
     // A new ring (the sender's) and its memfd, to hand over.
     static std::unique_ptr<shm_ring> create(unique_fd& fd);
     // The ring in memfd `fd` (the receiver's), after checking it is one:
     // sealed, and of the ring's size. Throws errc::io_error.
     static std::unique_ptr<shm_ring> open(int fd);
+    // A ring over `bytes` bytes at `base` that the caller keeps (tests, fuzzing).
+    static std::unique_ptr<shm_ring> over(std::byte* base) { return std::unique_ptr<shm_ring>(new shm_ring(base, false)); }
 
     ~shm_ring();
     shm_ring(const shm_ring&) = delete;
@@ -79,12 +77,13 @@ private:
     // Each side's words on their own cache lines.
     static constexpr std::size_t head_at = 0, tail_at = 64, ask_at = 128, entries_at = 192;
 
-    explicit shm_ring(std::byte* base) : base_(base) {}
+    shm_ring(std::byte* base, bool mapped) : base_(base), mapped_(mapped) {}
     std::atomic_ref<std::uint64_t> word(std::size_t at) const noexcept {
         return std::atomic_ref<std::uint64_t>(*reinterpret_cast<std::uint64_t*>(base_ + at));
     }
 
     std::byte* base_;
+    bool mapped_;  // unmapped on destruction
     std::uint64_t pushed_ = 0;  // the receiver's count of entries
     std::uint64_t taken_ = 0;   // the sender's
 };

@@ -1,7 +1,12 @@
-// The shm wire: the first frame and the descriptors (see shm.hpp).
-#include "shm/internal.hpp"
+// The +shm protocol's bytes (see protocol.hpp).
+#include "shm/protocol.hpp"
+
+#include <tenbin/error.hpp>
+
+#include "base/endian.hpp"
 
 #include <cstring>
+#include <optional>
 
 namespace tenbin::detail {
 
@@ -75,5 +80,73 @@ void check_shm_extent(const shm_descriptor& d, std::size_t segment_size, dtype t
         throw error(errc::bad_header, which + "offset " + std::to_string(d.offset) + " not aligned for " +
                                           std::string(code(type)));
 }
+
+namespace shm_impl {
+
+namespace {
+
+bool is_request(packet t) {
+    return t == packet::claim || t == packet::release || t == packet::claim_quiet || t == packet::kick;
+}
+
+// Ids a reply of type `t` may carry at most; nothing when `t` is no reply's.
+std::optional<std::size_t> most_ids(packet t) {
+    switch (t) {
+        case packet::fds: return fds_per_packet;
+        case packet::ok:
+        case packet::gone: return closed_per_reply;
+        case packet::ring: return 0;
+        default: return std::nullopt;
+    }
+}
+
+[[noreturn]] void bad(const std::string& what) { throw error(errc::bad_header, "shm side channel: " + what); }
+
+}  // namespace
+
+std::array<std::byte, request_size> encode_request(const request& r) {
+    std::array<std::byte, request_size> out{};
+    store_le<std::uint32_t>(out.data(), static_cast<std::uint32_t>(r.type));
+    store_le<std::uint64_t>(out.data() + 8, r.seq);
+    return out;
+}
+
+request parse_request(bytes_view p) {
+    if (p.size() != request_size) bad("a request of " + std::to_string(p.size()) + " bytes, not 16");
+    const auto type = static_cast<packet>(load_le<std::uint32_t>(p.data()));
+    if (!is_request(type)) bad("a request of unknown type " + std::to_string(static_cast<std::uint32_t>(type)));
+    if (load_le<std::uint32_t>(p.data() + 4) != 0) bad("a request whose reserved word is not 0");
+    return {type, load_le<std::uint64_t>(p.data() + 8)};
+}
+
+std::vector<std::byte> encode_reply(const reply& r) {
+    std::vector<std::byte> out(reply_header_size + 8 * r.ids.size());
+    store_le<std::uint32_t>(out.data(), static_cast<std::uint32_t>(r.type));
+    store_le<std::uint32_t>(out.data() + 4, static_cast<std::uint32_t>(r.ids.size()));
+    store_le<std::uint64_t>(out.data() + 8, r.clock);
+    for (std::size_t k = 0; k < r.ids.size(); ++k) store_le<std::uint64_t>(out.data() + reply_header_size + 8 * k, r.ids[k]);
+    return out;
+}
+
+reply parse_reply(bytes_view p, std::size_t fds) {
+    if (p.size() < reply_header_size) bad("a reply of " + std::to_string(p.size()) + " bytes");
+    reply r;
+    r.type = static_cast<packet>(load_le<std::uint32_t>(p.data()));
+    const std::uint32_t count = load_le<std::uint32_t>(p.data() + 4);
+    const std::optional<std::size_t> most = most_ids(r.type);
+    if (!most) bad("a reply of unknown type " + std::to_string(static_cast<std::uint32_t>(r.type)));
+    if (count > *most) bad("a reply of " + std::to_string(count) + " ids, more than " + std::to_string(*most));
+    if (p.size() != reply_header_size + 8 * std::size_t{count})
+        bad("a reply of " + std::to_string(p.size()) + " bytes for " + std::to_string(count) + " ids");
+    const std::size_t want_fds = r.type == packet::fds ? count : r.type == packet::ring ? 1 : 0;
+    if (fds != want_fds)
+        bad("a reply with " + std::to_string(fds) + " descriptors where its type carries " + std::to_string(want_fds));
+    r.clock = load_le<std::uint64_t>(p.data() + 8);
+    r.ids.resize(count);
+    for (std::size_t k = 0; k < count; ++k) r.ids[k] = load_le<std::uint64_t>(p.data() + reply_header_size + 8 * k);
+    return r;
+}
+
+}  // namespace shm_impl
 
 }  // namespace tenbin::detail

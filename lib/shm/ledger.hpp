@@ -1,0 +1,143 @@
+// The +shm sender's record of its messages in flight and of the receivers
+// on its side channel (peers): who claimed what, who holds what, which
+// segments each peer has a descriptor of, and when a message is done with.
+// No clock, no system call, no lock of its own: the sender calls it under
+// its lock with the time, and its tests drive it through time by hand.
+//
+// The sender keeps a copy of each sent block's buffer (so the pool cannot
+// reuse it) until the message is done with:
+// - PUSH/PAIR: once its claimer RELEASEs it (its last tensor is dropped)
+//   or leaves (its side channel closed: a receiver's tensors keep its side
+//   channel open, so it holds nothing any more).
+// - PUB (fan-out): once every peer has claimed a later message or claimed
+//   and released this one. A peer not on the side channel yet gets GONE
+//   for what was already given up: a late joiner's first messages are
+//   skipped, as PUB/SUB may. While no peer is on the side channel, a
+//   message waits up to `grace` for the first to claim.
+// - Lease: a message not done with `lease` after its send is given up. If
+//   a peer still holds it, its segments must be retired before its blocks
+//   go back to the pool (memory.hpp: the bytes move to fresh pages, the
+//   holder keeps the old ones). A peer that claims a given-up message gets
+//   GONE and skips it.
+#pragma once
+
+#include <tenbin/buffer.hpp>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <span>
+#include <vector>
+
+namespace tenbin::detail::shm_impl {
+
+using ledger_clock = std::chrono::steady_clock;
+using time_point = ledger_clock::time_point;
+using peer_id = int;
+
+struct ledger_options {
+    std::chrono::milliseconds lease{60000};
+    bool fan_out = false;
+    std::chrono::milliseconds grace{1000};
+};
+
+// What keeps a message's blocks from the pool, and which segments they are.
+struct flight {
+    std::vector<buffer> holders;
+    std::vector<std::uint64_t> segments;
+};
+
+class ledger {
+public:
+    explicit ledger(ledger_options o) : opt_(o) {}
+
+    const ledger_options& options() const noexcept { return opt_; }
+
+    struct sent {
+        std::uint64_t seq = 0;
+        // Until when a claim that does not wait for its answer is sure to
+        // be seen; nothing: claims wait.
+        std::optional<time_point> claim_by;
+        bool sooner = false;  // due before any message already in flight
+    };
+    // Records message `f`, sent at `now`. `closed_untold`: segments were
+    // closed that peers have not been told of yet (see closed()).
+    sent add(flight f, time_point now, bool closed_untold);
+    // Forgets message `seq` (its send failed).
+    std::optional<flight> forget(std::uint64_t seq);
+    // Forgets every message and peer (the sender stops).
+    std::vector<flight> clear();
+
+    void join(peer_id p);
+    bool has_peer(peer_id p) const { return peers_.count(p) != 0; }
+    std::vector<peer_id> peers() const;
+    // Peer `p` claims message `seq`: false when it was given up.
+    bool claim(peer_id p, std::uint64_t seq);
+    // The segments of message `seq` peer `p` has no descriptor of yet,
+    // noted as given.
+    std::vector<std::uint64_t> to_give(peer_id p, std::uint64_t seq);
+    void release(peer_id p, std::uint64_t seq);
+    // Peer `p`'s side channel closed: what it held is released.
+    void leave(peer_id p);
+
+    // Segments the pool closed: each peer that had one is told with its
+    // next answer (take_closed), and unmaps it.
+    void closed(std::span<const std::uint64_t> ids);
+    // At most `most` of the closed segments peer `p` has not been told of.
+    std::vector<std::uint64_t> take_closed(peer_id p, std::size_t most);
+    // Whether some peer has closed segments to be told of.
+    bool untold() const;
+
+    // Messages leaving the ledger: `done` go back to the pool (destroy them
+    // outside the sender's lock); `retire`, given up while held, once their
+    // segments are retired.
+    struct outcome {
+        std::vector<flight> done;
+        std::vector<flight> retire;
+    };
+    // On a send: the messages done with by now, without giving any up
+    // (PUSH/PAIR: only those claimed or released since).
+    void settle(time_point now, outcome& out);
+    // Whether collect(now) would give a message up: the sender reads every
+    // pending request first, so that a claim written in time is seen.
+    bool expiring(time_point now) const;
+    // The side-channel thread's pass: messages done with or given up by
+    // `now`. Returns when the next is due (time_point::max(): none).
+    time_point collect(time_point now, outcome& out);
+
+    // Whether nothing in flight waits for a receiver: PUB, nothing in
+    // flight; PUSH/PAIR, every message claimed.
+    bool settled() const;
+    std::size_t in_flight() const noexcept { return flights_.size(); }
+
+private:
+    struct entry {
+        flight f;
+        time_point sent;
+        std::set<peer_id> claimers;  // peers holding it
+        bool claimed = false;
+    };
+    struct book {
+        std::uint64_t last = 0;          // highest sequence number claimed
+        std::set<std::uint64_t> given;   // segments it has a descriptor of
+        std::set<std::uint64_t> holding;
+        std::vector<std::uint64_t> closed;  // segments gone, to tell it
+    };
+
+    time_point deadline(const entry& e) const;
+    bool finished(std::uint64_t seq, const entry& e, time_point now) const;
+    void drop_touched(time_point now, outcome& out);
+
+    ledger_options opt_;
+    std::uint64_t next_seq_ = 1;
+    std::map<std::uint64_t, entry> flights_;
+    std::map<peer_id, book> peers_;
+    // No message in flight is due before this (the next full pass).
+    time_point deadline_ = time_point::max();
+    std::vector<std::uint64_t> touched_;  // claimed or released since last looked at
+};
+
+}  // namespace tenbin::detail::shm_impl

@@ -1,0 +1,88 @@
+// The +shm sender: its pool, the system calls and the side-channel thread
+// that hands segments to receivers and takes messages back. What is in
+// flight and who holds what is the ledger's (ledger.hpp).
+#pragma once
+
+#include "shm/internal.hpp"
+#include "shm/ledger.hpp"
+#include "shm/memory.hpp"
+#include "shm/ring.hpp"
+
+#include <condition_variable>
+#include <limits>
+#include <map>
+#include <mutex>
+#include <thread>
+
+namespace tenbin::detail {
+
+class shm_sender {
+public:
+    shm_sender(std::size_t pool_bytes, std::chrono::milliseconds lease, bool fan_out);
+    ~shm_sender() { stop(); }
+    shm_sender(const shm_sender&) = delete;
+    shm_sender& operator=(const shm_sender&) = delete;
+
+    // Stops the thread and the side channel; a fresh pool replaces the one
+    // receivers may still read.
+    void stop();
+    tensor_pool& pool() { return pool_; }
+    std::size_t in_flight();
+    // Waits until every message was claimed (or given up), at most `linger`.
+    void drain(std::chrono::milliseconds linger);
+    bool send(zmq::socket_ref socket, tensor_span tensors, std::span<const zmq::const_buffer> envelope,
+              std::optional<std::chrono::milliseconds> timeout);
+
+private:
+    // A receiver on the side channel, as the sockets see it (the ledger
+    // keeps what it claimed and holds).
+    struct peer {
+        std::unique_ptr<shm_impl::shm_ring> ring;  // its quiet claims and releases
+        unique_fd ring_fd;                         // the ring's memfd, until handed over
+    };
+
+    void forget(std::uint64_t seq);
+    // What receivers appended to their rings, and the messages that leaves
+    // done with (their blocks back to the pool): the sender's thread, on
+    // each send, so that a copy-in takes the block given back last.
+    void settle();
+    // Every peer's ring entries (under the lock). A corrupt ring is read no
+    // more, and its peer is cut off (the thread drops it at the hang-up).
+    void take_rings();
+    // Peer `fd`'s ring entries (under the lock): false when it is corrupt.
+    bool take_ring(int fd, peer& p);
+    void wake();
+
+    // The side-channel thread (side_server.cpp).
+    void run();
+    // Drops finished and expired messages; returns when the next lease ends.
+    shm_impl::time_point collect();
+    void on_claim(int fd, peer& p, std::uint64_t seq, bool quiet);
+    void on_release(int fd, std::uint64_t seq);
+    void drop_peer(int fd);
+    // Segments the pool closed, to tell the peers that had them.
+    void note_closed();
+    std::vector<int> peer_fds();
+    // The requests waiting on peer `fd`'s socket (at most `most`; all by default).
+    void serve(int fd, std::size_t most = std::numeric_limits<std::size_t>::max());
+    void accept_peers();
+
+    std::shared_ptr<shm_impl::shm_memory> memory_;
+    tensor_pool pool_;
+    std::string name_;
+    unique_fd listen_;
+    unique_fd wake_;
+    std::mutex mutex_;
+    std::condition_variable done_;
+    shm_impl::ledger ledger_;
+    // Peers' sockets and rings: added, removed and changed by the thread
+    // only (under the lock where others read them).
+    std::map<int, peer> peers_;
+    bool stopping_ = false;
+    bool draining_ = false;  // close() lingers: receivers kick after each ring entry
+    bool napping_ = false;   // the thread sleeps until a send, not reading the rings
+    shm_impl::time_point last_send_;
+    std::thread thread_;
+};
+
+}  // namespace tenbin::detail

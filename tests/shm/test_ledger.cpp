@@ -1,0 +1,200 @@
+// The +shm sender's bookkeeping (lib/shm/ledger.hpp), driven through time
+// by hand: claims, releases, leases, peers coming and going, the PUB rules.
+// No process, socket or clock.
+#include "shm/ledger.hpp"
+
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <memory>
+#include <vector>
+
+using namespace tenbin;
+using namespace tenbin::detail::shm_impl;
+using namespace std::chrono_literals;
+
+namespace {
+
+const time_point t0 = time_point() + 1000s;
+
+// A message of one block of `bytes` in segment `segment`; `released`
+// counts the times its block went back (its last holder dropped).
+flight message(std::uint64_t segment, std::shared_ptr<int> released, std::size_t bytes = 64) {
+    flight f;
+    auto* p = new std::byte[bytes];
+    f.holders.push_back(buffer::adopt(p, bytes, [released, p] {
+        ++*released;
+        delete[] p;
+    }));
+    f.segments.push_back(segment);
+    return f;
+}
+
+// How many messages `out` gives back to the pool (dropped here).
+std::size_t drop(ledger::outcome& out) {
+    const std::size_t n = out.done.size();
+    out.done.clear();
+    return n;
+}
+
+}  // namespace
+
+TEST_CASE("PUSH: a message is done with once its claimer releases it, not before") {
+    ledger l({.lease = 60s, .fan_out = false, .grace = 1s});
+    l.join(7);
+    auto released = std::make_shared<int>(0);
+    const auto sent = l.add(message(1, released), t0, false);
+    CHECK(sent.seq == 1);
+    REQUIRE(sent.claim_by);
+    CHECK(*sent.claim_by == t0 + 30s);  // half the lease
+    CHECK(l.claim(7, sent.seq));
+    ledger::outcome out;
+    l.settle(t0 + 1ms, out);
+    CHECK(out.done.empty());
+    CHECK(l.settled());  // claimed: a close need not wait for it
+    l.release(7, sent.seq);
+    l.settle(t0 + 2ms, out);
+    CHECK(drop(out) == 1);
+    CHECK(l.in_flight() == 0);
+}
+
+TEST_CASE("a message claimed by nobody is given up at its lease; a claim after that is refused") {
+    ledger l({.lease = 10s, .fan_out = false, .grace = 1s});
+    l.join(3);
+    const auto sent = l.add(message(1, std::make_shared<int>(0)), t0, false);
+    ledger::outcome out;
+    CHECK_FALSE(l.expiring(t0 + 9s));
+    CHECK(l.collect(t0 + 9s, out) == t0 + 10s);
+    CHECK(out.done.empty());
+    CHECK(l.expiring(t0 + 10s));
+    CHECK(l.collect(t0 + 10s, out) == time_point::max());
+    CHECK(drop(out) == 1);
+    CHECK(out.retire.empty());
+    CHECK_FALSE(l.claim(3, sent.seq));
+}
+
+TEST_CASE("a message held past its lease leaves to be retired, not straight back to the pool") {
+    ledger l({.lease = 10s, .fan_out = false, .grace = 1s});
+    l.join(3);
+    const auto sent = l.add(message(5, std::make_shared<int>(0)), t0, false);
+    REQUIRE(l.claim(3, sent.seq));
+    ledger::outcome out;
+    l.collect(t0 + 10s, out);
+    CHECK(out.done.empty());
+    REQUIRE(out.retire.size() == 1);
+    CHECK(out.retire[0].segments == std::vector<std::uint64_t>{5});
+    // Its holder's release later changes nothing.
+    l.release(3, sent.seq);
+    out.retire.clear();
+    l.collect(t0 + 11s, out);
+    CHECK(out.done.empty());
+}
+
+TEST_CASE("a peer that leaves releases what it held") {
+    ledger l({.lease = 60s, .fan_out = false, .grace = 1s});
+    l.join(1);
+    l.join(2);
+    const auto a = l.add(message(1, std::make_shared<int>(0)), t0, false);
+    const auto b = l.add(message(2, std::make_shared<int>(0)), t0, false);
+    REQUIRE(l.claim(1, a.seq));
+    REQUIRE(l.claim(2, b.seq));
+    l.leave(1);
+    ledger::outcome out;
+    l.settle(t0 + 1s, out);
+    CHECK(drop(out) == 1);
+    CHECK(l.in_flight() == 1);
+    CHECK(l.peers() == std::vector<peer_id>{2});
+}
+
+TEST_CASE("between deadlines a PUSH pass looks only at the messages touched since") {
+    ledger l({.lease = 10s, .fan_out = false, .grace = 1s});
+    l.join(1);
+    const auto a = l.add(message(1, std::make_shared<int>(0)), t0, false);
+    const auto b = l.add(message(2, std::make_shared<int>(0)), t0 + 1s, false);
+    REQUIRE(l.claim(1, a.seq));
+    REQUIRE(l.claim(1, b.seq));
+    l.release(1, b.seq);
+    ledger::outcome out;
+    CHECK(l.collect(t0 + 2s, out) == t0 + 10s);  // the first lease still due
+    CHECK(drop(out) == 1);
+    l.release(1, a.seq);
+    CHECK(l.collect(t0 + 3s, out) == t0 + 10s);
+    CHECK(drop(out) == 1);
+    CHECK(l.in_flight() == 0);
+}
+
+TEST_CASE("segments: each given once per peer; a closed one is told to the peers that had it") {
+    ledger l({.lease = 60s, .fan_out = false, .grace = 1s});
+    l.join(1);
+    l.join(2);
+    flight f = message(4, std::make_shared<int>(0));
+    f.segments.push_back(9);
+    const auto a = l.add(std::move(f), t0, false);
+    REQUIRE(l.claim(1, a.seq));
+    CHECK(l.to_give(1, a.seq) == std::vector<std::uint64_t>{4, 9});
+    CHECK(l.to_give(1, a.seq).empty());
+    l.closed(std::vector<std::uint64_t>{9, 11});
+    CHECK(l.untold());
+    // Claims wait for their answers while a peer has closed segments to hear of.
+    CHECK_FALSE(l.add(message(6, std::make_shared<int>(0)), t0, false).claim_by);
+    CHECK(l.take_closed(2, 10).empty());
+    CHECK(l.take_closed(1, 10) == std::vector<std::uint64_t>{9});
+    CHECK_FALSE(l.untold());
+    CHECK(l.add(message(6, std::make_shared<int>(0)), t0, false).claim_by);
+    CHECK_FALSE(l.add(message(6, std::make_shared<int>(0)), t0, true).claim_by);  // the pool closed some
+}
+
+TEST_CASE("PUB: done once every subscriber is past it; a late joiner's claim is refused") {
+    ledger l({.lease = 60s, .fan_out = true, .grace = 1s});
+    l.join(1);
+    l.join(2);
+    const auto a = l.add(message(1, std::make_shared<int>(0)), t0, false);
+    REQUIRE(a.claim_by);
+    CHECK(*a.claim_by == t0 + 500ms);  // half the grace
+    const auto b = l.add(message(2, std::make_shared<int>(0)), t0, false);
+    ledger::outcome out;
+    REQUIRE(l.claim(1, a.seq));
+    l.release(1, a.seq);
+    l.settle(t0 + 1ms, out);
+    CHECK(out.done.empty());  // subscriber 2 is not past it
+    REQUIRE(l.claim(2, b.seq));  // past it (a PUB receiver skips nothing it was sent)
+    l.settle(t0 + 2ms, out);
+    CHECK(drop(out) == 1);
+    l.release(2, b.seq);
+    CHECK_FALSE(l.settled());
+    l.settle(t0 + 3ms, out);
+    CHECK(out.done.empty());  // subscriber 1 is not past b
+    l.join(3);
+    REQUIRE(l.claim(1, b.seq));
+    l.release(1, b.seq);
+    l.settle(t0 + 4ms, out);
+    CHECK(out.done.empty());  // the new subscriber has claimed nothing
+    CHECK_FALSE(l.claim(3, a.seq));  // given up before it joined
+    REQUIRE(l.claim(3, b.seq));
+    l.release(3, b.seq);
+    l.settle(t0 + 5ms, out);
+    CHECK(drop(out) == 1);
+    CHECK(l.settled());
+}
+
+TEST_CASE("PUB with no subscriber on the side channel: a message waits the grace, quietly claimed by nobody") {
+    ledger l({.lease = 60s, .fan_out = true, .grace = 1s});
+    const auto a = l.add(message(1, std::make_shared<int>(0)), t0, false);
+    CHECK_FALSE(a.claim_by);  // the first subscriber's claim waits for its answer
+    ledger::outcome out;
+    CHECK(l.collect(t0 + 999ms, out) == t0 + 1s);
+    CHECK(out.done.empty());
+    CHECK(l.expiring(t0 + 1s));
+    l.collect(t0 + 1s, out);
+    CHECK(drop(out) == 1);
+}
+
+TEST_CASE("a failed send forgets its message") {
+    ledger l({.lease = 60s, .fan_out = false, .grace = 1s});
+    auto released = std::make_shared<int>(0);
+    const auto a = l.add(message(1, released), t0, false);
+    CHECK(l.forget(a.seq));
+    CHECK(*released == 1);
+    CHECK_FALSE(l.forget(a.seq));
+    CHECK(l.in_flight() == 0);
+}
