@@ -1,0 +1,157 @@
+// What the +shm tests across processes share: the far ends (a fresh exec
+// of the test binary running the "shm peer" case), batches that say which
+// message they are, counts of descriptors and mappings, a tap that catches
+// a +shm message as it travels.
+#pragma once
+
+#include <tenbin/connect.hpp>
+#include <tenbin/pool.hpp>
+
+#include "shm/protocol.hpp"
+#include "shm/shm.hpp"
+#include "support.hpp"
+#include "zmq_fixture.hpp"
+
+#include <doctest/doctest.h>
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace shm_test {
+
+using namespace tenbin;
+using namespace std::chrono_literals;
+
+// Runs peer `role` (the "shm peer" case of test_transport.cpp) in a child
+// process: a fresh exec of this binary, since a forked copy of a threaded
+// process cannot start threads of its own under ThreadSanitizer. Its exit
+// code is 0 when the role succeeded, 1 when it threw.
+inline pid_t spawn(const std::string& role) {
+    const std::string env = "TENBIN_SHM_PEER=" + role;
+    std::vector<char*> envp;
+    for (char** e = environ; *e; ++e) envp.push_back(*e);
+    envp.push_back(const_cast<char*>(env.c_str()));
+    envp.push_back(nullptr);
+    const pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+        ::execle("/proc/self/exe", "test-shm", "--test-case=shm peer", "--no-intro", static_cast<char*>(nullptr),
+                 envp.data());
+        ::_exit(127);
+    }
+    return pid;
+}
+
+inline int wait_exit(pid_t pid) {
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+// A batch whose every element says which message it is: a pool tensor
+// (sent without a copy) and a heap tensor (copied in).
+inline std::vector<tensor> batch(connection& c, std::int32_t k, std::int64_t n = 4096) {
+    tensor a = c.pool().acquire(dtype::i4, {n}, "pooled");
+    for (auto& v : a.mutable_values<std::int32_t>()) v = k;
+    std::vector<std::int32_t> b(static_cast<std::size_t>(n / 2), -k);
+    return {a, tensor::from_vector(std::move(b), {n / 2}, "heap")};
+}
+
+// Which message `m` is, after checking every element agrees; -1 if not.
+inline std::int32_t check_batch(const std::vector<tensor>& m) {
+    if (m.size() != 2 || m[0].info() != "pooled" || m[1].info() != "heap") return -1;
+    const auto a = m[0].values<std::int32_t>();
+    const auto b = m[1].values<std::int32_t>();
+    if (a.empty()) return -1;
+    const std::int32_t k = a[0];
+    for (std::int32_t v : a)
+        if (v != k) return -1;
+    for (std::int32_t v : b)
+        if (v != -k) return -1;
+    return k;
+}
+
+inline std::size_t count_fds() {
+    std::size_t n = 0;
+    for ([[maybe_unused]] auto& e : std::filesystem::directory_iterator("/proc/self/fd")) ++n;
+    return n;
+}
+
+inline std::size_t count_maps() {
+    std::ifstream in("/proc/self/maps");
+    std::size_t n = 0;
+    for (std::string line; std::getline(in, line);) ++n;
+    return n;
+}
+
+// Waits (at most 10 s) until every block of `c`'s pool but `held` is back.
+inline bool wait_idle(connection& c, std::size_t held = 0) {
+    const auto deadline = std::chrono::steady_clock::now() + 10s;
+    while (c.pool().stats().in_use > held && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(1ms);
+    return c.pool().stats().in_use == held;
+}
+
+// Mappings of shm segments in this process (both ends' when both are here).
+inline std::size_t count_shm_maps() {
+    std::ifstream in("/proc/self/maps");
+    std::size_t n = 0;
+    for (std::string line; std::getline(in, line);) n += line.find("memfd:tenbin-shm") != std::string::npos;
+    return n;
+}
+
+// Longer waits than the other tests': the far end is a fresh process,
+// and runs under the sanitizers too.
+inline connection_options timeouts() { return test_zmq::bounded_options(10s, 5s); }
+
+// The same, with a sender's pool of `bytes`.
+inline connection_options with_pool(std::uint64_t bytes) {
+    connection_options o = timeouts();
+    o.shm_pool_bytes = bytes;
+    return o;
+}
+
+
+// One shm message as it travels, caught by a plain socket.
+struct tap {
+    zmq::context_t ctx{1};
+    std::string name = test_zmq::fresh_ipc_path();
+    connection push{"zpush+shm://" + name, [] {
+        connection_options o = timeouts();
+        o.linger = 100ms;  // messages refused before their claim are never claimed
+        return o;
+    }()};
+    zmq::socket_t in{ctx, zmq::socket_type::pull};
+    tap() { in.bind("ipc://" + name); }
+    std::vector<zmq::message_t> next(tensor_span t) {
+        REQUIRE(push.send(t));
+        std::vector<zmq::message_t> frames;
+        do {
+            frames.emplace_back();
+            REQUIRE(in.recv(frames.back()));
+        } while (frames.back().more());
+        return frames;
+    }
+};
+
+inline void forward(zmq::socket_t& out, std::vector<zmq::message_t>& frames) {
+    for (std::size_t i = 0; i < frames.size(); ++i)
+        out.send(frames[i], i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+}
+
+// Writes a descriptor word of frame `f` in place.
+inline void put_u64(zmq::message_t& f, std::size_t at, std::uint64_t v) {
+    test_support::store_le({static_cast<std::byte*>(f.data()), f.size()}, at, 8, v);
+}
+
+
+}  // namespace shm_test
