@@ -80,6 +80,15 @@ void check_open(const zmq::socket_t& socket, const char* what) {
         throw error(errc::bad_argument, std::string("cannot ") + what + ": the connection is closed (or moved from)");
 }
 
+// The +shm side's options, from the connection's.
+detail::shm_options shm_options_of(const connection_options& o, socket_kind kind) {
+    detail::shm_options s;
+    s.pool_bytes = o.shm_pool_bytes;
+    s.lease = o.shm_lease;
+    s.fan_out = kind == socket_kind::pub;
+    return s;
+}
+
 }  // namespace
 
 std::shared_ptr<zmq::context_t> detail::default_context(std::span<const std::string> urls, const url_options& opt) {
@@ -172,8 +181,8 @@ connection::connection(std::shared_ptr<zmq::context_t> context, std::span<const 
     if (kind == socket_kind::pub && opt_.pub_nodrop) socket_.set(zmq::sockopt::xpub_nodrop, 1);
     if (endpoints_.front().shm) {
         if (detail::can_send(kind))
-            shm_sender_ = detail::make_shm_sender(opt_.shm_pool_bytes, opt_.shm_lease, kind == socket_kind::pub);
-        if (detail::can_receive(kind)) shm_receiver_ = detail::make_shm_receiver();
+            shm_sender_ = detail::make_shm_sender(shm_options_of(opt_, kind));
+        if (detail::can_receive(kind)) shm_receiver_ = detail::make_shm_receiver(shm_options_of(opt_, kind));
     }
     if (opt_.curve) {
         const bool serves = std::any_of(endpoints_.begin(), endpoints_.end(), [](const endpoint& e) { return e.bind; });

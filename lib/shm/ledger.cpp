@@ -2,6 +2,7 @@
 #include "shm/ledger.hpp"
 
 #include <algorithm>
+#include <set>
 
 namespace tenbin::detail::shm_impl {
 
@@ -30,8 +31,10 @@ std::optional<flight> ledger::forget(std::uint64_t seq) {
 
 std::vector<flight> ledger::clear() {
     std::vector<flight> out;
-    for (auto& [seq, e] : flights_) out.push_back(std::move(e.f));
-    flights_.clear();
+    for (auto* m : {&flights_, &retiring_}) {
+        for (auto& [seq, e] : *m) out.push_back(std::move(e.f));
+        m->clear();
+    }
     peers_.clear();
     touched_.clear();
     deadline_ = time_point::max();
@@ -73,6 +76,8 @@ void ledger::release(peer_id p, std::uint64_t seq) {
     if (auto it = flights_.find(seq); it != flights_.end()) {
         it->second.claimers.erase(p);
         touched_.push_back(seq);
+    } else if (auto r = retiring_.find(seq); r != retiring_.end()) {
+        r->second.claimers.erase(p);
     }
 }
 
@@ -83,6 +88,8 @@ void ledger::leave(peer_id p) {
         if (auto f = flights_.find(seq); f != flights_.end()) {
             f->second.claimers.erase(p);
             touched_.push_back(seq);
+        } else if (auto r = retiring_.find(seq); r != retiring_.end()) {
+            r->second.claimers.erase(p);
         }
     peers_.erase(it);
 }
@@ -159,8 +166,16 @@ time_point ledger::collect(time_point now, outcome& out) {
             out.done.push_back(std::move(e.f));
             it = flights_.erase(it);
         } else if (now - e.sent >= opt_.lease) {
-            for (peer_id p : e.claimers) peers_[p].holding.erase(it->first);
-            (e.claimers.empty() ? out.done : out.retire).push_back(std::move(e.f));
+            ++counters_.leases_expired;
+            if (e.claimers.empty()) {
+                out.done.push_back(std::move(e.f));
+            } else {
+                e.unretired = e.f.segments;
+                std::sort(e.unretired.begin(), e.unretired.end());
+                e.unretired.erase(std::unique(e.unretired.begin(), e.unretired.end()), e.unretired.end());
+                retiring_.insert(flights_.extract(it++));
+                continue;
+            }
             it = flights_.erase(it);
         } else {
             next = std::min(next, deadline(e));
@@ -170,6 +185,45 @@ time_point ledger::collect(time_point now, outcome& out) {
     deadline_ = next;
     touched_.clear();
     return next;
+}
+
+std::vector<std::uint64_t> ledger::to_retire() const {
+    std::set<std::uint64_t> out;
+    for (const auto& [seq, e] : retiring_) out.insert(e.unretired.begin(), e.unretired.end());
+    return {out.begin(), out.end()};
+}
+
+void ledger::retired(std::uint64_t segment, bool ok) {
+    for (auto& [seq, e] : retiring_) {
+        const auto it = std::find(e.unretired.begin(), e.unretired.end(), segment);
+        if (it == e.unretired.end()) continue;
+        if (ok) {
+            e.unretired.erase(it);
+        } else if (!e.failed) {
+            e.failed = true;
+            ++counters_.retires_failed;
+        }
+    }
+}
+
+void ledger::sweep(outcome& out) {
+    for (auto it = retiring_.begin(); it != retiring_.end();) {
+        entry& e = it->second;
+        if (!e.unretired.empty() && !e.claimers.empty()) {
+            ++it;
+            continue;
+        }
+        for (peer_id p : e.claimers) peers_[p].holding.erase(it->first);
+        out.done.push_back(std::move(e.f));
+        it = retiring_.erase(it);
+    }
+}
+
+std::size_t ledger::pinned() const {
+    std::size_t n = 0;
+    for (const auto& [seq, e] : retiring_)
+        if (e.failed) n += e.unretired.size();
+    return n;
 }
 
 bool ledger::settled() const {

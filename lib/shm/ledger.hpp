@@ -17,8 +17,11 @@
 // - Lease: a message not done with `lease` after its send is given up. If
 //   a peer still holds it, its segments must be retired before its blocks
 //   go back to the pool (memory.hpp: the bytes move to fresh pages, the
-//   holder keeps the old ones). A peer that claims a given-up message gets
-//   GONE and skips it.
+//   holder keeps the old ones). A retire that fails (no descriptor or
+//   memory to spare) keeps the message out of the pool until its holders
+//   let go, or a later retire succeeds: its block is never written while a
+//   receiver maps it. A peer that claims a given-up message gets GONE and
+//   skips it.
 #pragma once
 
 #include <tenbin/buffer.hpp>
@@ -37,6 +40,12 @@ namespace tenbin::detail::shm_impl {
 using ledger_clock = std::chrono::steady_clock;
 using time_point = ledger_clock::time_point;
 using peer_id = int;
+
+// What the ledger has done (see shm_sender_counters).
+struct ledger_counters {
+    std::uint64_t leases_expired = 0;
+    std::uint64_t retires_failed = 0;
+};
 
 struct ledger_options {
     std::chrono::milliseconds lease{60000};
@@ -91,12 +100,10 @@ public:
     // Whether some peer has closed segments to be told of.
     bool untold() const;
 
-    // Messages leaving the ledger: `done` go back to the pool (destroy them
-    // outside the sender's lock); `retire`, given up while held, once their
-    // segments are retired.
+    // Messages leaving the ledger: they go back to the pool (destroy them
+    // outside the sender's lock).
     struct outcome {
         std::vector<flight> done;
-        std::vector<flight> retire;
     };
     // On a send: the messages done with by now, without giving any up
     // (PUSH/PAIR: only those claimed or released since).
@@ -108,10 +115,22 @@ public:
     // `now`. Returns when the next is due (time_point::max(): none).
     time_point collect(time_point now, outcome& out);
 
+    // The segments of messages given up while held that are still to be
+    // retired; the sender tries each and says how it went (retired).
+    std::vector<std::uint64_t> to_retire() const;
+    void retired(std::uint64_t segment, bool ok);
+    // Given-up messages whose segments are all retired, or whose holders
+    // let go: back to the pool.
+    void sweep(outcome& out);
+    // Segments kept out of the pool because their retire failed.
+    std::size_t pinned() const;
+    const ledger_counters& counters() const noexcept { return counters_; }
+
     // Whether nothing in flight waits for a receiver: PUB, nothing in
     // flight; PUSH/PAIR, every message claimed.
     bool settled() const;
-    std::size_t in_flight() const noexcept { return flights_.size(); }
+    // Messages not given back yet: in flight, or given up and still held.
+    std::size_t in_flight() const noexcept { return flights_.size() + retiring_.size(); }
 
 private:
     struct entry {
@@ -119,6 +138,8 @@ private:
         time_point sent;
         std::set<peer_id> claimers;  // peers holding it
         bool claimed = false;
+        std::vector<std::uint64_t> unretired;  // given up while held: segments not yet retired
+        bool failed = false;                   // a retire of one failed
     };
     struct book {
         std::uint64_t last = 0;          // highest sequence number claimed
@@ -134,10 +155,12 @@ private:
     ledger_options opt_;
     std::uint64_t next_seq_ = 1;
     std::map<std::uint64_t, entry> flights_;
+    std::map<std::uint64_t, entry> retiring_;  // given up while held
     std::map<peer_id, book> peers_;
     // No message in flight is due before this (the next full pass).
     time_point deadline_ = time_point::max();
     std::vector<std::uint64_t> touched_;  // claimed or released since last looked at
+    ledger_counters counters_;
 };
 
 }  // namespace tenbin::detail::shm_impl

@@ -75,7 +75,7 @@ int shm_memory::read_only_fd(std::uint64_t id) {
     return -1;
 }
 
-void shm_memory::retire(std::uint64_t id) noexcept {
+bool shm_memory::retire(std::uint64_t id) noexcept {
     std::lock_guard lock(mutex_);
     for (auto& [base, s] : segments_) {
         if (s.id != id) continue;
@@ -83,20 +83,28 @@ void shm_memory::retire(std::uint64_t id) noexcept {
             unique_fd fd(new_segment_fd(s.size));
             for (std::size_t done = 0; done < s.size;) {
                 const ssize_t w = ::pwrite(fd.get(), base + done, s.size - done, static_cast<off_t>(done));
-                if (w <= 0) return;  // keep the old segment: still correct, only not retired
+                if (w <= 0) return false;
                 done += static_cast<std::size_t>(w);
             }
+            // Since Linux 6.12 a MAP_FIXED mapping that fails leaves the old one in place.
             if (::mmap(base, s.size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd.get(), 0) == MAP_FAILED)
-                return;
+                return false;
             ::close(s.fd);
             closed_.push_back(s.id);
             s.fd = fd.release();
             s.id = next_id_++;
             ++retired_;
+            return true;
         } catch (...) {
+            return false;
         }
-        return;
     }
+    return true;
+}
+
+std::uint64_t shm_memory::retired() {
+    std::lock_guard lock(mutex_);
+    return retired_;
 }
 
 std::vector<std::uint64_t> shm_memory::take_closed() {

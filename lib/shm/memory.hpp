@@ -41,7 +41,12 @@ public:
 
     // Moves segment `id`'s bytes to a fresh memfd mapped at the same
     // address and closes the old one; holders' mappings keep the old pages.
-    void retire(std::uint64_t id) noexcept;
+    // True when its block no longer shares pages with them (moved now, or
+    // before: the id is gone); false when the move failed (no descriptor
+    // or memory to spare) and the block still is the holders' pages.
+    bool retire(std::uint64_t id) noexcept;
+    // Segments moved by retire() so far.
+    std::uint64_t retired();
 
     std::vector<std::uint64_t> take_closed();
     // Whether segments were closed since the last take_closed().

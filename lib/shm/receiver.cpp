@@ -308,7 +308,7 @@ private:
 };
 
 std::uint64_t shm_quiet_claims() { return quiet_claims.load(); }
-std::shared_ptr<shm_receiver> make_shm_receiver() { return std::make_shared<shm_receiver>(); }
+std::shared_ptr<shm_receiver> make_shm_receiver(const shm_options&) { return std::make_shared<shm_receiver>(); }
 std::optional<std::vector<tensor>> shm_receive(shm_receiver& r, std::span<const zmq::message_t> frames,
                                                const decode_options& opt) {
     return r.receive(frames, opt);

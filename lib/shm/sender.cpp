@@ -51,10 +51,10 @@ void stream_copy(std::byte* dst, const std::byte* src, std::size_t n) {
 
 }  // namespace
 
-shm_sender::shm_sender(std::size_t pool_bytes, std::chrono::milliseconds lease, bool fan_out)
+shm_sender::shm_sender(const shm_options& o)
     : memory_(std::make_shared<shm_memory>()),
-      pool_(pool_options{.max_bytes = pool_bytes, .max_buffers = 1024, .wait = std::nullopt}, memory_),
-      ledger_({.lease = lease, .fan_out = fan_out, .grace = fan_out_grace}) {
+      pool_(pool_options{.max_bytes = o.pool_bytes, .max_buffers = 1024, .wait = std::nullopt}, memory_),
+      ledger_({.lease = o.lease, .fan_out = o.fan_out, .grace = fan_out_grace}) {
     std::random_device rd;
     const std::uint64_t r = (std::uint64_t{rd()} << 32) ^ rd();
     name_ = "tenbin-shm-" + std::to_string(::getpid()) + "-" + std::to_string(r);
@@ -209,12 +209,27 @@ void shm_sender::forget(std::uint64_t seq) {
     f = ledger_.forget(seq);
 }
 
+void shm_sender::retire(ledger::outcome& out) {
+    for (std::uint64_t s : ledger_.to_retire()) ledger_.retired(s, memory_->retire(s));
+    ledger_.sweep(out);
+}
+
+shm_sender_counters shm_sender::counters() {
+    std::lock_guard lock(mutex_);
+    const ledger_counters& l = ledger_.counters();
+    return {.leases_expired = l.leases_expired,
+            .segments_retired = memory_->retired(),
+            .retires_failed = l.retires_failed,
+            .blocks_pinned = ledger_.pinned()};
+}
+
 void shm_sender::settle() {
     ledger::outcome out;
     {
         std::lock_guard lock(mutex_);
         take_rings();
         ledger_.settle(ledger_clock::now(), out);
+        ledger_.sweep(out);  // pinned messages their holders let go
     }
     if (!out.done.empty()) done_.notify_all();
 }
@@ -241,9 +256,8 @@ void shm_sender::wake() {
     [[maybe_unused]] const ssize_t r = ::write(wake_.get(), &one, sizeof one);
 }
 
-std::shared_ptr<shm_sender> make_shm_sender(std::size_t pool_bytes, std::chrono::milliseconds lease, bool fan_out) {
-    return std::make_shared<shm_sender>(pool_bytes, lease, fan_out);
-}
+std::shared_ptr<shm_sender> make_shm_sender(const shm_options& o) { return std::make_shared<shm_sender>(o); }
+shm_sender_counters shm_counters(shm_sender& s) { return s.counters(); }
 tensor_pool& shm_pool(shm_sender& s) { return s.pool(); }
 bool shm_send(shm_sender& s, zmq::socket_ref socket, tensor_span tensors, std::span<const zmq::const_buffer> envelope,
               std::optional<std::chrono::milliseconds> timeout) {

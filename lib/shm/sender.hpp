@@ -18,7 +18,7 @@ namespace tenbin::detail {
 
 class shm_sender {
 public:
-    shm_sender(std::size_t pool_bytes, std::chrono::milliseconds lease, bool fan_out);
+    explicit shm_sender(const shm_options& o);
     ~shm_sender() { stop(); }
     shm_sender(const shm_sender&) = delete;
     shm_sender& operator=(const shm_sender&) = delete;
@@ -28,6 +28,7 @@ public:
     void stop();
     tensor_pool& pool() { return pool_; }
     std::size_t in_flight();
+    shm_sender_counters counters();
     // Waits until every message was claimed (or given up), at most `linger`.
     void drain(std::chrono::milliseconds linger);
     bool send(zmq::socket_ref socket, tensor_span tensors, std::span<const zmq::const_buffer> envelope,
@@ -42,6 +43,9 @@ private:
     };
 
     void forget(std::uint64_t seq);
+    // Given up while held (under the lock): the holders keep the old pages,
+    // the pool gets fresh ones; what cannot move yet stays out of the pool.
+    void retire(shm_impl::ledger::outcome& out);
     // What receivers appended to their rings, and the messages that leaves
     // done with (their blocks back to the pool): the sender's thread, on
     // each send, so that a copy-in takes the block given back last.

@@ -21,9 +21,33 @@ namespace tenbin::detail {
 class shm_sender;
 class shm_receiver;
 
+// How a sender or a receiver behaves; each side reads its own fields.
+struct shm_options {
+    // Sender: bytes of shared memory its pool may hold (sent messages not
+    // yet given back included).
+    std::size_t pool_bytes = std::size_t{1} << 30;
+    // Sender: a message not given back this long after its send is given
+    // up (see ledger.hpp).
+    std::chrono::milliseconds lease{60000};
+    // Sender: PUB (every receiver on the side channel gets each message).
+    bool fan_out = false;
+};
+
+// What a sender has done and holds. Counters only grow (Prometheus
+// `_total`, named in the comment); the others are gauges.
+struct shm_sender_counters {
+    std::uint64_t leases_expired = 0;    // tenbin_shm_leases_expired_total: messages given up at their lease
+    std::uint64_t segments_retired = 0;  // tenbin_shm_segments_retired_total: held ones moved out of the pool
+    // tenbin_shm_retires_failed_total: retires that failed (no descriptor
+    // or memory to spare); the block stays out of the pool instead.
+    std::uint64_t retires_failed = 0;
+    std::uint64_t blocks_pinned = 0;  // tenbin_shm_blocks_pinned: blocks out of the pool for a failed retire
+};
+
 // Fails with errc::unsupported off Linux.
-std::shared_ptr<shm_sender> make_shm_sender(std::size_t pool_bytes, std::chrono::milliseconds lease, bool fan_out);
-std::shared_ptr<shm_receiver> make_shm_receiver();
+std::shared_ptr<shm_sender> make_shm_sender(const shm_options& o);
+std::shared_ptr<shm_receiver> make_shm_receiver(const shm_options& o = {});
+shm_sender_counters shm_counters(shm_sender& s);
 
 // The sender's pool: tensors from it are sent without a copy.
 tensor_pool& shm_pool(shm_sender& s);

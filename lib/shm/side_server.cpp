@@ -44,11 +44,7 @@ time_point shm_sender::collect() {
         std::lock_guard lock(mutex_);
         take_rings();  // read after `now`, as the sockets are
         next = ledger_.collect(now, out);
-        // Given up while held: the holder keeps the old pages, the pool gets fresh ones.
-        for (flight& f : out.retire) {
-            for (std::uint64_t s : f.segments) memory_->retire(s);
-            out.done.push_back(std::move(f));
-        }
+        retire(out);
     }
     done_.notify_all();
     return next;  // blocks go back to the pool outside the lock

@@ -15,9 +15,12 @@
 #include <doctest/doctest.h>
 
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
@@ -153,5 +156,87 @@ inline void put_u64(zmq::message_t& f, std::size_t at, std::uint64_t v) {
     test_support::store_le({static_cast<std::byte*>(f.data()), f.size()}, at, 8, v);
 }
 
+
+// A +shm sender and receiver of this process on raw ZeroMQ sockets (PUSH
+// to PULL over ipc), for the tests that read their counters or hand them
+// hostile input.
+struct shm_pair {
+    zmq::context_t ctx{1};
+    zmq::socket_t out = test_zmq::make_socket(ctx, zmq::socket_type::push);
+    zmq::socket_t in = test_zmq::make_socket(ctx, zmq::socket_type::pull);
+    std::shared_ptr<detail::shm_sender> sender;
+    std::shared_ptr<detail::shm_receiver> receiver;
+
+    explicit shm_pair(const detail::shm_options& so = {}, const detail::shm_options& ro = {})
+        : sender(detail::make_shm_sender(so)), receiver(detail::make_shm_receiver(ro)) {
+        const std::string address = "ipc://" + test_zmq::fresh_ipc_path();
+        in.bind(address);
+        out.connect(address);
+    }
+    ~shm_pair() { detail::shm_close(*sender, 0ms); }
+
+    tensor_pool& pool() { return detail::shm_pool(*sender); }
+    detail::shm_sender_counters counters() { return detail::shm_counters(*sender); }
+    bool send(tensor_span t) { return detail::shm_send(*sender, out, t, {}, 5000ms); }
+    // The next message's frames as they came (nothing after 5 s).
+    std::optional<std::vector<zmq::message_t>> frames() {
+        std::vector<zmq::message_t> f;
+        do {
+            f.emplace_back();
+            if (!in.recv(f.back())) return std::nullopt;
+        } while (f.back().more());
+        return f;
+    }
+    std::optional<std::vector<tensor>> recv() {
+        auto f = frames();
+        if (!f) return std::nullopt;
+        return detail::shm_receive(*receiver, *f, decode_options{});
+    }
+};
+
+// A pool tensor of `n` i4 elements, each `k`.
+inline tensor filled(tensor_pool& pool, std::int32_t k, std::int64_t n = 4096) {
+    tensor t = pool.acquire(dtype::i4, {n});
+    for (auto& v : t.mutable_values<std::int32_t>()) v = k;
+    return t;
+}
+
+// Whether every element of `t` is `k`.
+inline bool all_are(const tensor& t, std::int32_t k) {
+    const auto v = t.values<std::int32_t>();
+    return std::all_of(v.begin(), v.end(), [&](std::int32_t x) { return x == k; });
+}
+
+// Waits (at most 10 s) until `done()`.
+template <class F>
+bool eventually(F&& done) {
+    const auto deadline = std::chrono::steady_clock::now() + 10s;
+    while (!done() && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(1ms);
+    return done();
+}
+
+// Fills this process's descriptor table while it lives: every open, socket
+// and memfd_create fails with EMFILE.
+class no_descriptors {
+public:
+    no_descriptors() {
+        REQUIRE(::getrlimit(RLIMIT_NOFILE, &saved_) == 0);
+        rlimit low = saved_;
+        low.rlim_cur = count_fds() + 16;
+        REQUIRE(::setrlimit(RLIMIT_NOFILE, &low) == 0);
+        for (int fd; (fd = ::dup(0)) >= 0;) fds_.push_back(fd);
+        REQUIRE(errno == EMFILE);
+    }
+    ~no_descriptors() {
+        for (int fd : fds_) ::close(fd);
+        ::setrlimit(RLIMIT_NOFILE, &saved_);
+    }
+    no_descriptors(const no_descriptors&) = delete;
+    no_descriptors& operator=(const no_descriptors&) = delete;
+
+private:
+    rlimit saved_{};
+    std::vector<int> fds_;
+};
 
 }  // namespace shm_test
