@@ -15,8 +15,14 @@
 
 namespace tenbin::detail::shm_impl {
 
-// A new memfd of `size` bytes named `name`, sealed against shrinking and growing.
+// A new memfd of `size` bytes named `name`, sealed against shrinking and
+// growing (a receiver's mapping can never lose pages under it: SIGBUS).
 int new_segment_fd(std::size_t size, const char* name = "tenbin-shm");
+// Seals memfd `fd` against writes through any mapping or descriptor made
+// from now on (F_SEAL_FUTURE_WRITE): the sender's own mapping still
+// writes, a descriptor reopened through /proc/PID/fd cannot. Then no seal
+// more. Throws io_error.
+void seal_writes(int fd);
 
 class shm_memory final : public pool_memory {
 public:

@@ -187,12 +187,14 @@ private:
         throw error(errc::io_error, "shm side channel: " + why);
     }
 
-    // Maps a segment read-only after checking it cannot shrink under us.
+    // Maps a segment read-only after checking it cannot shrink under us,
+    // nor be written by anyone but its sender.
     void add_segment(std::uint64_t id, int fd) {
         const int seals = ::fcntl(fd, F_GET_SEALS);
         struct stat st {};
-        if (seals < 0 || !(seals & F_SEAL_SHRINK) || ::fstat(fd, &st) != 0 || st.st_size <= 0)
-            lost("a shm segment that is not a sealed memfd");
+        constexpr int needed = F_SEAL_SHRINK | F_SEAL_FUTURE_WRITE;
+        if (seals < 0 || (seals & needed) != needed || ::fstat(fd, &st) != 0 || st.st_size <= 0)
+            lost("a shm segment that is not a memfd sealed against shrinking and writes");
         const auto size = static_cast<std::size_t>(st.st_size);
         void* p = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
         if (p == MAP_FAILED) throw os_error("mapping a shm segment");

@@ -12,6 +12,8 @@ namespace tenbin::detail::shm_impl {
 
 std::unique_ptr<shm_ring> shm_ring::create(unique_fd& fd) {
     unique_fd made(new_segment_fd(bytes, "tenbin-ring"));
+    // Written by both ends: sealed against size changes only.
+    if (::fcntl(made.get(), F_ADD_SEALS, F_SEAL_SEAL) != 0) throw os_error("sealing a shm ring");
     void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, made.get(), 0);
     if (p == MAP_FAILED) throw os_error("mapping a shm ring");
     fd = std::move(made);

@@ -3,6 +3,9 @@
 // receiver maps it, and the sender keeps serving the receivers that behave.
 #include "peer.hpp"
 
+#include <fcntl.h>
+#include <sys/mman.h>
+
 using namespace tenbin;
 using namespace shm_test;
 using namespace std::chrono_literals;
@@ -31,4 +34,36 @@ TEST_CASE("a held message whose retire fails (no descriptor to spare) keeps its 
     // holder lets go first; either way every block comes back.
     held.clear();
     CHECK(eventually([&] { return p.counters().blocks_pinned == 0 && p.pool().stats().in_use == 0; }));
+}
+
+TEST_CASE("no descriptor of a segment, reopened writable through /proc, can change what a receiver reads") {
+    shm_pair p;
+    REQUIRE(p.send(filled(p.pool(), 7)));
+    const auto got = p.recv().value();
+    // What a same-user peer can reach: every memfd of the sender, through
+    // /proc/PID/fd (here the sender is this process).
+    std::size_t tried = 0;
+    for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) {
+        std::error_code ec;
+        const std::string target = std::filesystem::read_symlink(e.path(), ec).string();
+        if (ec || target.find("memfd:tenbin-shm") == std::string::npos) continue;
+        const int fd = ::open(e.path().c_str(), O_RDWR | O_CLOEXEC);
+        REQUIRE(fd >= 0);  // opening is allowed; writing is not
+        const std::int32_t bad = -1;
+        CHECK(::pwrite(fd, &bad, sizeof bad, 0) < 0);
+        CHECK(errno == EPERM);
+        void* w = ::mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        CHECK(w == MAP_FAILED);
+        if (w != MAP_FAILED) {
+            *static_cast<std::int32_t*>(w) = bad;
+            ::munmap(w, 4096);
+        }
+        ::close(fd);
+        ++tried;
+    }
+    CHECK(tried >= 1);
+    // Nor the receiver's own read-only mapping.
+    const std::uintptr_t page = reinterpret_cast<std::uintptr_t>(got.at(0).data().data()) & ~std::uintptr_t{4095};
+    CHECK(::mprotect(reinterpret_cast<void*>(page), 4096, PROT_READ | PROT_WRITE) != 0);
+    CHECK(all_are(got.at(0), 7));
 }
