@@ -74,7 +74,7 @@ void replies(const std::uint8_t* data, std::size_t size) {
         const std::uint32_t type = load32(data), count = load32(data + 4);
         const std::size_t most = type == 10 ? 64 : (type == 11 || type == 12) ? 256 : 0;
         const std::size_t want_fds = type == 10 ? count : type == 13 ? 1 : 0;
-        model = type >= 10 && type <= 13 && count <= most && size == 16 + 8 * std::uint64_t{count} && fds == want_fds;
+        model = type >= 10 && type <= 14 && count <= most && size == 16 + 8 * std::uint64_t{count} && fds == want_fds;
     }
     if (ok != model) fuzz::fail(ok ? "parse_reply accepted a malformed reply" : "parse_reply refused a reply");
     if (!ok) return;

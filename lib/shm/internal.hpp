@@ -41,8 +41,9 @@ inline std::uint64_t monotonic_ns(std::chrono::steady_clock::time_point t = std:
 }
 
 sockaddr_un abstract_address(const std::string& name, socklen_t& len);
-// One packet, with `fds` (at most fds_per_packet) by SCM_RIGHTS. False on
-// an error (errno says which).
+// One packet, with `fds` (at most fds_per_packet) by SCM_RIGHTS, if the
+// socket has room for it now: never a wait on the peer. False on an error
+// (errno says which; EAGAIN: the peer is not reading).
 bool send_packet(int fd, std::span<const std::byte> bytes, std::span<const int> fds = {});
 
 #endif

@@ -95,7 +95,8 @@ std::optional<std::size_t> most_ids(packet t) {
         case packet::fds: return fds_per_packet;
         case packet::ok:
         case packet::gone: return closed_per_reply;
-        case packet::ring: return 0;
+        case packet::ring:
+        case packet::cut_off: return 0;
         default: return std::nullopt;
     }
 }
@@ -103,6 +104,16 @@ std::optional<std::size_t> most_ids(packet t) {
 [[noreturn]] void bad(const std::string& what) { throw error(errc::bad_header, "shm side channel: " + what); }
 
 }  // namespace
+
+std::string why(cut_reason r) {
+    switch (r) {
+        case cut_reason::peers_full: return "it serves as many receivers as it may (shm_options::max_peers)";
+        case cut_reason::out_of_descriptors: return "it has no file descriptor to spare";
+        case cut_reason::bad_request: return "this receiver wrote a malformed request";
+        case cut_reason::corrupt_ring: return "this receiver's ring held an entry out of its bounds";
+    }
+    return "reason " + std::to_string(static_cast<std::uint64_t>(r));
+}
 
 std::array<std::byte, request_size> encode_request(const request& r) {
     std::array<std::byte, request_size> out{};
@@ -123,7 +134,7 @@ std::vector<std::byte> encode_reply(const reply& r) {
     std::vector<std::byte> out(reply_header_size + 8 * r.ids.size());
     store_le<std::uint32_t>(out.data(), static_cast<std::uint32_t>(r.type));
     store_le<std::uint32_t>(out.data() + 4, static_cast<std::uint32_t>(r.ids.size()));
-    store_le<std::uint64_t>(out.data() + 8, r.clock);
+    store_le<std::uint64_t>(out.data() + 8, r.type == packet::cut_off ? static_cast<std::uint64_t>(r.reason) : r.clock);
     for (std::size_t k = 0; k < r.ids.size(); ++k) store_le<std::uint64_t>(out.data() + reply_header_size + 8 * k, r.ids[k]);
     return out;
 }
@@ -141,7 +152,9 @@ reply parse_reply(bytes_view p, std::size_t fds) {
     const std::size_t want_fds = r.type == packet::fds ? count : r.type == packet::ring ? 1 : 0;
     if (fds != want_fds)
         bad("a reply with " + std::to_string(fds) + " descriptors where its type carries " + std::to_string(want_fds));
-    r.clock = load_le<std::uint64_t>(p.data() + 8);
+    const std::uint64_t word = load_le<std::uint64_t>(p.data() + 8);
+    if (r.type == packet::cut_off) r.reason = static_cast<cut_reason>(word);
+    else r.clock = word;
     r.ids.resize(count);
     for (std::size_t k = 0; k < count; ++k) r.ids[k] = load_le<std::uint64_t>(p.data() + reply_header_size + 8 * k);
     return r;

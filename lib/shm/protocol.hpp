@@ -44,10 +44,12 @@
 //   request     u32 type (claim, release, claim_quiet, kick), u32 0, u64
 //               sequence number (0 for a kick): 16 bytes, receiver to
 //               sender; only a claim gets replies
-//   reply       u32 type (fds, ok, gone, ring), u32 count, u64 the sender's
-//               clock (ok, gone; 0 otherwise), count u64 segment ids (fds:
-//               the segments of the descriptors passed along, in order;
-//               ok, gone: segments the sender closed since)
+//   reply       u32 type (fds, ok, gone, ring, cut_off), u32 count, u64 the
+//               sender's clock (ok, gone), why (cut_off) or 0, count u64
+//               segment ids (fds: the segments of the descriptors passed
+//               along, in order; ok, gone: segments the sender closed
+//               since). A cut_off is the sender's last word before it
+//               closes the side channel: at once for a receiver it refuses.
 //   ring entry  u64: sequence number << 1, | 1 for a release
 #pragma once
 
@@ -61,7 +63,7 @@
 
 namespace tenbin::detail {
 
-inline constexpr std::uint32_t shm_version = 3;
+inline constexpr std::uint32_t shm_version = 4;
 inline constexpr std::size_t shm_descriptor_size = 32;
 
 // Where one tensor's bytes lie: `length` bytes at `offset` in segment
@@ -114,7 +116,18 @@ enum class packet : std::uint32_t {
     ok = 11,
     gone = 12,
     ring = 13,
+    cut_off = 14,
 };
+
+// Why a sender cuts a receiver off.
+enum class cut_reason : std::uint64_t {
+    peers_full = 1,          // it serves shm_options::max_peers receivers already
+    out_of_descriptors = 2,  // it has no descriptor to spare
+    bad_request = 3,         // the receiver wrote a malformed request
+    corrupt_ring = 4,        // ... or a ring entry out of its bounds
+};
+// "it serves as many receivers as it may (shm_options::max_peers)", ...
+std::string why(cut_reason r);
 
 inline constexpr std::size_t request_size = 16;
 inline constexpr std::size_t reply_header_size = 16;
@@ -127,8 +140,9 @@ struct request {
 
 struct reply {
     packet type = packet::ok;
-    std::uint64_t clock = 0;
-    std::vector<std::uint64_t> ids;
+    std::uint64_t clock = 0;  // ok, gone
+    std::vector<std::uint64_t> ids{};
+    cut_reason reason{};  // cut_off
 };
 
 std::array<std::byte, request_size> encode_request(const request& r);
@@ -139,7 +153,7 @@ std::vector<std::byte> encode_reply(const reply& r);
 // A reply that came with `fds` descriptors. bad_header: shorter than its
 // header, a size its count does not give, not a reply's type, more ids than
 // a reply of its type carries, or descriptors a reply of its type does
-// not carry (fds: one per id; ring: one; ok, gone: none).
+// not carry (fds: one per id; ring: one; ok, gone, cut_off: none).
 reply parse_reply(bytes_view packet_bytes, std::size_t fds);
 
 struct ring_entry {

@@ -95,7 +95,9 @@ public:
             // Too late to be sure: the answer to a claim says whether it was in time.
         }
         const std::uint64_t asked = monotonic_ns();
-        if (!send_packet(fd_.get(), encode_request({packet::claim, seq}))) return lost("cannot claim a message");
+        // Refused, the sender wrote why before it closed: read on to it.
+        if (!send_packet(fd_.get(), encode_request({packet::claim, seq})) && errno != EPIPE)
+            return lost("cannot claim a message");
         for (;;) {
             std::array<std::byte, max_reply_size + 1> body{};  // one more: a longer packet shows
             iovec iov{body.data(), body.size()};
@@ -132,6 +134,7 @@ public:
                 for (std::size_t k = 0; k < r.ids.size(); ++k) add_segment(r.ids[k], fds[k].get());
                 continue;
             }
+            if (r.type == packet::cut_off) return lost("the shm sender cut this receiver off: " + why(r.reason));
             if (r.type == packet::ring) {
                 if (ring_) return lost("a second ring");
                 try {

@@ -8,6 +8,8 @@
 #include <cstring>
 #include <random>
 
+#include <fcntl.h>
+
 #if defined(__x86_64__)
 #include <emmintrin.h>
 #endif
@@ -54,7 +56,8 @@ void stream_copy(std::byte* dst, const std::byte* src, std::size_t n) {
 shm_sender::shm_sender(const shm_options& o)
     : memory_(std::make_shared<shm_memory>()),
       pool_(pool_options{.max_bytes = o.pool_bytes, .max_buffers = 1024, .wait = std::nullopt}, memory_),
-      ledger_({.lease = o.lease, .fan_out = o.fan_out, .grace = fan_out_grace}) {
+      ledger_({.lease = o.lease, .fan_out = o.fan_out, .grace = fan_out_grace}),
+      max_peers_(std::max<std::size_t>(o.max_peers, 1)) {
     std::random_device rd;
     const std::uint64_t r = (std::uint64_t{rd()} << 32) ^ rd();
     name_ = "tenbin-shm-" + std::to_string(::getpid()) + "-" + std::to_string(r);
@@ -66,6 +69,7 @@ shm_sender::shm_sender(const shm_options& o)
     if (::listen(listen_.get(), 64) != 0) throw os_error("listening on the shm side channel");
     wake_.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
     if (wake_.get() < 0) throw os_error("eventfd");
+    reserve_.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
     memory_->wake_on_wait(wake_.get());
     thread_ = std::thread([this] { run(); });
 }
@@ -217,7 +221,9 @@ void shm_sender::retire(ledger::outcome& out) {
 shm_sender_counters shm_sender::counters() {
     std::lock_guard lock(mutex_);
     const ledger_counters& l = ledger_.counters();
-    return {.leases_expired = l.leases_expired,
+    return {.peers = peers_.size(),
+            .peers_refused = peers_refused_,
+            .leases_expired = l.leases_expired,
             .segments_retired = memory_->retired(),
             .retires_failed = l.retires_failed,
             .blocks_pinned = ledger_.pinned()};
@@ -234,9 +240,17 @@ void shm_sender::settle() {
     if (!out.done.empty()) done_.notify_all();
 }
 
+void shm_sender::tell_cut(int fd, cut_reason why) {
+    reply r;
+    r.type = packet::cut_off;
+    r.reason = why;
+    [[maybe_unused]] const bool told = send_packet(fd, encode_reply(r));  // told if it has room
+}
+
 void shm_sender::take_rings() {
     for (auto& [fd, p] : peers_)
         if (!take_ring(fd, p)) {
+            tell_cut(fd, cut_reason::corrupt_ring);
             p.ring->ask(shm_ring::cut_off);
             p.ring.reset();
             ::shutdown(fd, SHUT_RDWR);

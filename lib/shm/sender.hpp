@@ -40,6 +40,7 @@ private:
     struct peer {
         std::unique_ptr<shm_impl::shm_ring> ring;  // its quiet claims and releases
         unique_fd ring_fd;                         // the ring's memfd, until handed over
+        bool ring_tried = false;                   // made (or failed to be) with the first answer
     };
 
     void forget(std::uint64_t seq);
@@ -70,6 +71,10 @@ private:
     // The requests waiting on peer `fd`'s socket (at most `most`; all by default).
     void serve(int fd, std::size_t most = std::numeric_limits<std::size_t>::max());
     void accept_peers();
+    // Tells peer `fd` why, then closes it (never added to the peers).
+    void refuse(int fd, shm_impl::cut_reason why);
+    // Tells peer `fd` why it is cut off, if its socket has room.
+    void tell_cut(int fd, shm_impl::cut_reason why);
 
     std::shared_ptr<shm_impl::shm_memory> memory_;
     tensor_pool pool_;
@@ -79,6 +84,14 @@ private:
     std::mutex mutex_;
     std::condition_variable done_;
     shm_impl::ledger ledger_;
+    // Kept for the moment the process runs out: closed to accept and
+    // refuse a peer clearly, then taken again.
+    unique_fd reserve_;
+    // While out of descriptors and without the reserve: accept nothing
+    // before this (the listener stays readable; polling it would spin).
+    shm_impl::time_point accept_after_;
+    std::size_t max_peers_;
+    std::uint64_t peers_refused_ = 0;
     // Peers' sockets and rings: added, removed and changed by the thread
     // only (under the lock where others read them).
     std::map<int, peer> peers_;

@@ -31,11 +31,19 @@ struct shm_options {
     std::chrono::milliseconds lease{60000};
     // Sender: PUB (every receiver on the side channel gets each message).
     bool fan_out = false;
+    // Sender: receivers on the side channel at once; more are refused (each
+    // costs the sender a socket and a ring). A same-user process can fill
+    // them, never disturb those already in.
+    std::size_t max_peers = 64;
 };
 
 // What a sender has done and holds. Counters only grow (Prometheus
 // `_total`, named in the comment); the others are gauges.
 struct shm_sender_counters {
+    std::uint64_t peers = 0;  // tenbin_shm_peers: receivers on the side channel now
+    // tenbin_shm_peers_refused_total: side-channel connections refused (at
+    // max_peers, out of descriptors, another user's)
+    std::uint64_t peers_refused = 0;
     std::uint64_t leases_expired = 0;    // tenbin_shm_leases_expired_total: messages given up at their lease
     std::uint64_t segments_retired = 0;  // tenbin_shm_segments_retired_total: held ones moved out of the pool
     // tenbin_shm_retires_failed_total: retires that failed (no descriptor

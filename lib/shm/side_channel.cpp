@@ -34,7 +34,7 @@ bool send_packet(int fd, std::span<const std::byte> bytes, std::span<const int> 
         std::memcpy(CMSG_DATA(c), fds.data(), sizeof(int) * fds.size());
     }
     for (;;) {
-        const ssize_t n = ::sendmsg(fd, &mh, MSG_NOSIGNAL);
+        const ssize_t n = ::sendmsg(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (n >= 0) return true;
         if (errno != EINTR) return false;
     }

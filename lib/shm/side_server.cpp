@@ -7,6 +7,7 @@
 
 #include <algorithm>
 
+#include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -24,6 +25,8 @@ namespace {
 constexpr int ring_period_ms = 2;
 constexpr int ring_quiet_period_ms = 100;
 constexpr std::chrono::milliseconds ring_quiet_after{100};
+// How long accepting pauses when the process has no descriptor left.
+constexpr std::chrono::milliseconds accept_pause{100};
 
 }  // namespace
 
@@ -61,10 +64,20 @@ void shm_sender::on_claim(int fd, peer& p, std::uint64_t seq, bool quiet) {
         if (quiet) return;
         if (ok) segs = ledger_.to_give(fd, seq);
     }
-    // The ring goes with the first answer.
+    // The ring goes with the first answer (no memfd to spare: claims and
+    // releases come as packets).
+    if (!p.ring && !p.ring_tried) {
+        p.ring_tried = true;
+        try {
+            auto ring = shm_ring::create(p.ring_fd);
+            std::lock_guard lock(mutex_);
+            p.ring = std::move(ring);
+        } catch (const error&) {
+        }
+    }
     if (p.ring_fd) {
         const int ring_fd = p.ring_fd.get();
-        if (!send_packet(fd, encode_reply({.type = packet::ring, .clock = 0, .ids = {}}), {&ring_fd, 1})) return drop_peer(fd);
+        if (!send_packet(fd, encode_reply({.type = packet::ring}), {&ring_fd, 1})) return drop_peer(fd);
         p.ring_fd = unique_fd();
     }
     std::sort(segs.begin(), segs.end());
@@ -86,7 +99,7 @@ void shm_sender::on_claim(int fd, peer& p, std::uint64_t seq, bool quiet) {
     if (!ok) on_release(fd, seq);
     // Segments gone since (up to now): the receiver drops its mappings of them.
     note_closed();
-    reply r{.type = ok ? packet::ok : packet::gone, .clock = 0, .ids = {}};
+    reply r{.type = ok ? packet::ok : packet::gone};
     {
         std::lock_guard lock(mutex_);
         r.ids = ledger_.take_closed(fd, closed_per_reply);
@@ -124,7 +137,8 @@ void shm_sender::run() {
         }
         const auto next = collect();
         note_closed();
-        std::vector<pollfd> fds{{listen_.get(), POLLIN, 0}, {wake_.get(), POLLIN, 0}};
+        const bool accepting = ledger_clock::now() >= accept_after_;
+        std::vector<pollfd> fds{{accepting ? listen_.get() : -1, POLLIN, 0}, {wake_.get(), POLLIN, 0}};
         int period_ms = ring_period_ms;
         {
             std::lock_guard lock(mutex_);
@@ -144,6 +158,7 @@ void shm_sender::run() {
             wait_ms = static_cast<int>(std::clamp<std::int64_t>(left.count(), 0, 60000));
         }
         if (period_ms >= 0) wait_ms = wait_ms < 0 ? period_ms : std::min(wait_ms, period_ms);
+        if (!accepting) wait_ms = wait_ms < 0 ? int(accept_pause.count()) : std::min(wait_ms, int(accept_pause.count()));
         const int rc = ::poll(fds.data(), fds.size(), wait_ms);
         if (rc < 0 && errno != EINTR) return;
         if (rc <= 0) continue;
@@ -187,6 +202,7 @@ void shm_sender::serve(int fd, std::size_t most) {
             if (n <= 0) throw error(errc::io_error, "closed");  // closed or died
             req = parse_request({bytes.data(), static_cast<std::size_t>(n)});
         } catch (const error&) {  // or spoke nonsense
+            if (n > 0) tell_cut(fd, cut_reason::bad_request);
             drop_peer(fd);
             return;
         }
@@ -201,27 +217,48 @@ void shm_sender::serve(int fd, std::size_t most) {
 void shm_sender::accept_peers() {
     for (;;) {
         const int fd = ::accept4(listen_.get(), nullptr, nullptr, SOCK_CLOEXEC);
-        if (fd < 0) return;
+        if (fd < 0) {
+            if (errno != EMFILE && errno != ENFILE && errno != ENOBUFS && errno != ENOMEM) return;  // none waiting
+            // Out of descriptors: the reserve lets one in to be told so.
+            reserve_.reset();
+            const int late = ::accept4(listen_.get(), nullptr, nullptr, SOCK_CLOEXEC);
+            if (late >= 0) refuse(late, cut_reason::out_of_descriptors);
+            reserve_.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+            if (late < 0 || !reserve_) {
+                accept_after_ = ledger_clock::now() + accept_pause;
+                return;
+            }
+            continue;
+        }
         // Only the sender's own user may read its memory.
         ucred cred{};
         socklen_t len = sizeof cred;
         if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 || cred.uid != ::getuid()) {
             ::close(fd);
+            std::lock_guard lock(mutex_);
+            ++peers_refused_;
             continue;
         }
-        // A peer that stops reading its replies is dropped, not waited for.
-        const timeval limit{1, 0};
-        ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof limit);
-        peer p;
-        try {
-            p.ring = shm_ring::create(p.ring_fd);
-        } catch (const error&) {
-            // No memfd to spare: this peer's claims and releases come as packets.
+        bool full = false;
+        {
+            std::lock_guard lock(mutex_);
+            full = peers_.size() >= max_peers_;
+        }
+        if (full) {
+            refuse(fd, cut_reason::peers_full);
+            continue;
         }
         std::lock_guard lock(mutex_);
-        peers_.emplace(fd, std::move(p));
+        peers_.emplace(fd, peer{});
         ledger_.join(fd);
     }
+}
+
+void shm_sender::refuse(int fd, cut_reason why) {
+    tell_cut(fd, why);  // a fresh socket has room for it
+    ::close(fd);
+    std::lock_guard lock(mutex_);
+    ++peers_refused_;
 }
 
 }  // namespace tenbin::detail

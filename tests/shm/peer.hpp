@@ -16,12 +16,16 @@
 
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstddef>
+#include <cstring>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -215,28 +219,85 @@ bool eventually(F&& done) {
     return done();
 }
 
+
+// A child process, killed (SIGKILL) and reaped when this goes.
+class child {
+public:
+    explicit child(pid_t pid) : pid_(pid) {}
+    ~child() {
+        ::kill(pid_, SIGKILL);
+        wait_exit(pid_);
+    }
+    child(const child&) = delete;
+    child& operator=(const child&) = delete;
+    pid_t pid() const { return pid_; }
+
+private:
+    pid_t pid_;
+};
+
+// This process's descriptor limit lowered to `n` while it lives.
+class fd_limit {
+public:
+    explicit fd_limit(std::size_t n) {
+        REQUIRE(::getrlimit(RLIMIT_NOFILE, &saved_) == 0);
+        rlimit low = saved_;
+        low.rlim_cur = n;
+        REQUIRE(::setrlimit(RLIMIT_NOFILE, &low) == 0);
+    }
+    ~fd_limit() { ::setrlimit(RLIMIT_NOFILE, &saved_); }
+    fd_limit(const fd_limit&) = delete;
+    fd_limit& operator=(const fd_limit&) = delete;
+
+private:
+    rlimit saved_{};
+};
+
 // Fills this process's descriptor table while it lives: every open, socket
 // and memfd_create fails with EMFILE.
 class no_descriptors {
 public:
-    no_descriptors() {
-        REQUIRE(::getrlimit(RLIMIT_NOFILE, &saved_) == 0);
-        rlimit low = saved_;
-        low.rlim_cur = count_fds() + 16;
-        REQUIRE(::setrlimit(RLIMIT_NOFILE, &low) == 0);
+    no_descriptors() : limit_(count_fds() + 16) {
         for (int fd; (fd = ::dup(0)) >= 0;) fds_.push_back(fd);
         REQUIRE(errno == EMFILE);
     }
     ~no_descriptors() {
         for (int fd : fds_) ::close(fd);
-        ::setrlimit(RLIMIT_NOFILE, &saved_);
     }
     no_descriptors(const no_descriptors&) = delete;
     no_descriptors& operator=(const no_descriptors&) = delete;
 
 private:
-    rlimit saved_{};
+    fd_limit limit_;
     std::vector<int> fds_;
 };
+
+// Connects to side channel `name` up to `count` times (retrying a full
+// backlog, for 10 s at most) with this process's whole descriptor limit,
+// writes a byte to `fd` and holds the connections until killed.
+inline void flood_side_channel(const std::string& name, int count, int fd) {
+    rlimit r{};
+    ::getrlimit(RLIMIT_NOFILE, &r);
+    r.rlim_cur = r.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &r);
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    std::memcpy(a.sun_path + 1, name.data(), name.size());
+    const auto len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+    std::vector<int> held;
+    const auto deadline = std::chrono::steady_clock::now() + 10s;
+    while (static_cast<int>(held.size()) < count && std::chrono::steady_clock::now() < deadline) {
+        const int s = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK, 0);
+        if (s < 0) break;
+        if (::connect(s, reinterpret_cast<const sockaddr*>(&a), len) == 0) {
+            held.push_back(s);
+        } else {
+            ::close(s);
+            std::this_thread::sleep_for(1ms);  // the backlog is full
+        }
+    }
+    [[maybe_unused]] const auto w = ::write(fd, "x", 1);
+    ::pause();
+}
 
 }  // namespace shm_test

@@ -5,6 +5,7 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 
 using namespace tenbin;
 using namespace shm_test;
@@ -66,4 +67,83 @@ TEST_CASE("no descriptor of a segment, reopened writable through /proc, can chan
     const std::uintptr_t page = reinterpret_cast<std::uintptr_t>(got.at(0).data().data()) & ~std::uintptr_t{4095};
     CHECK(::mprotect(reinterpret_cast<void*>(page), 4096, PROT_READ | PROT_WRITE) != 0);
     CHECK(all_are(got.at(0), 7));
+}
+
+TEST_CASE("a sender refuses receivers past max_peers and tells them why; the one in goes on") {
+    detail::shm_options so;
+    so.max_peers = 1;
+    shm_pair p(so);
+    REQUIRE(p.send(filled(p.pool(), 1)));
+    CHECK(all_are(p.recv().value().at(0), 1));
+    // A second receiver, given the next message as it came.
+    REQUIRE(p.send(filled(p.pool(), 2)));
+    auto frames = p.frames().value();
+    const auto second = detail::make_shm_receiver();
+    try {
+        (void)detail::shm_receive(*second, frames, decode_options{});
+        FAIL("a receiver past max_peers got in");
+    } catch (const error& e) {
+        CHECK(e.code() == errc::io_error);
+        CHECK(std::string(e.what()).find("max_peers") != std::string::npos);
+    }
+    CHECK(p.counters().peers_refused == 1);
+    CHECK(p.counters().peers == 1);
+    for (std::int32_t k = 3; k <= 5; ++k) {
+        REQUIRE(p.send(filled(p.pool(), k)));
+        CHECK(all_are(p.recv().value().at(0), k));
+    }
+}
+
+namespace {
+
+// CPU seconds this process used so far.
+double cpu_seconds() {
+    rusage u{};
+    ::getrusage(RUSAGE_SELF, &u);
+    return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+           static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+}
+
+}  // namespace
+
+TEST_CASE("700 side-channel connections from a process, the sender out of descriptors: it neither breaks nor spins") {
+    detail::shm_options so;
+    so.max_peers = 1000;  // descriptors run out first
+    shm_pair p(so);
+    REQUIRE(p.send(filled(p.pool(), 1)));
+    auto frames = p.frames().value();
+    const std::string side = detail::parse_shm_first({frames[0].data<std::byte>(), frames[0].size()}).side;
+    CHECK(all_are(detail::shm_receive(*p.receiver, frames, decode_options{}).value().at(0), 1));
+    REQUIRE(eventually([&] { return p.pool().stats().in_use == 0; }));
+    {
+        // The sender's process may open some 40 more descriptors (as a
+        // sender at the default 1,024 that already uses 980).
+        fd_limit low(count_fds() + 40);
+        int ready[2];
+        REQUIRE(::pipe(ready) == 0);
+        child flood(spawn("flood " + side + " 700 " + std::to_string(ready[1])));
+        char x;
+        REQUIRE(::read(ready[0], &x, 1) == 1);
+        ::close(ready[0]);
+        ::close(ready[1]);
+        // Connections still waiting to be accepted keep the listener
+        // readable: a sender that polls it without taking them spins.
+        const double before = cpu_seconds();
+        std::this_thread::sleep_for(1s);
+        const double spent = cpu_seconds() - before;
+        MESSAGE("CPU seconds in one idle second, flooded: " << spent);
+        CHECK(spent < 0.25);
+        // The receiver already in is served as before (on the pool's block:
+        // a new one would need a descriptor).
+        for (std::int32_t k = 2; k <= 20; ++k) {
+            REQUIRE(p.send(filled(p.pool(), k)));
+            CHECK(all_are(p.recv().value().at(0), k));
+            REQUIRE(eventually([&] { return p.pool().stats().in_use == 0; }));
+        }
+        const auto c = p.counters();
+        MESSAGE("peers " << c.peers << ", refused " << c.peers_refused);
+        CHECK(c.peers_refused > 500);
+        CHECK(c.peers < 60);
+    }
+    CHECK(eventually([&] { return p.counters().peers == 1; }));
 }

@@ -19,6 +19,8 @@ using namespace std::chrono_literals;
 //   pair: answers COUNT batches with batches of k + 1000 from its own pool
 //   sub:  keeps COUNT increasing batches, then checks them all again
 //   hold: receives COUNT batches (connecting), writes to FD, holds them
+//   flood: opens COUNT connections to side channel NAME (what succeeds in
+//          10 s), writes to FD, holds them
 TEST_CASE("shm peer") {
     const char* spec = std::getenv("TENBIN_SHM_PEER");
     if (!spec) return;
@@ -59,6 +61,8 @@ TEST_CASE("shm peer") {
             for (int i = 0; i < count; ++i)
                 if (!b.send(batch(b, next(b).first + 1000))) throw std::runtime_error("send timed out");
             b.close();
+        } else if (role == "flood") {
+            flood_side_channel(name, count, fd);
         } else if (role == "sub") {
             connection sub("zsub+shm://" + name, timeouts());
             std::vector<std::vector<tensor>> held;
