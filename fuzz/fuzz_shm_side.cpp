@@ -16,7 +16,8 @@
 // Properties: a packet parses exactly when a model built here says so,
 // encodes back to its bytes, and only bad_header comes out; push and take
 // do exactly what a model of the ring's words says (entries in order, a
-// full ring refused, a count its reader never wrote reported corrupt),
+// full ring refused, a count the other end never could have written
+// reported corrupt),
 // whatever the other end wrote; nothing reads outside the ring (ASan).
 #include "common.hpp"
 
@@ -69,17 +70,18 @@ void replies(const std::uint8_t* data, std::size_t size) {
     const tenbin::bytes_view b(reinterpret_cast<const std::byte*>(data), size);
     reply r;
     const bool ok = parses([&] { r = parse_reply(b, fds); });
-    bool model = size >= 16;
+    bool model = size >= 24;
     if (model) {
         const std::uint32_t type = load32(data), count = load32(data + 4);
         const std::size_t most = type == 10 ? 64 : (type == 11 || type == 12) ? 256 : 0;
         const std::size_t want_fds = type == 10 ? count : type == 13 ? 1 : 0;
-        model = type >= 10 && type <= 14 && count <= most && size == 16 + 8 * std::uint64_t{count} && fds == want_fds;
+        model = type >= 10 && type <= 14 && count <= most && size == 24 + 8 * std::uint64_t{count} && fds == want_fds;
     }
     if (ok != model) fuzz::fail(ok ? "parse_reply accepted a malformed reply" : "parse_reply refused a reply");
     if (!ok) return;
     const std::vector<std::byte> again = encode_reply(r);
-    if (again.size() != size || std::memcmp(again.data(), data, size) != 0) fuzz::fail("a reply that does not encode back");
+    if (again.size() != size || std::memcmp(again.data(), data, size) != 0)
+        fuzz::fail("a reply that does not encode back");
 }
 
 void ring(const std::uint8_t* data, std::size_t size) {
@@ -94,9 +96,12 @@ void ring(const std::uint8_t* data, std::size_t size) {
         const std::uint64_t v = load(data + at + 1);
         switch (op % 4) {
             case 0: {
-                const bool room = pushed - words[tail] < shm_ring::entries;
-                if (writer->push(v) != room) fuzz::fail("push disagrees with the ring's words about room");
-                if (room) {
+                const std::uint64_t t = words[tail];
+                const auto want = t > pushed || pushed - t > shm_ring::entries ? shm_ring::pushed::corrupt
+                                  : pushed - t == shm_ring::entries            ? shm_ring::pushed::full
+                                                                               : shm_ring::pushed::ok;
+                if (writer->push(v) != want) fuzz::fail("push disagrees with the ring's words");
+                if (want == shm_ring::pushed::ok) {
                     if (words[entries + (pushed % shm_ring::entries)] != v || words[head] != pushed + 1)
                         fuzz::fail("push wrote the wrong words");
                     ++pushed;
@@ -107,7 +112,8 @@ void ring(const std::uint8_t* data, std::size_t size) {
                 const std::uint64_t h = words[head];
                 const bool sane = h - taken <= shm_ring::entries;
                 std::vector<std::uint64_t> want;
-                for (std::uint64_t k = taken; sane && k != h; ++k) want.push_back(words[entries + k % shm_ring::entries]);
+                for (std::uint64_t k = taken; sane && k != h; ++k)
+                    want.push_back(words[entries + k % shm_ring::entries]);
                 std::vector<std::uint64_t> got;
                 if (reader->take([&](std::uint64_t e) { got.push_back(e); }) != sane)
                     fuzz::fail("take disagrees with the ring's words about corruption");

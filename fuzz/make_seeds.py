@@ -166,11 +166,11 @@ def main():
     # The side channel: each request, each reply, a ring filled and read.
     for t in (1, 2, 3, 4):
         put("shm_side", f"request{t}", bytes([0]) + struct.pack("<IIQ", t, 0, 42))
-    put("shm_side", "fds", bytes([1, 2]) + struct.pack("<IIQQQ", 10, 2, 0, 3, 4))
-    put("shm_side", "ok", bytes([1, 0]) + struct.pack("<IIQQ", 11, 1, 123456, 9))
-    put("shm_side", "gone", bytes([1, 0]) + struct.pack("<IIQ", 12, 0, 7))
-    put("shm_side", "ring", bytes([1, 1]) + struct.pack("<IIQ", 13, 0, 0))
-    put("shm_side", "cut_off", bytes([1, 0]) + struct.pack("<IIQ", 14, 0, 1))
+    put("shm_side", "fds", bytes([1, 2]) + struct.pack("<IIQQQQ", 10, 2, 5, 0, 3, 4))
+    put("shm_side", "ok", bytes([1, 0]) + struct.pack("<IIQQQ", 11, 1, 5, 123456, 9))
+    put("shm_side", "gone", bytes([1, 0]) + struct.pack("<IIQQ", 12, 0, 5, 7))
+    put("shm_side", "ring", bytes([1, 1]) + struct.pack("<IIQQ", 13, 0, 5, 0))
+    put("shm_side", "cut_off", bytes([1, 0]) + struct.pack("<IIQQ", 14, 0, 0, 1))
     steps = b"".join(bytes([0]) + struct.pack("<Q", 2 * k + 2) for k in range(8)) + bytes([1]) + bytes(8)
     put("shm_side", "ring_steps", bytes([2]) + steps + bytes([2]) + struct.pack("<Q", 1 << 40) + bytes([1]) + bytes(8))
     for t in targets:

@@ -182,6 +182,26 @@ struct connection_options {
     /// send is given up: a receiver still holding it keeps its bytes (they
     /// move out of the pool), one that has not claimed it yet skips it.
     std::chrono::milliseconds shm_lease{60000};
+    /// `+shm` senders: receivers on the side channel at once (each costs
+    /// the sender a socket and a ring). More are refused, and their
+    /// receive fails saying so; those already in are not disturbed.
+    std::size_t shm_max_peers = 64;
+    /// `+shm` receivers: how long a receive waits on a sender's side
+    /// channel (to connect, to be read, for the answer to a claim). Past
+    /// it the receive throws errc::timeout and skips that message. Unset:
+    /// `recv_timeout`, or 30 s without one.
+    std::optional<std::chrono::milliseconds> shm_claim_timeout{};
+    /// `+shm` receivers: senders at once. Past them the least recently
+    /// used one whose tensors are all dropped is closed; if every one has
+    /// tensors held, the message is refused (errc::limit_exceeded).
+    std::size_t shm_max_senders = 64;
+    /// `+shm` receivers: segments and bytes mapped at once, all senders
+    /// together (tensors kept included). A message that would go past
+    /// them is refused (errc::limit_exceeded), after idle senders' are
+    /// unmapped.
+    std::size_t shm_max_mappings = 16384;
+    /// See `shm_max_mappings`.
+    std::uint64_t shm_max_mapped_bytes = std::uint64_t{64} << 30;
 };
 
 namespace detail {

@@ -86,6 +86,11 @@ detail::shm_options shm_options_of(const connection_options& o, socket_kind kind
     s.pool_bytes = o.shm_pool_bytes;
     s.lease = o.shm_lease;
     s.fan_out = kind == socket_kind::pub;
+    s.max_peers = o.shm_max_peers;
+    s.claim_timeout = o.shm_claim_timeout ? o.shm_claim_timeout : o.recv_timeout;
+    s.max_senders = o.shm_max_senders;
+    s.max_mappings = o.shm_max_mappings;
+    s.max_mapped_bytes = o.shm_max_mapped_bytes;
     return s;
 }
 

@@ -31,8 +31,6 @@ namespace tenbin::detail::shm_impl {
 
 // How long a PUB message waits for a first subscriber on the side channel.
 inline constexpr std::chrono::milliseconds fan_out_grace{1000};
-// Seconds a receiver waits for the sender's answer to a claim.
-inline constexpr long claim_timeout_s = 30;
 
 // The clock of the claim-by times: CLOCK_MONOTONIC (steady_clock on Linux), ns.
 inline std::uint64_t monotonic_ns(std::chrono::steady_clock::time_point t = std::chrono::steady_clock::now()) {

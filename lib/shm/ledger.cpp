@@ -71,6 +71,11 @@ std::vector<std::uint64_t> ledger::to_give(peer_id p, std::uint64_t seq) {
     return out;
 }
 
+void ledger::ungive(peer_id p, std::span<const std::uint64_t> segments) {
+    book& b = peers_[p];
+    for (std::uint64_t s : segments) b.given.erase(s);
+}
+
 void ledger::release(peer_id p, std::uint64_t seq) {
     peers_[p].holding.erase(seq);
     if (auto it = flights_.find(seq); it != flights_.end()) {

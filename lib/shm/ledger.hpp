@@ -88,6 +88,8 @@ public:
     // The segments of message `seq` peer `p` has no descriptor of yet,
     // noted as given.
     std::vector<std::uint64_t> to_give(peer_id p, std::uint64_t seq);
+    // Segments to_give() returned that could not be passed along after all.
+    void ungive(peer_id p, std::span<const std::uint64_t> segments);
     void release(peer_id p, std::uint64_t seq);
     // Peer `p`'s side channel closed: what it held is released.
     void leave(peer_id p);

@@ -134,8 +134,11 @@ std::vector<std::byte> encode_reply(const reply& r) {
     std::vector<std::byte> out(reply_header_size + 8 * r.ids.size());
     store_le<std::uint32_t>(out.data(), static_cast<std::uint32_t>(r.type));
     store_le<std::uint32_t>(out.data() + 4, static_cast<std::uint32_t>(r.ids.size()));
-    store_le<std::uint64_t>(out.data() + 8, r.type == packet::cut_off ? static_cast<std::uint64_t>(r.reason) : r.clock);
-    for (std::size_t k = 0; k < r.ids.size(); ++k) store_le<std::uint64_t>(out.data() + reply_header_size + 8 * k, r.ids[k]);
+    store_le<std::uint64_t>(out.data() + 8, r.seq);
+    const std::uint64_t word = r.type == packet::cut_off ? static_cast<std::uint64_t>(r.reason) : r.clock;
+    store_le<std::uint64_t>(out.data() + 16, word);
+    for (std::size_t k = 0; k < r.ids.size(); ++k)
+        store_le<std::uint64_t>(out.data() + reply_header_size + 8 * k, r.ids[k]);
     return out;
 }
 
@@ -152,7 +155,8 @@ reply parse_reply(bytes_view p, std::size_t fds) {
     const std::size_t want_fds = r.type == packet::fds ? count : r.type == packet::ring ? 1 : 0;
     if (fds != want_fds)
         bad("a reply with " + std::to_string(fds) + " descriptors where its type carries " + std::to_string(want_fds));
-    const std::uint64_t word = load_le<std::uint64_t>(p.data() + 8);
+    r.seq = load_le<std::uint64_t>(p.data() + 8);
+    const std::uint64_t word = load_le<std::uint64_t>(p.data() + 16);
     if (r.type == packet::cut_off) r.reason = static_cast<cut_reason>(word);
     else r.clock = word;
     r.ids.resize(count);

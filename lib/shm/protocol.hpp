@@ -45,10 +45,14 @@
 //               sequence number (0 for a kick): 16 bytes, receiver to
 //               sender; only a claim gets replies
 //   reply       u32 type (fds, ok, gone, ring, cut_off), u32 count, u64 the
+//               sequence number of the claim it answers (0: none), u64 the
 //               sender's clock (ok, gone), why (cut_off) or 0, count u64
 //               segment ids (fds: the segments of the descriptors passed
 //               along, in order; ok, gone: segments the sender closed
-//               since). A cut_off is the sender's last word before it
+//               since). A claim's answer is fds and ring replies, then ok
+//               or gone; a receiver that stopped waiting for one (its
+//               receive timed out) knows it by its sequence number when it
+//               comes. A cut_off is the sender's last word before it
 //               closes the side channel: at once for a receiver it refuses.
 //   ring entry  u64: sequence number << 1, | 1 for a release
 #pragma once
@@ -130,7 +134,7 @@ enum class cut_reason : std::uint64_t {
 std::string why(cut_reason r);
 
 inline constexpr std::size_t request_size = 16;
-inline constexpr std::size_t reply_header_size = 16;
+inline constexpr std::size_t reply_header_size = 24;
 inline constexpr std::size_t max_reply_size = reply_header_size + 8 * closed_per_reply;
 
 struct request {
@@ -140,6 +144,7 @@ struct request {
 
 struct reply {
     packet type = packet::ok;
+    std::uint64_t seq = 0;    // of the claim answered
     std::uint64_t clock = 0;  // ok, gone
     std::vector<std::uint64_t> ids{};
     cut_reason reason{};  // cut_off

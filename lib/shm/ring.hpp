@@ -7,8 +7,10 @@
 // up, while a pool waits for a release and periodically. While
 // the sender asks to be told (a pool waits, a close lingers), the receiver
 // sends a KICK packet after appending; once the sender has cut it off (it
-// closed, or dropped the receiver), the receiver's claims fail. What the
-// receiver writes is checked: a corrupt ring cuts that receiver off.
+// closed, or dropped the receiver), the receiver's claims fail. A full
+// ring's entries go as packets (the sender reads a receiver's ring before
+// its packets, so the order holds). Each end checks what the other wrote:
+// a corrupt ring cuts the link, and nobody ever waits on it.
 #pragma once
 
 #include "base/fd.hpp"
@@ -34,18 +36,26 @@ public:
     // sealed, and of the ring's size. Throws errc::io_error.
     static std::unique_ptr<shm_ring> open(int fd);
     // A ring over `bytes` bytes at `base` that the caller keeps (tests, fuzzing).
-    static std::unique_ptr<shm_ring> over(std::byte* base) { return std::unique_ptr<shm_ring>(new shm_ring(base, false)); }
+    static std::unique_ptr<shm_ring> over(std::byte* base) {
+        return std::unique_ptr<shm_ring>(new shm_ring(base, false));
+    }
 
     ~shm_ring();
     shm_ring(const shm_ring&) = delete;
     shm_ring& operator=(const shm_ring&) = delete;
 
-    // Receiver (one thread at a time): appends `entry`; false when full.
-    bool push(std::uint64_t entry) noexcept {
-        if (pushed_ - word(tail_at).load(std::memory_order_acquire) >= entries) return false;
+    enum class pushed { ok, full, corrupt };
+    // Receiver (one thread at a time): appends `entry`, unless the ring is
+    // full (the sender is behind) or corrupt (the sender's count is ahead
+    // of what was appended, or further behind than the ring holds): never
+    // a wait.
+    pushed push(std::uint64_t entry) noexcept {
+        const std::uint64_t tail = word(tail_at).load(std::memory_order_acquire);
+        if (tail > pushed_ || pushed_ - tail > entries) return pushed::corrupt;
+        if (pushed_ - tail == entries) return pushed::full;
         word(entries_at + 8 * (pushed_ % entries)).store(entry, std::memory_order_relaxed);
         word(head_at).store(++pushed_, std::memory_order_release);
-        return true;
+        return pushed::ok;
     }
     // Receiver, after a push: what the sender asks. The fence also orders
     // the push before whatever the receiver reads next (the clock, for a

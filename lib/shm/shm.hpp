@@ -35,6 +35,20 @@ struct shm_options {
     // costs the sender a socket and a ring). A same-user process can fill
     // them, never disturb those already in.
     std::size_t max_peers = 64;
+
+    // Receiver: how long a receive waits on a sender's side channel (to
+    // connect, to be read, for the answer to a claim); unset: 30 s. A
+    // receive past it throws errc::timeout and skips the message.
+    std::optional<std::chrono::milliseconds> claim_timeout;
+    // Receiver: senders (side channels) at once. Past them the least
+    // recently used one no tensor holds is closed; if every one is held,
+    // the message is refused (limit_exceeded).
+    std::size_t max_senders = 64;
+    // Receiver: segments mapped at once, all senders together (the kernel
+    // allows some 65,000 mappings per process). Idle senders' go first.
+    std::size_t max_mappings = 16384;
+    // Receiver: bytes mapped at once, all senders together.
+    std::uint64_t max_mapped_bytes = std::uint64_t{64} << 30;
 };
 
 // What a sender has done and holds. Counters only grow (Prometheus
@@ -52,10 +66,28 @@ struct shm_sender_counters {
     std::uint64_t blocks_pinned = 0;  // tenbin_shm_blocks_pinned: blocks out of the pool for a failed retire
 };
 
+// What a receiver maps and has done (as shm_sender_counters).
+struct shm_receiver_counters {
+    std::uint64_t senders = 0;       // tenbin_shm_senders: side channels open now
+    std::uint64_t mappings = 0;      // tenbin_shm_mappings: segments mapped now (tensors kept included)
+    std::uint64_t mapped_bytes = 0;  // tenbin_shm_mapped_bytes
+    std::uint64_t quiet_claims = 0;  // tenbin_shm_quiet_claims_total: claims that did not wait for the answer
+    // tenbin_shm_messages_skipped_total: messages the sender gave up before
+    // the claim (a late subscriber, a laggard, a lease) and so skipped
+    std::uint64_t messages_skipped = 0;
+    std::uint64_t claim_timeouts = 0;  // tenbin_shm_claim_timeouts_total: side channels silent past claim_timeout
+    // tenbin_shm_links_broken_total: side channels given up (the sender
+    // closed, cut this receiver off, or wrote what it may not)
+    std::uint64_t links_broken = 0;
+    std::uint64_t refused = 0;          // tenbin_shm_refused_total: messages refused at a bound (max_*)
+    std::uint64_t senders_evicted = 0;  // tenbin_shm_senders_evicted_total: idle side channels closed for room
+};
+
 // Fails with errc::unsupported off Linux.
 std::shared_ptr<shm_sender> make_shm_sender(const shm_options& o);
 std::shared_ptr<shm_receiver> make_shm_receiver(const shm_options& o = {});
 shm_sender_counters shm_counters(shm_sender& s);
+shm_receiver_counters shm_counters(shm_receiver& r);
 
 // The sender's pool: tensors from it are sent without a copy.
 tensor_pool& shm_pool(shm_sender& s);
@@ -75,7 +107,11 @@ std::uint64_t shm_quiet_claims();
 // Tensors of one shm message (frames after the envelope), or nothing when
 // the sender had already given the message up (a late subscriber, an
 // expired lease): the caller skips it. Throws tenbin::error for a plain
-// message or bad descriptors.
+// message or bad descriptors, errc::timeout when the sender's side channel
+// stays silent past claim_timeout, io_error when the link to the sender
+// broke (this message, or a release since: a hostile or gone sender),
+// limit_exceeded past a bound (max_senders, max_mappings,
+// max_mapped_bytes). Messages of other senders are unaffected.
 std::optional<std::vector<tensor>> shm_receive(shm_receiver& r, std::span<const zmq::message_t> frames,
                                                const decode_options& opt);
 

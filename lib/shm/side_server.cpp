@@ -77,7 +77,7 @@ void shm_sender::on_claim(int fd, peer& p, std::uint64_t seq, bool quiet) {
     }
     if (p.ring_fd) {
         const int ring_fd = p.ring_fd.get();
-        if (!send_packet(fd, encode_reply({.type = packet::ring}), {&ring_fd, 1})) return drop_peer(fd);
+        if (!send_packet(fd, encode_reply({.type = packet::ring, .seq = seq}), {&ring_fd, 1})) return drop_peer(fd);
         p.ring_fd = unique_fd();
     }
     std::sort(segs.begin(), segs.end());
@@ -91,15 +91,19 @@ void shm_sender::on_claim(int fd, peer& p, std::uint64_t seq, bool quiet) {
             fds.push_back(owned.back().get());
             ok = fds.back() >= 0;
         }
-        if (!ok) break;
+        if (!ok) {  // no descriptor to spare: these go with a later answer
+            std::lock_guard lock(mutex_);
+            ledger_.ungive(fd, {segs.begin() + static_cast<std::ptrdiff_t>(at), segs.end()});
+            break;
+        }
         const std::vector<std::uint64_t> ids(segs.begin() + static_cast<std::ptrdiff_t>(at),
                                              segs.begin() + static_cast<std::ptrdiff_t>(at + n));
-        if (!send_packet(fd, encode_reply({.type = packet::fds, .ids = ids}), fds)) return drop_peer(fd);
+        if (!send_packet(fd, encode_reply({.type = packet::fds, .seq = seq, .ids = ids}), fds)) return drop_peer(fd);
     }
     if (!ok) on_release(fd, seq);
     // Segments gone since (up to now): the receiver drops its mappings of them.
     note_closed();
-    reply r{.type = ok ? packet::ok : packet::gone};
+    reply r{.type = ok ? packet::ok : packet::gone, .seq = seq};
     {
         std::lock_guard lock(mutex_);
         r.ids = ledger_.take_closed(fd, closed_per_reply);
@@ -158,7 +162,8 @@ void shm_sender::run() {
             wait_ms = static_cast<int>(std::clamp<std::int64_t>(left.count(), 0, 60000));
         }
         if (period_ms >= 0) wait_ms = wait_ms < 0 ? period_ms : std::min(wait_ms, period_ms);
-        if (!accepting) wait_ms = wait_ms < 0 ? int(accept_pause.count()) : std::min(wait_ms, int(accept_pause.count()));
+        const int pause_ms = static_cast<int>(accept_pause.count());
+        if (!accepting) wait_ms = wait_ms < 0 ? pause_ms : std::min(wait_ms, pause_ms);
         const int rc = ::poll(fds.data(), fds.size(), wait_ms);
         if (rc < 0 && errno != EINTR) return;
         if (rc <= 0) continue;
@@ -205,6 +210,12 @@ void shm_sender::serve(int fd, std::size_t most) {
             if (n > 0) tell_cut(fd, cut_reason::bad_request);
             drop_peer(fd);
             return;
+        }
+        {
+            // What the ring holds was written before this packet (a full
+            // ring's entries come as packets): in order.
+            std::lock_guard lock(mutex_);
+            take_ring(fd, *p);
         }
         if (req.type == packet::claim || req.type == packet::claim_quiet)
             on_claim(fd, *p, req.seq, req.type == packet::claim_quiet);
@@ -255,10 +266,12 @@ void shm_sender::accept_peers() {
 }
 
 void shm_sender::refuse(int fd, cut_reason why) {
+    {
+        std::lock_guard lock(mutex_);
+        ++peers_refused_;  // counted before it can hear of it
+    }
     tell_cut(fd, why);  // a fresh socket has room for it
     ::close(fd);
-    std::lock_guard lock(mutex_);
-    ++peers_refused_;
 }
 
 }  // namespace tenbin::detail

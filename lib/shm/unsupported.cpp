@@ -19,6 +19,7 @@ bool shm_send(shm_sender&, zmq::socket_ref, tensor_span, std::span<const zmq::co
 void shm_close(shm_sender&, std::chrono::milliseconds) {}
 std::size_t shm_in_flight(shm_sender&) { return 0; }
 shm_sender_counters shm_counters(shm_sender&) { return {}; }
+shm_receiver_counters shm_counters(shm_receiver&) { return {}; }
 std::uint64_t shm_quiet_claims() { return 0; }
 std::optional<std::vector<tensor>> shm_receive(shm_receiver&, std::span<const zmq::message_t>,
                                                const decode_options&) {

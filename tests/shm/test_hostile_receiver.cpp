@@ -84,7 +84,7 @@ TEST_CASE("a sender refuses receivers past max_peers and tells them why; the one
         FAIL("a receiver past max_peers got in");
     } catch (const error& e) {
         CHECK(e.code() == errc::io_error);
-        CHECK(std::string(e.what()).find("max_peers") != std::string::npos);
+        CHECK_MESSAGE(std::string(e.what()).find("max_peers") != std::string::npos, std::string(e.what()));
     }
     CHECK(p.counters().peers_refused == 1);
     CHECK(p.counters().peers == 1);

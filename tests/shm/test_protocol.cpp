@@ -81,23 +81,24 @@ TEST_CASE("requests: built and parsed back; a wrong size, type or reserved word 
 }
 
 TEST_CASE("replies: built and parsed back; counts, sizes and descriptors checked against their type") {
-    const reply r{packet::ok, 123, {5, 6, 7}};
+    const reply r{packet::ok, 42, 123, {5, 6, 7}};
     const auto b = encode_reply(r);
-    CHECK(b.size() == 16 + 24);
+    CHECK(b.size() == 24 + 24);
     const reply back = parse_reply(b, 0);
     CHECK(back.type == packet::ok);
+    CHECK(back.seq == 42);
     CHECK(back.clock == 123);
     CHECK(back.ids == r.ids);
     // fds: one descriptor per id, no more than a packet carries.
-    const auto fds = encode_reply({packet::fds, 0, {1, 2}});
+    const auto fds = encode_reply({packet::fds, 1, 0, {1, 2}});
     CHECK(parse_reply(fds, 2).ids.size() == 2);
     CHECK(thrown([&] { parse_reply(fds, 1); }).second.find("1 descriptors") != std::string::npos);
-    CHECK(thrown([&] { parse_reply(encode_reply({packet::fds, 0, std::vector<std::uint64_t>(65)}), 65); }).first ==
+    CHECK(thrown([&] { parse_reply(encode_reply({packet::fds, 1, 0, std::vector<std::uint64_t>(65)}), 65); }).first ==
           "bad_header");
     // ring: one descriptor, no ids.
-    CHECK(parse_reply(encode_reply({packet::ring, 0, {}}), 1).type == packet::ring);
-    CHECK(thrown([&] { parse_reply(encode_reply({packet::ring, 0, {}}), 0); }).first == "bad_header");
-    CHECK(thrown([&] { parse_reply(encode_reply({packet::ring, 0, {1}}), 1); }).first == "bad_header");
+    CHECK(parse_reply(encode_reply({packet::ring, 1, 0, {}}), 1).type == packet::ring);
+    CHECK(thrown([&] { parse_reply(encode_reply({packet::ring, 1, 0, {}}), 0); }).first == "bad_header");
+    CHECK(thrown([&] { parse_reply(encode_reply({packet::ring, 1, 0, {1}}), 1); }).first == "bad_header");
     // ok, gone: no descriptor.
     CHECK(thrown([&] { parse_reply(b, 1); }).first == "bad_header");
     // A count the size does not give, a short packet, a request's type.
@@ -105,6 +106,13 @@ TEST_CASE("replies: built and parsed back; counts, sizes and descriptors checked
     bad[4] = std::byte{4};
     CHECK(thrown([&] { parse_reply(bad, 0); }).second.find("for 4 ids") != std::string::npos);
     CHECK(thrown([&] { parse_reply(bytes_of({11, 0, 0, 0}), 0); }).first == "bad_header");
+    // A cut_off says why.
+    reply cut;
+    cut.type = packet::cut_off;
+    cut.reason = cut_reason::peers_full;
+    const reply cut_back = parse_reply(encode_reply(cut), 0);
+    CHECK(cut_back.reason == cut_reason::peers_full);
+    CHECK(why(cut_back.reason).find("max_peers") != std::string::npos);
     bad = b;
     bad[0] = std::byte{1};
     CHECK(thrown([&] { parse_reply(bad, 0); }).second.find("unknown type") != std::string::npos);
@@ -121,18 +129,23 @@ TEST_CASE("ring entries carry a sequence number and whether it is a release") {
     }
 }
 
-TEST_CASE("a ring passes entries in order until full; a head its reader never wrote is corrupt") {
+TEST_CASE("a ring passes entries in order until full; a count the other end cannot have written is corrupt") {
     std::vector<std::uint64_t> memory(shm_ring::bytes / 8);
     auto* base = reinterpret_cast<std::byte*>(memory.data());
     auto writer = shm_ring::over(base);
     auto reader = shm_ring::over(base);
     std::vector<std::uint64_t> got;
-    for (std::uint64_t k = 0; k < shm_ring::entries; ++k) REQUIRE(writer->push(k));
-    CHECK_FALSE(writer->push(999));  // full
+    for (std::uint64_t k = 0; k < shm_ring::entries; ++k) REQUIRE(writer->push(k) == shm_ring::pushed::ok);
+    CHECK(writer->push(999) == shm_ring::pushed::full);
     REQUIRE(reader->take([&](std::uint64_t e) { got.push_back(e); }));
     CHECK(got.size() == shm_ring::entries);
     CHECK(got.back() == shm_ring::entries - 1);
-    CHECK(writer->push(999));  // room again
+    CHECK(writer->push(999) == shm_ring::pushed::ok);  // room again
+    // The reader's count ahead of what was written: never room, never a wait.
+    const std::uint64_t tail = memory[8];
+    memory[8] = tail + 10;
+    CHECK(writer->push(1) == shm_ring::pushed::corrupt);
+    memory[8] = tail;
     // The writer's count far past what the ring holds.
     memory[0] = std::uint64_t{1} << 40;
     CHECK_FALSE(reader->take([](std::uint64_t) {}));
