@@ -186,6 +186,23 @@ struct connection_options {
     /// the sender a socket and a ring). More are refused, and their
     /// receive fails saying so; those already in are not disturbed.
     std::size_t shm_max_peers = 64;
+    /// `+shm` senders: bytes one receiver may hold (received, not yet
+    /// dropped) while others are connected. Past them it is cut off (its
+    /// receive fails, saying so) and what it held moves out of the pool
+    /// (its pages stay as they are for it): a receiver that never drops
+    /// what it gets cannot stop the stream to the others. 0: three
+    /// quarters of `shm_pool_bytes`. A loader's `queue_bytes` plus what
+    /// the consumer keeps must fit.
+    std::uint64_t shm_max_held_bytes = 0;
+    /// `+shm` PUB senders: a message no subscriber holds is given up this
+    /// long after its send for the subscribers that have not got to it (a
+    /// stopped or slow one), who skip it: the others are not held up, as
+    /// over plain PUB/SUB, and each drop is counted on both sides. With
+    /// `pub_nodrop`, the publisher waits for them instead (up to
+    /// `shm_lease`). `+shm` PUSH/PAIR senders wait while `send_hwm +
+    /// recv_hwm` messages per receiver are sent and not yet claimed, so a
+    /// killed receiver loses about what it would over tcp.
+    std::chrono::milliseconds shm_laggard_after{1000};
     /// `+shm` receivers: how long a receive waits on a sender's side
     /// channel (to connect, to be read, for the answer to a claim). Past
     /// it the receive throws errc::timeout and skips that message. Unset:

@@ -87,6 +87,10 @@ detail::shm_options shm_options_of(const connection_options& o, socket_kind kind
     s.lease = o.shm_lease;
     s.fan_out = kind == socket_kind::pub;
     s.max_peers = o.shm_max_peers;
+    s.max_held_bytes = o.shm_max_held_bytes;
+    s.laggard_after = o.shm_laggard_after;
+    s.block_laggards = o.pub_nodrop;  // one slow-subscriber policy for both
+    s.max_unclaimed = static_cast<std::size_t>(std::max(o.send_hwm, 0) + std::max(o.recv_hwm, 0));
     s.claim_timeout = o.shm_claim_timeout ? o.shm_claim_timeout : o.recv_timeout;
     s.max_senders = o.shm_max_senders;
     s.max_mappings = o.shm_max_mappings;

@@ -2,7 +2,6 @@
 #include "shm/ledger.hpp"
 
 #include <algorithm>
-#include <set>
 
 namespace tenbin::detail::shm_impl {
 
@@ -10,35 +9,49 @@ ledger::sent ledger::add(flight f, time_point now, bool closed_untold) {
     sent out;
     out.seq = next_seq_++;
     // Quiet claims only while nothing forces an answer (see protocol.hpp);
-    // half a lease before the give-up at the latest. Fan-out: before the
-    // grace too, should every subscriber leave the side channel.
-    const auto horizon = opt_.fan_out ? std::min(opt_.lease, opt_.grace) : opt_.lease;
+    // half the time to the give-up at the latest. Fan-out: before the
+    // grace too, should every subscriber leave the side channel, and
+    // before a laggard's give-up.
+    auto horizon = opt_.lease;
+    if (opt_.fan_out) horizon = std::min(horizon, opt_.grace);
+    if (opt_.fan_out && !opt_.block_laggards) horizon = std::min(horizon, opt_.laggard_after);
     if (!closed_untold && !untold() && !(opt_.fan_out && peers_.empty())) out.claim_by = now + horizon / 2;
     entry& e = flights_[out.seq];
     e.f = std::move(f);
     e.sent = now;
+    for (const buffer& b : e.f.holders) e.bytes += b.size();
+    ++unclaimed_;
     out.sooner = deadline(e) < deadline_;
     deadline_ = std::min(deadline_, deadline(e));
     return out;
 }
 
 std::optional<flight> ledger::forget(std::uint64_t seq) {
-    auto n = flights_.extract(seq);
-    if (!n) return std::nullopt;
-    for (peer_id p : n.mapped().claimers) peers_[p].holding.erase(seq);
-    return std::move(n.mapped().f);
+    const auto it = flights_.find(seq);
+    if (it == flights_.end()) return std::nullopt;
+    if (counts_unclaimed(seq, it->second)) --unclaimed_;
+    for (peer_id p : std::set<peer_id>(it->second.claimers)) unhold(p, seq, it->second);
+    flight f = std::move(it->second.f);
+    flights_.erase(it);
+    return f;
 }
 
 std::vector<flight> ledger::clear() {
     std::vector<flight> out;
-    for (auto* m : {&flights_, &retiring_}) {
+    for (entries* m : {&flights_, &retiring_}) {
         for (auto& [seq, e] : *m) out.push_back(std::move(e.f));
         m->clear();
     }
     peers_.clear();
     touched_.clear();
     deadline_ = time_point::max();
+    unclaimed_ = 0;
     return out;
+}
+
+bool ledger::may_send() const {
+    if (opt_.fan_out || opt_.max_unclaimed == 0) return true;
+    return unclaimed_ < opt_.max_unclaimed * std::max<std::size_t>(peers_.size(), 1);
 }
 
 void ledger::join(peer_id p) { peers_.try_emplace(p); }
@@ -49,54 +62,88 @@ std::vector<peer_id> ledger::peers() const {
     return out;
 }
 
-bool ledger::claim(peer_id p, std::uint64_t seq) {
-    book& b = peers_[p];
+ledger::claimed ledger::claim(peer_id p, std::uint64_t seq) {
+    const auto pb = peers_.find(p);
+    if (pb == peers_.end()) return claimed::gone;
+    book& b = pb->second;
     b.last = std::max(b.last, seq);
     const auto it = flights_.find(seq);
-    if (it == flights_.end()) return false;
-    it->second.claimed = true;
-    it->second.claimers.insert(p);
-    b.holding.insert(seq);
+    if (it == flights_.end()) return claimed::gone;
+    entry& e = it->second;
+    if (!e.claimers.count(p)) {
+        // One message of any size may be held; more, up to the bound, as
+        // long as another peer is there to need the pool (alone, holding
+        // it all is backpressure).
+        if (opt_.max_held_bytes != 0 && b.held_bytes != 0 && b.held_bytes + e.bytes > opt_.max_held_bytes &&
+            peers_.size() > 1) {
+            cut(p);
+            return claimed::cut_off;
+        }
+        e.claimers.insert(p);
+        b.held_bytes += e.bytes;
+        b.holding.insert(seq);
+    }
+    if (counts_unclaimed(seq, e)) --unclaimed_;
+    e.claimed = true;
     touched_.push_back(seq);
-    return true;
+    return claimed::ok;
 }
 
 std::vector<std::uint64_t> ledger::to_give(peer_id p, std::uint64_t seq) {
     std::vector<std::uint64_t> out;
     const auto it = flights_.find(seq);
-    if (it == flights_.end()) return out;
-    book& b = peers_[p];
+    const auto pb = peers_.find(p);
+    if (it == flights_.end() || pb == peers_.end()) return out;
     for (std::uint64_t s : it->second.f.segments)
-        if (b.given.insert(s).second) out.push_back(s);
+        if (pb->second.given.insert(s).second) out.push_back(s);
     return out;
 }
 
 void ledger::ungive(peer_id p, std::span<const std::uint64_t> segments) {
-    book& b = peers_[p];
-    for (std::uint64_t s : segments) b.given.erase(s);
+    if (auto pb = peers_.find(p); pb != peers_.end())
+        for (std::uint64_t s : segments) pb->second.given.erase(s);
+}
+
+void ledger::unhold(peer_id p, std::uint64_t seq, entry& e) {
+    if (!e.claimers.erase(p)) return;
+    if (auto pb = peers_.find(p); pb != peers_.end()) {
+        pb->second.held_bytes -= e.bytes;
+        pb->second.holding.erase(seq);
+    }
 }
 
 void ledger::release(peer_id p, std::uint64_t seq) {
-    peers_[p].holding.erase(seq);
     if (auto it = flights_.find(seq); it != flights_.end()) {
-        it->second.claimers.erase(p);
+        unhold(p, seq, it->second);
         touched_.push_back(seq);
     } else if (auto r = retiring_.find(seq); r != retiring_.end()) {
-        r->second.claimers.erase(p);
+        unhold(p, seq, r->second);
     }
 }
 
 void ledger::leave(peer_id p) {
-    const auto it = peers_.find(p);
-    if (it == peers_.end()) return;
-    for (std::uint64_t seq : it->second.holding)
-        if (auto f = flights_.find(seq); f != flights_.end()) {
-            f->second.claimers.erase(p);
-            touched_.push_back(seq);
-        } else if (auto r = retiring_.find(seq); r != retiring_.end()) {
-            r->second.claimers.erase(p);
-        }
-    peers_.erase(it);
+    const auto pb = peers_.find(p);
+    if (pb == peers_.end()) return;
+    for (std::uint64_t seq : std::set<std::uint64_t>(pb->second.holding)) release(p, seq);
+    peers_.erase(p);
+    // What it had not claimed yet went to its closed pipe, or to another
+    // receiver: either way it no longer holds sends back.
+    counted_from_ = next_seq_;
+    unclaimed_ = 0;
+}
+
+void ledger::cut(peer_id p) {
+    const auto pb = peers_.find(p);
+    if (pb == peers_.end()) return;
+    for (std::uint64_t seq : pb->second.holding)
+        for (entries* m : {&flights_, &retiring_})
+            if (auto it = m->find(seq); it != m->end()) {
+                it->second.claimers.erase(p);
+                it->second.orphaned = true;
+                touched_.push_back(seq);
+            }
+    peers_.erase(pb);
+    ++counters_.peers_cut_off;
 }
 
 void ledger::closed(std::span<const std::uint64_t> ids) {
@@ -106,10 +153,13 @@ void ledger::closed(std::span<const std::uint64_t> ids) {
 }
 
 std::vector<std::uint64_t> ledger::take_closed(peer_id p, std::size_t most) {
-    book& b = peers_[p];
-    const auto k = static_cast<std::ptrdiff_t>(std::min(b.closed.size(), most));
-    std::vector<std::uint64_t> out(b.closed.begin(), b.closed.begin() + k);
-    b.closed.erase(b.closed.begin(), b.closed.begin() + k);
+    std::vector<std::uint64_t> out;
+    const auto pb = peers_.find(p);
+    if (pb == peers_.end()) return out;
+    std::vector<std::uint64_t>& c = pb->second.closed;
+    const auto k = static_cast<std::ptrdiff_t>(std::min(c.size(), most));
+    out.assign(c.begin(), c.begin() + k);
+    c.erase(c.begin(), c.begin() + k);
     return out;
 }
 
@@ -118,12 +168,15 @@ bool ledger::untold() const {
 }
 
 time_point ledger::deadline(const entry& e) const {
-    return e.sent + (opt_.fan_out && peers_.empty() ? std::min(opt_.lease, opt_.grace) : opt_.lease);
+    auto wait = opt_.lease;
+    if (opt_.fan_out && peers_.empty()) wait = std::min(wait, opt_.grace);
+    else if (opt_.fan_out && !opt_.block_laggards) wait = std::min(wait, opt_.laggard_after);
+    return e.sent + wait;
 }
 
-bool ledger::finished(std::uint64_t seq, const entry& e, time_point now) const {
+bool ledger::finished(std::uint64_t seq, const entry& e, time_point now) {
     if (!e.claimers.empty()) return false;
-    if (!opt_.fan_out) return e.claimed;
+    if (!opt_.fan_out) return e.claimed || e.orphaned;
     // No subscriber on the side channel yet: the first ones get a moment
     // to claim (the rest of the late-joiner rule is below).
     if (peers_.empty()) return now - e.sent >= opt_.grace;
@@ -132,24 +185,32 @@ bool ledger::finished(std::uint64_t seq, const entry& e, time_point now) const {
     return std::all_of(peers_.begin(), peers_.end(), [&](const auto& p) { return p.second.last >= seq; });
 }
 
+ledger::entries::iterator ledger::finish(entries::iterator it, outcome& out) {
+    if (it->second.orphaned) return to_retiring(it);
+    out.done.push_back(std::move(it->second.f));
+    return flights_.erase(it);
+}
+
+ledger::entries::iterator ledger::to_retiring(entries::iterator it) {
+    std::vector<std::uint64_t>& u = it->second.unretired;
+    u = it->second.f.segments;
+    std::sort(u.begin(), u.end());
+    u.erase(std::unique(u.begin(), u.end()), u.end());
+    auto node = flights_.extract(it++);
+    retiring_.insert(std::move(node));
+    return it;
+}
+
 void ledger::drop_touched(time_point now, outcome& out) {
     for (std::uint64_t seq : touched_)
-        if (auto it = flights_.find(seq); it != flights_.end() && finished(seq, it->second, now)) {
-            out.done.push_back(std::move(it->second.f));
-            flights_.erase(it);
-        }
+        if (auto it = flights_.find(seq); it != flights_.end() && finished(seq, it->second, now)) finish(it, out);
     touched_.clear();
 }
 
 void ledger::settle(time_point now, outcome& out) {
     if (!opt_.fan_out) return drop_touched(now, out);
     for (auto it = flights_.begin(); it != flights_.end();)
-        if (finished(it->first, it->second, now)) {
-            out.done.push_back(std::move(it->second.f));
-            it = flights_.erase(it);
-        } else {
-            ++it;
-        }
+        it = finished(it->first, it->second, now) ? finish(it, out) : std::next(it);
 }
 
 bool ledger::expiring(time_point now) const {
@@ -166,22 +227,24 @@ time_point ledger::collect(time_point now, outcome& out) {
     }
     auto next = time_point::max();
     for (auto it = flights_.begin(); it != flights_.end();) {
+        const std::uint64_t seq = it->first;
         entry& e = it->second;
-        if (finished(it->first, e, now)) {
-            out.done.push_back(std::move(e.f));
-            it = flights_.erase(it);
+        if (finished(seq, e, now)) {
+            it = finish(it, out);
+        } else if (opt_.fan_out && !opt_.block_laggards && !peers_.empty() && e.claimers.empty() &&
+                   now - e.sent >= opt_.laggard_after) {
+            // Every subscriber not past it lags: given up for them.
+            for (const auto& [p, b] : peers_) counters_.laggard_drops += b.last < seq;
+            it = finish(it, out);
         } else if (now - e.sent >= opt_.lease) {
             ++counters_.leases_expired;
-            if (e.claimers.empty()) {
-                out.done.push_back(std::move(e.f));
+            if (counts_unclaimed(seq, e)) --unclaimed_;
+            if (!e.claimers.empty() || e.orphaned) {
+                it = to_retiring(it);
             } else {
-                e.unretired = e.f.segments;
-                std::sort(e.unretired.begin(), e.unretired.end());
-                e.unretired.erase(std::unique(e.unretired.begin(), e.unretired.end()), e.unretired.end());
-                retiring_.insert(flights_.extract(it++));
-                continue;
+                out.done.push_back(std::move(e.f));
+                it = flights_.erase(it);
             }
-            it = flights_.erase(it);
         } else {
             next = std::min(next, deadline(e));
             ++it;
@@ -214,11 +277,11 @@ void ledger::retired(std::uint64_t segment, bool ok) {
 void ledger::sweep(outcome& out) {
     for (auto it = retiring_.begin(); it != retiring_.end();) {
         entry& e = it->second;
-        if (!e.unretired.empty() && !e.claimers.empty()) {
+        if (!e.unretired.empty() && (!e.claimers.empty() || e.orphaned)) {
             ++it;
             continue;
         }
-        for (peer_id p : e.claimers) peers_[p].holding.erase(it->first);
+        for (peer_id p : std::set<peer_id>(e.claimers)) unhold(p, it->first, e);
         out.done.push_back(std::move(e.f));
         it = retiring_.erase(it);
     }

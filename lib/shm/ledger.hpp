@@ -14,6 +14,11 @@
 //   for what was already given up: a late joiner's first messages are
 //   skipped, as PUB/SUB may. While no peer is on the side channel, a
 //   message waits up to `grace` for the first to claim.
+// - PUB, laggards: a message nobody holds is given up `laggard_after` its
+//   send for the peers not past it yet (a stopped or slow subscriber), as
+//   PUB/SUB drops for a slow subscriber: each such peer counts a drop here,
+//   and skips the message (GONE) when it gets to it. `block_laggards`
+//   waits for them instead, up to the lease.
 // - Lease: a message not done with `lease` after its send is given up. If
 //   a peer still holds it, its segments must be retired before its blocks
 //   go back to the pool (memory.hpp: the bytes move to fresh pages, the
@@ -22,6 +27,17 @@
 //   let go, or a later retire succeeds: its block is never written while a
 //   receiver maps it. A peer that claims a given-up message gets GONE and
 //   skips it.
+// - Cut off: a peer whose claims would hold more than `max_held_bytes`
+//   while another peer is there (it claims and never releases; alone, it
+//   only holds the sender back), or that the sender drops for writing
+//   nonsense or not reading, is cut off: it claims nothing more, and what
+//   it held is retired as soon as nobody else needs it (not at the lease):
+//   its pages stay its own, the pool gets fresh ones.
+// - PUSH/PAIR sends wait while `max_unclaimed` messages per peer are sent
+//   and not claimed (sent before a peer last left, they no longer count:
+//   they went to its closed pipe): what a killed receiver loses is what
+//   ZeroMQ had queued to it, as over tcp, not the hundreds of small +shm
+//   messages the kernel's socket buffers hold.
 #pragma once
 
 #include <tenbin/buffer.hpp>
@@ -45,12 +61,18 @@ using peer_id = int;
 struct ledger_counters {
     std::uint64_t leases_expired = 0;
     std::uint64_t retires_failed = 0;
+    std::uint64_t peers_cut_off = 0;
+    std::uint64_t laggard_drops = 0;
 };
 
 struct ledger_options {
     std::chrono::milliseconds lease{60000};
     bool fan_out = false;
     std::chrono::milliseconds grace{1000};
+    std::uint64_t max_held_bytes = 0;  // 0: no bound
+    std::chrono::milliseconds laggard_after{1000};
+    bool block_laggards = false;
+    std::size_t max_unclaimed = 0;  // per peer; 0: no bound
 };
 
 // What keeps a message's blocks from the pool, and which segments they are.
@@ -79,12 +101,17 @@ public:
     std::optional<flight> forget(std::uint64_t seq);
     // Forgets every message and peer (the sender stops).
     std::vector<flight> clear();
+    // Whether one more message may be sent now (the unclaimed bound).
+    bool may_send() const;
 
     void join(peer_id p);
     bool has_peer(peer_id p) const { return peers_.count(p) != 0; }
     std::vector<peer_id> peers() const;
-    // Peer `p` claims message `seq`: false when it was given up.
-    bool claim(peer_id p, std::uint64_t seq);
+    enum class claimed { ok, gone, cut_off };
+    // Peer `p` claims message `seq`: gone when it was given up (or `p` is
+    // no peer), cut_off when holding it would take `p` past
+    // max_held_bytes: `p` is cut off (see cut()).
+    claimed claim(peer_id p, std::uint64_t seq);
     // The segments of message `seq` peer `p` has no descriptor of yet,
     // noted as given.
     std::vector<std::uint64_t> to_give(peer_id p, std::uint64_t seq);
@@ -93,6 +120,9 @@ public:
     void release(peer_id p, std::uint64_t seq);
     // Peer `p`'s side channel closed: what it held is released.
     void leave(peer_id p);
+    // Peer `p` is cut off while it may still map what it held: that is
+    // retired before it goes back to the pool.
+    void cut(peer_id p);
 
     // Segments the pool closed: each peer that had one is told with its
     // next answer (take_closed), and unmaps it.
@@ -138,30 +168,43 @@ private:
     struct entry {
         flight f;
         time_point sent;
+        std::uint64_t bytes = 0;     // its blocks' bytes
         std::set<peer_id> claimers;  // peers holding it
         bool claimed = false;
+        bool orphaned = false;                 // a cut-off peer held it: retire before reuse
         std::vector<std::uint64_t> unretired;  // given up while held: segments not yet retired
         bool failed = false;                   // a retire of one failed
     };
     struct book {
         std::uint64_t last = 0;          // highest sequence number claimed
+        std::uint64_t held_bytes = 0;    // of the messages it holds
         std::set<std::uint64_t> given;   // segments it has a descriptor of
         std::set<std::uint64_t> holding;
         std::vector<std::uint64_t> closed;  // segments gone, to tell it
     };
+    using entries = std::map<std::uint64_t, entry>;
 
     time_point deadline(const entry& e) const;
-    bool finished(std::uint64_t seq, const entry& e, time_point now) const;
+    bool finished(std::uint64_t seq, const entry& e, time_point now);
+    // Moves flight `it` out: to `out`, or to be retired first; the next.
+    entries::iterator finish(entries::iterator it, outcome& out);
+    // Moves flight `it` to the retiring ones; the next.
+    entries::iterator to_retiring(entries::iterator it);
+    void unhold(peer_id p, std::uint64_t seq, entry& e);
     void drop_touched(time_point now, outcome& out);
+    // Whether message `seq` counts against the unclaimed bound.
+    bool counts_unclaimed(std::uint64_t seq, const entry& e) const { return !e.claimed && seq >= counted_from_; }
 
     ledger_options opt_;
     std::uint64_t next_seq_ = 1;
-    std::map<std::uint64_t, entry> flights_;
-    std::map<std::uint64_t, entry> retiring_;  // given up while held
+    entries flights_;
+    entries retiring_;  // given up while held, or held by a cut-off peer
     std::map<peer_id, book> peers_;
     // No message in flight is due before this (the next full pass).
     time_point deadline_ = time_point::max();
     std::vector<std::uint64_t> touched_;  // claimed or released since last looked at
+    std::size_t unclaimed_ = 0;           // sent since counted_from_, not claimed
+    std::uint64_t counted_from_ = 1;      // the first message sent after a peer last left
     ledger_counters counters_;
 };
 

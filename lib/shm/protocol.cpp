@@ -111,6 +111,9 @@ std::string why(cut_reason r) {
         case cut_reason::out_of_descriptors: return "it has no file descriptor to spare";
         case cut_reason::bad_request: return "this receiver wrote a malformed request";
         case cut_reason::corrupt_ring: return "this receiver's ring held an entry out of its bounds";
+        case cut_reason::held_too_much:
+            return "this receiver held more than the sender lets one receiver hold (shm_options::max_held_bytes)";
+        case cut_reason::not_reading: return "this receiver did not read the sender's replies";
     }
     return "reason " + std::to_string(static_cast<std::uint64_t>(r));
 }

@@ -129,6 +129,8 @@ enum class cut_reason : std::uint64_t {
     out_of_descriptors = 2,  // it has no descriptor to spare
     bad_request = 3,         // the receiver wrote a malformed request
     corrupt_ring = 4,        // ... or a ring entry out of its bounds
+    held_too_much = 5,       // it claimed more than shm_options::max_held_bytes without releasing
+    not_reading = 6,         // it did not read the sender's replies
 };
 // "it serves as many receivers as it may (shm_options::max_peers)", ...
 std::string why(cut_reason r);

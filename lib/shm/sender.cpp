@@ -56,7 +56,13 @@ void stream_copy(std::byte* dst, const std::byte* src, std::size_t n) {
 shm_sender::shm_sender(const shm_options& o)
     : memory_(std::make_shared<shm_memory>()),
       pool_(pool_options{.max_bytes = o.pool_bytes, .max_buffers = 1024, .wait = std::nullopt}, memory_),
-      ledger_({.lease = o.lease, .fan_out = o.fan_out, .grace = fan_out_grace}),
+      ledger_({.lease = o.lease,
+               .fan_out = o.fan_out,
+               .grace = fan_out_grace,
+               .max_held_bytes = o.max_held_bytes ? o.max_held_bytes : o.pool_bytes / 4 * 3,
+               .laggard_after = o.laggard_after,
+               .block_laggards = o.block_laggards,
+               .max_unclaimed = o.max_unclaimed}),
       max_peers_(std::max<std::size_t>(o.max_peers, 1)) {
     std::random_device rd;
     const std::uint64_t r = (std::uint64_t{rd()} << 32) ^ rd();
@@ -135,7 +141,7 @@ bool shm_sender::send(zmq::socket_ref socket, tensor_span tensors, std::span<con
         copy_in.push_back(i);
         copy_bytes += (v.data.size() + buffer_alignment - 1) / buffer_alignment * buffer_alignment;
     }
-    settle();
+    if (!settle(timeout)) return false;
     if (!copy_in.empty()) {
         // One block for all of them: one segment, one descriptor to hand over.
         std::optional<tensor> block = pool_.try_acquire(
@@ -226,18 +232,28 @@ shm_sender_counters shm_sender::counters() {
             .leases_expired = l.leases_expired,
             .segments_retired = memory_->retired(),
             .retires_failed = l.retires_failed,
-            .blocks_pinned = ledger_.pinned()};
+            .blocks_pinned = ledger_.pinned(),
+            .peers_cut_off = l.peers_cut_off,
+            .laggard_drops = l.laggard_drops};
 }
 
-void shm_sender::settle() {
+bool shm_sender::settle(std::optional<std::chrono::milliseconds> timeout) {
+    const auto deadline = timeout ? ledger_clock::now() + *timeout : time_point::max();
     ledger::outcome out;
-    {
-        std::lock_guard lock(mutex_);
+    std::unique_lock lock(mutex_);
+    for (;;) {
         take_rings();
         ledger_.settle(ledger_clock::now(), out);
         ledger_.sweep(out);  // pinned messages their holders let go
+        if (ledger_.may_send()) break;
+        // Too many sent and not claimed: the rings are read again in a
+        // moment (claims come every few microseconds), packets wake us.
+        if (ledger_clock::now() >= deadline) return false;
+        done_.wait_until(lock, std::min(deadline, ledger_clock::now() + std::chrono::microseconds(100)));
     }
+    lock.unlock();
     if (!out.done.empty()) done_.notify_all();
+    return true;
 }
 
 void shm_sender::tell_cut(int fd, cut_reason why) {
@@ -248,21 +264,30 @@ void shm_sender::tell_cut(int fd, cut_reason why) {
 }
 
 void shm_sender::take_rings() {
-    for (auto& [fd, p] : peers_)
-        if (!take_ring(fd, p)) {
-            tell_cut(fd, cut_reason::corrupt_ring);
-            p.ring->ask(shm_ring::cut_off);
-            p.ring.reset();
-            ::shutdown(fd, SHUT_RDWR);
-        }
+    for (auto& [fd, p] : peers_) take_ring(fd, p);
 }
 
-bool shm_sender::take_ring(int fd, peer& p) {
-    return !p.ring || p.ring->take([&](std::uint64_t word) {
+void shm_sender::take_ring(int fd, peer& p) {
+    if (!p.ring || p.cut) return;
+    bool cut = false;
+    const bool sane = p.ring->take([&](std::uint64_t word) {
         const ring_entry e = parse_ring_entry(word);
         if (e.release) ledger_.release(fd, e.seq);
-        else ledger_.claim(fd, e.seq);
+        else if (!cut) cut = ledger_.claim(fd, e.seq) == ledger::claimed::cut_off;
     });
+    if (!sane) cut_locked(fd, p, cut_reason::corrupt_ring);
+    else if (cut) cut_locked(fd, p, cut_reason::held_too_much);
+}
+
+void shm_sender::cut_locked(int fd, peer& p, cut_reason why) {
+    if (p.cut) return;
+    p.cut = true;
+    ledger_.cut(fd);  // (a no-op when the ledger did it)
+    if (p.ring) p.ring->ask(shm_ring::cut_off);
+    tell_cut(fd, why);
+    // The thread drops it at the hang-up (closing it here could close a
+    // descriptor number it is about to poll).
+    ::shutdown(fd, SHUT_RDWR);
 }
 
 void shm_sender::wake() {

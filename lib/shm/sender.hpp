@@ -41,6 +41,7 @@ private:
         std::unique_ptr<shm_impl::shm_ring> ring;  // its quiet claims and releases
         unique_fd ring_fd;                         // the ring's memfd, until handed over
         bool ring_tried = false;                   // made (or failed to be) with the first answer
+        bool cut = false;                          // cut off: dropped at its hang-up
     };
 
     void forget(std::uint64_t seq);
@@ -49,13 +50,18 @@ private:
     void retire(shm_impl::ledger::outcome& out);
     // What receivers appended to their rings, and the messages that leaves
     // done with (their blocks back to the pool): the sender's thread, on
-    // each send, so that a copy-in takes the block given back last.
-    void settle();
-    // Every peer's ring entries (under the lock). A corrupt ring is read no
-    // more, and its peer is cut off (the thread drops it at the hang-up).
+    // each send, so that a copy-in takes the block given back last. Waits
+    // while too many messages are sent and not claimed (ledger.hpp), at
+    // most `timeout`: false then.
+    bool settle(std::optional<std::chrono::milliseconds> timeout);
+    // Every peer's ring entries (under the lock).
     void take_rings();
-    // Peer `fd`'s ring entries (under the lock): false when it is corrupt.
-    bool take_ring(int fd, peer& p);
+    // Peer `fd`'s ring entries (under the lock). A corrupt ring, or claims
+    // past what it may hold, cut it off.
+    void take_ring(int fd, peer& p);
+    // Cuts peer `fd` off (under the lock): the ledger retires what it held,
+    // it is told why, and the thread drops it at its hang-up.
+    void cut_locked(int fd, peer& p, shm_impl::cut_reason why);
     void wake();
 
     // The side-channel thread (side_server.cpp).
@@ -64,6 +70,9 @@ private:
     shm_impl::time_point collect();
     void on_claim(int fd, peer& p, std::uint64_t seq, bool quiet);
     void on_release(int fd, std::uint64_t seq);
+    // Peer `fd` has no room for a reply: it does not read them. Cut off.
+    void not_reading(int fd, peer& p);
+    // Peer `fd` hung up: what it held is released.
     void drop_peer(int fd);
     // Segments the pool closed, to tell the peers that had them.
     void note_closed();

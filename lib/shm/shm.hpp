@@ -35,6 +35,22 @@ struct shm_options {
     // costs the sender a socket and a ring). A same-user process can fill
     // them, never disturb those already in.
     std::size_t max_peers = 64;
+    // Sender: bytes of messages one receiver may have claimed and not
+    // released while another is on the side channel; past them it is cut
+    // off (what it held stops costing the pool: see ledger.hpp). 0: three
+    // quarters of pool_bytes.
+    std::uint64_t max_held_bytes = 0;
+    // Sender, PUB: a message nobody holds is given up this long after its
+    // send for the subscribers that have not got to it (counted in
+    // laggard_drops; they skip it), unless block_laggards: then it waits
+    // for them, up to the lease, and a full pool makes send() wait.
+    std::chrono::milliseconds laggard_after{1000};
+    bool block_laggards = false;
+    // Sender, PUSH/PAIR: send() waits while this many messages per
+    // receiver are sent and not claimed (0: no bound), so that a killed
+    // receiver loses about what it would over tcp. ZeroMQ's send and
+    // receive high-water marks together are the match.
+    std::size_t max_unclaimed = 32;
 
     // Receiver: how long a receive waits on a sender's side channel (to
     // connect, to be read, for the answer to a claim); unset: 30 s. A
@@ -64,6 +80,12 @@ struct shm_sender_counters {
     // or memory to spare); the block stays out of the pool instead.
     std::uint64_t retires_failed = 0;
     std::uint64_t blocks_pinned = 0;  // tenbin_shm_blocks_pinned: blocks out of the pool for a failed retire
+    // tenbin_shm_peers_cut_off_total: receivers cut off (held too much,
+    // wrote nonsense, read no replies)
+    std::uint64_t peers_cut_off = 0;
+    // tenbin_shm_laggard_drops_total: PUB messages given up for a
+    // subscriber that had not got to them (one per subscriber and message)
+    std::uint64_t laggard_drops = 0;
 };
 
 // What a receiver maps and has done (as shm_sender_counters).

@@ -58,7 +58,10 @@ void shm_sender::on_claim(int fd, peer& p, std::uint64_t seq, bool quiet) {
     bool ok = false;
     {
         std::lock_guard lock(mutex_);
-        ok = ledger_.claim(fd, seq);
+        if (p.cut) return;
+        const ledger::claimed c = ledger_.claim(fd, seq);
+        if (c == ledger::claimed::cut_off) return cut_locked(fd, p, cut_reason::held_too_much);
+        ok = c == ledger::claimed::ok;
         // A quiet claimer maps every segment already: no answer. One
         // too late for a given-up message asks again.
         if (quiet) return;
@@ -77,7 +80,8 @@ void shm_sender::on_claim(int fd, peer& p, std::uint64_t seq, bool quiet) {
     }
     if (p.ring_fd) {
         const int ring_fd = p.ring_fd.get();
-        if (!send_packet(fd, encode_reply({.type = packet::ring, .seq = seq}), {&ring_fd, 1})) return drop_peer(fd);
+        if (!send_packet(fd, encode_reply({.type = packet::ring, .seq = seq}), {&ring_fd, 1}))
+            return not_reading(fd, p);
         p.ring_fd = unique_fd();
     }
     std::sort(segs.begin(), segs.end());
@@ -98,7 +102,8 @@ void shm_sender::on_claim(int fd, peer& p, std::uint64_t seq, bool quiet) {
         }
         const std::vector<std::uint64_t> ids(segs.begin() + static_cast<std::ptrdiff_t>(at),
                                              segs.begin() + static_cast<std::ptrdiff_t>(at + n));
-        if (!send_packet(fd, encode_reply({.type = packet::fds, .seq = seq, .ids = ids}), fds)) return drop_peer(fd);
+        if (!send_packet(fd, encode_reply({.type = packet::fds, .seq = seq, .ids = ids}), fds))
+            return not_reading(fd, p);
     }
     if (!ok) on_release(fd, seq);
     // Segments gone since (up to now): the receiver drops its mappings of them.
@@ -109,7 +114,13 @@ void shm_sender::on_claim(int fd, peer& p, std::uint64_t seq, bool quiet) {
         r.ids = ledger_.take_closed(fd, closed_per_reply);
     }
     r.clock = monotonic_ns();  // read after the claim: the receiver learns our clock
-    if (!send_packet(fd, encode_reply(r))) drop_peer(fd);
+    if (!send_packet(fd, encode_reply(r))) not_reading(fd, p);
+    done_.notify_all();  // a send may wait for claims
+}
+
+void shm_sender::not_reading(int fd, peer& p) {
+    std::lock_guard lock(mutex_);
+    cut_locked(fd, p, cut_reason::not_reading);
 }
 
 void shm_sender::on_release(int fd, std::uint64_t seq) {
@@ -121,7 +132,7 @@ void shm_sender::drop_peer(int fd) {
     {
         std::lock_guard lock(mutex_);
         peer& p = peers_[fd];
-        take_ring(fd, p);  // what it claimed before it went is released with the rest
+        take_ring(fd, p);  // what it claimed before it went is released with the rest (cut: nothing)
         if (p.ring) p.ring->ask(shm_ring::cut_off);
         ledger_.leave(fd);
         peers_.erase(fd);
@@ -207,9 +218,9 @@ void shm_sender::serve(int fd, std::size_t most) {
             if (n <= 0) throw error(errc::io_error, "closed");  // closed or died
             req = parse_request({bytes.data(), static_cast<std::size_t>(n)});
         } catch (const error&) {  // or spoke nonsense
-            if (n > 0) tell_cut(fd, cut_reason::bad_request);
-            drop_peer(fd);
-            return;
+            if (n <= 0) return drop_peer(fd);
+            std::lock_guard lock(mutex_);
+            return cut_locked(fd, *p, cut_reason::bad_request);
         }
         {
             // What the ring holds was written before this packet (a full

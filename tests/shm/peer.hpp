@@ -272,6 +272,37 @@ private:
     std::vector<int> fds_;
 };
 
+// The "count" role (see test_transport.cpp): a subscriber on the detail
+// API, which reads its receiver's counters.
+inline void count_subscriber(const std::string& name, int count, int fd) {
+    zmq::context_t ctx(1);
+    zmq::socket_t sub(ctx, zmq::socket_type::sub);
+    sub.set(zmq::sockopt::subscribe, "");
+    sub.set(zmq::sockopt::rcvtimeo, 30000);
+    sub.set(zmq::sockopt::linger, 0);
+    sub.connect("ipc://" + name);
+    const auto receiver = detail::make_shm_receiver();
+    std::uint64_t received = 0;
+    std::int32_t last = 0;
+    while (received < static_cast<std::uint64_t>(count)) {
+        std::vector<zmq::message_t> frames;
+        do {
+            frames.emplace_back();
+            if (!sub.recv(frames.back())) throw std::runtime_error("timed out");
+        } while (frames.back().more());
+        const auto m = detail::shm_receive(*receiver, frames, decode_options{});
+        if (!m) continue;  // given up for this subscriber: skipped
+        const std::int32_t k = m->at(0).values<std::int32_t>()[0];
+        if (k <= last || !std::all_of(m->at(0).values<std::int32_t>().begin(), m->at(0).values<std::int32_t>().end(),
+                                      [&](std::int32_t v) { return v == k; }))
+            throw std::runtime_error("a message out of order or changed");
+        if (received++ == 0 && ::write(fd, "x", 1) != 1) throw std::runtime_error("ready pipe");
+        last = k;
+    }
+    const std::uint64_t out[2] = {received, detail::shm_counters(*receiver).messages_skipped};
+    if (::write(fd, out, sizeof out) != sizeof out) throw std::runtime_error("result pipe");
+}
+
 // Connects to side channel `name` up to `count` times (retrying a full
 // backlog, for 10 s at most) with this process's whole descriptor limit,
 // writes a byte to `fd` and holds the connections until killed.

@@ -5,6 +5,7 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <poll.h>
 #include <sys/resource.h>
 
 using namespace tenbin;
@@ -146,4 +147,156 @@ TEST_CASE("700 side-channel connections from a process, the sender out of descri
         CHECK(c.peers < 60);
     }
     CHECK(eventually([&] { return p.counters().peers == 1; }));
+}
+
+TEST_CASE("a receiver that claims everything and never releases is cut off; the stream goes on, what it held intact") {
+    detail::shm_options so;
+    so.pool_bytes = 8u << 20;  // one receiver may hold 6 MiB of it while another is there
+    shm_pair p(so);
+    const auto hoarder = detail::make_shm_receiver();
+    std::vector<std::vector<tensor>> hoard;
+    std::string why;
+    for (std::int32_t k = 1; k <= 60; ++k) {
+        REQUIRE(p.send(filled(p.pool(), k, 1 << 17)));  // 512 KiB; before: timed out once the hoard held the pool
+        auto frames = p.frames().value();
+        if (why.empty()) {
+            try {
+                hoard.push_back(detail::shm_receive(*hoarder, frames, {}).value());
+            } catch (const error& e) {
+                why = e.what();
+            }
+        }
+        CHECK(all_are(detail::shm_receive(*p.receiver, frames, {}).value().at(0), k));
+    }
+    CHECK(why.find("max_held_bytes") != std::string::npos);
+    CHECK(p.counters().peers_cut_off == 1);
+    CHECK(hoard.size() == 12);
+    // What it held moved out of the pool; its pages stayed as they were.
+    CHECK(eventually([&] { return p.pool().stats().in_use == 0; }));
+    for (std::size_t i = 0; i < hoard.size(); ++i) CHECK(all_are(hoard[i].at(0), static_cast<std::int32_t>(i + 1)));
+}
+
+namespace {
+
+// A +shm publisher on a raw PUB socket at ipc `name`, its sender's
+// counters at hand.
+struct publisher {
+    zmq::context_t ctx{1};
+    zmq::socket_t pub{ctx, zmq::socket_type::pub};
+    std::shared_ptr<detail::shm_sender> sender;
+
+    publisher(const std::string& name, detail::shm_options o) {
+        o.fan_out = true;
+        sender = detail::make_shm_sender(o);
+        pub.set(zmq::sockopt::sndhwm, 16);
+        pub.set(zmq::sockopt::linger, 0);
+        pub.bind("ipc://" + name);
+    }
+    ~publisher() { detail::shm_close(*sender, 0ms); }
+    // False when the pool stays full, or the send waits, past `timeout`.
+    bool send(std::int32_t k, std::chrono::milliseconds timeout) {
+        std::optional<tensor> t = detail::shm_pool(*sender).try_acquire(dtype::i4, {1 << 16}, "", timeout);
+        if (!t) return false;
+        for (auto& v : t->mutable_values<std::int32_t>()) v = k;
+        return detail::shm_send(*sender, pub, *t, {}, timeout);
+    }
+};
+
+// A subscriber process of role "count": its pipe's read end.
+struct subscriber {
+    int pipe[2] = {-1, -1};
+    std::unique_ptr<child> process;
+    subscriber(const std::string& name, int count) {
+        REQUIRE(::pipe(pipe) == 0);
+        process = std::make_unique<child>(spawn("count " + name + " " + std::to_string(count) + " " +
+                                                std::to_string(pipe[1])));
+    }
+    ~subscriber() {
+        ::close(pipe[0]);
+        ::close(pipe[1]);
+    }
+    bool readable() {
+        pollfd p{pipe[0], POLLIN, 0};
+        return ::poll(&p, 1, 0) > 0;
+    }
+};
+
+}  // namespace
+
+TEST_CASE("a stopped zpub+shm subscriber does not stall the others: it skips what it lagged on, counted both sides") {
+    const std::string name = test_zmq::fresh_ipc_path();
+    detail::shm_options so;
+    so.pool_bytes = 8u << 20;  // 32 messages of 256 KiB
+    publisher pub(name, so);
+    std::vector<std::unique_ptr<subscriber>> subs;
+    for (int i = 0; i < 3; ++i) subs.push_back(std::make_unique<subscriber>(name, 300));
+    std::int32_t k = 0;
+    // Until each has its first message (joined PUB/SUB and the side channel).
+    std::vector<bool> ready(3, false);
+    const auto deadline = std::chrono::steady_clock::now() + 30s;
+    while (std::count(ready.begin(), ready.end(), true) < 3 && std::chrono::steady_clock::now() < deadline) {
+        REQUIRE(pub.send(++k, 5s));
+        std::this_thread::sleep_for(2ms);
+        for (std::size_t i = 0; i < 3; ++i)
+            if (!ready[i] && subs[i]->readable()) {
+                char x;
+                REQUIRE(::read(subs[i]->pipe[0], &x, 1) == 1);
+                ready[i] = true;
+            }
+    }
+    REQUIRE(std::count(ready.begin(), ready.end(), true) == 3);
+    ::kill(subs[0]->process->pid(), SIGSTOP);
+    // The others get their 300 while it is stopped; every send goes through
+    // (before: the pool filled with what the stopped one had not claimed,
+    // and sends timed out until the lease).
+    std::vector<bool> finished(3, false);
+    const auto stopped_at = std::chrono::steady_clock::now();
+    std::chrono::steady_clock::duration detected{};
+    while (!(finished[1] && finished[2]) && std::chrono::steady_clock::now() < deadline + 30s) {
+        REQUIRE(pub.send(++k, 5s));
+        std::this_thread::sleep_for(2ms);
+        if (detected == decltype(detected){} && detail::shm_counters(*pub.sender).laggard_drops > 0)
+            detected = std::chrono::steady_clock::now() - stopped_at;
+        for (std::size_t i = 1; i < 3; ++i) finished[i] = finished[i] || subs[i]->readable();
+    }
+    REQUIRE((finished[1] && finished[2]));
+    MESSAGE("the stopped subscriber was first dropped for "
+            << std::chrono::duration_cast<std::chrono::milliseconds>(detected).count() << " ms after it stopped");
+    CHECK(detected < 10s);  // the lease is 60 s
+    const std::uint64_t dropped = detail::shm_counters(*pub.sender).laggard_drops;
+    CHECK(dropped > 0);
+    // Let it go on: it skips what was given up for it, and gets the rest.
+    ::kill(subs[0]->process->pid(), SIGCONT);
+    while (!subs[0]->readable() && std::chrono::steady_clock::now() < deadline + 60s) {
+        REQUIRE(pub.send(++k, 5s));
+        std::this_thread::sleep_for(2ms);
+    }
+    std::uint64_t result[2] = {0, 0};
+    REQUIRE(::read(subs[0]->pipe[0], result, sizeof result) == sizeof result);
+    MESSAGE("publisher: " << dropped << " laggard drops; stopped subscriber: " << result[1] << " skipped");
+    CHECK(result[0] == 300);
+    CHECK(result[1] > 0);
+    CHECK(wait_exit(subs[0]->process->pid()) == 0);
+}
+
+TEST_CASE("with block_laggards a stopped subscriber holds the publisher back instead, and nothing is dropped") {
+    const std::string name = test_zmq::fresh_ipc_path();
+    detail::shm_options so;
+    so.pool_bytes = 4u << 20;
+    so.block_laggards = true;
+    publisher pub(name, so);
+    subscriber sub(name, 1000000);
+    subscriber other(name, 1000000);
+    std::int32_t k = 0;
+    const auto deadline = std::chrono::steady_clock::now() + 30s;
+    while (!(sub.readable() && other.readable()) && std::chrono::steady_clock::now() < deadline) {
+        REQUIRE(pub.send(++k, 5s));
+        std::this_thread::sleep_for(2ms);
+    }
+    ::kill(sub.process->pid(), SIGSTOP);
+    bool held_back = false;
+    for (int i = 0; i < 200 && !held_back; ++i) held_back = !pub.send(++k, 200ms);
+    CHECK(held_back);
+    CHECK(detail::shm_counters(*pub.sender).laggard_drops == 0);
+    ::kill(sub.process->pid(), SIGCONT);
 }
