@@ -30,6 +30,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -240,6 +241,10 @@ private:
 class fd_limit {
 public:
     explicit fd_limit(std::size_t n) {
+        // UBSan checks a virtual call by writing to a pipe (see
+        // no_descriptors) and caches the type once checked: the library
+        // reports a short descriptor table through this one.
+        (void)std::system_category().message(EMFILE);
         REQUIRE(::getrlimit(RLIMIT_NOFILE, &saved_) == 0);
         rlimit low = saved_;
         low.rlim_cur = n;
@@ -254,12 +259,13 @@ private:
 };
 
 // Fills this process's descriptor table while it lives: every open, socket
-// and memfd_create fails with EMFILE.
+// and memfd_create fails with EMFILE. No doctest assertion in its scope:
+// UBSan checks a virtual call by writing to a pipe, and without a
+// descriptor for it reports the call (a false "invalid vptr").
 class no_descriptors {
 public:
     no_descriptors() : limit_(count_fds() + 16) {
         for (int fd; (fd = ::dup(0)) >= 0;) fds_.push_back(fd);
-        REQUIRE(errno == EMFILE);
     }
     ~no_descriptors() {
         for (int fd : fds_) ::close(fd);
