@@ -14,6 +14,7 @@
 // classes come out.
 #include "common.hpp"
 
+#include "shm/protocol.hpp"
 #include "shm/shm.hpp"
 
 #include <algorithm>

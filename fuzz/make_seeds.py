@@ -117,7 +117,7 @@ def sctp_input(hint, max_size, messages, cut=180):
 def main():
     vectors, url_seeds, out = map(pathlib.Path, sys.argv[1:4])
     targets = ["decode_buffer", "decode_list", "read", "decode_header", "url", "formats", "zrecv", "sctp_parts",
-               "shm_wire", "zstd"]
+               "shm_wire", "shm_side", "zstd"]
     for t in targets:
         shutil.rmtree(out / t, ignore_errors=True)
         (out / t).mkdir(parents=True)
@@ -163,6 +163,16 @@ def main():
     put("sctp_parts", "two", sctp_input(0, 4096, [(bytes(range(200)), False), (b"x" * 500, False)]))
     put("sctp_parts", "note_over", sctp_input(3, 300, [(b"n" * 40, True), (b"y" * 700, False), (b"z" * 10, False)]))
     put("sctp_parts", "exact", sctp_input(1, 256, [(b"e" * 256, False), (b"f" * 257, False)], cut=100))
+    # The side channel: each request, each reply, a ring filled and read.
+    for t in (1, 2, 3, 4):
+        put("shm_side", f"request{t}", bytes([0]) + struct.pack("<IIQ", t, 0, 42))
+    put("shm_side", "fds", bytes([1, 2]) + struct.pack("<IIQQQQ", 10, 2, 5, 0, 3, 4))
+    put("shm_side", "ok", bytes([1, 0]) + struct.pack("<IIQQQ", 11, 1, 5, 123456, 9))
+    put("shm_side", "gone", bytes([1, 0]) + struct.pack("<IIQQ", 12, 0, 5, 7))
+    put("shm_side", "ring", bytes([1, 1]) + struct.pack("<IIQQ", 13, 0, 5, 0))
+    put("shm_side", "cut_off", bytes([1, 0]) + struct.pack("<IIQQ", 14, 0, 0, 1))
+    steps = b"".join(bytes([0]) + struct.pack("<Q", 2 * k + 2) for k in range(8)) + bytes([1]) + bytes(8)
+    put("shm_side", "ring_steps", bytes([2]) + steps + bytes([2]) + struct.pack("<Q", 1 << 40) + bytes([1]) + bytes(8))
     for t in targets:
         print(f"{t}: {len(list((out / t).iterdir()))} seeds")
 

@@ -46,7 +46,7 @@ built=" $(ninja -C "$build" -t targets all 2>/dev/null | grep -o '^fuzz/fuzz-[a-
 targets=()
 # Fastest first (executions a second): they reach RUNS in well under a
 # minute and leave the rest of a budget to the slow ones.
-for t in decode_header decode_buffer formats read decode_list zrecv shm_wire stream zstd sctp_parts url; do
+for t in decode_header decode_buffer formats read decode_list zrecv shm_wire shm_side stream zstd sctp_parts url; do
   [[ "$built" == *" fuzz/fuzz-$t: "* ]] && targets+=("$t")
 done
 ninja -C "$build" -j "${TENBIN_FUZZ_NINJA_JOBS:-2}" $(printf 'fuzz/fuzz-%s ' "${targets[@]}") >/dev/null
@@ -60,7 +60,8 @@ export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:${UBSAN_OPTIONS:-}"
 export ASAN_OPTIONS="detect_leaks=1:${ASAN_OPTIONS:-}"
 
 declare -A max_len=([decode_buffer]=65536 [decode_list]=65536 [read]=65536 [decode_header]=1024 [url]=512
-                     [formats]=16384 [zrecv]=8192 [sctp_parts]=8192 [shm_wire]=4096 [zstd]=65536)
+                     [formats]=16384 [zrecv]=8192 [sctp_parts]=8192 [shm_wire]=4096 [shm_side]=4096
+                     [zstd]=65536)
 parallel=()
 [ "$jobs" -gt 1 ] && parallel=(-jobs="$jobs" -workers="$jobs")
 began=$SECONDS

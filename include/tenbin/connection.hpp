@@ -166,6 +166,43 @@ struct connection_options {
     /// send is given up: a receiver still holding it keeps its bytes (they
     /// move out of the pool), one that has not claimed it yet skips it.
     std::chrono::milliseconds shm_lease{60000};
+    /// `+shm` senders: receivers on the side channel at once (each costs
+    /// the sender a socket and a ring). More are refused, and their
+    /// receive fails saying so; those already in are not disturbed.
+    std::size_t shm_max_peers = 64;
+    /// `+shm` senders: bytes one receiver may hold (received, not yet
+    /// dropped) while others are connected. Past them it is cut off (its
+    /// receive fails, saying so) and what it held moves out of the pool
+    /// (its pages stay as they are for it): a receiver that never drops
+    /// what it gets cannot stop the stream to the others. 0: three
+    /// quarters of `shm_pool_bytes`. A loader's `queue_bytes` plus what
+    /// the consumer keeps must fit.
+    std::uint64_t shm_max_held_bytes = 0;
+    /// `+shm` PUB senders: a message no subscriber holds is given up this
+    /// long after its send for the subscribers that have not got to it (a
+    /// stopped or slow one), who skip it: the others are not held up, as
+    /// over plain PUB/SUB, and each drop is counted on both sides. With
+    /// `pub_nodrop`, the publisher waits for them instead (up to
+    /// `shm_lease`). `+shm` PUSH/PAIR senders wait while `send_hwm +
+    /// recv_hwm` messages per receiver are sent and not yet claimed, so a
+    /// killed receiver loses about what it would over tcp.
+    std::chrono::milliseconds shm_laggard_after{1000};
+    /// `+shm` receivers: how long a receive waits on a sender's side
+    /// channel (to connect, to be read, for the answer to a claim). Past
+    /// it the receive throws errc::timeout and skips that message. Unset:
+    /// `recv_timeout`, or 30 s without one.
+    std::optional<std::chrono::milliseconds> shm_claim_timeout{};
+    /// `+shm` receivers: senders at once. Past them the least recently
+    /// used one whose tensors are all dropped is closed; if every one has
+    /// tensors held, the message is refused (errc::limit_exceeded).
+    std::size_t shm_max_senders = 64;
+    /// `+shm` receivers: segments and bytes mapped at once, all senders
+    /// together (tensors kept included). A message that would go past
+    /// them is refused (errc::limit_exceeded), after idle senders' are
+    /// unmapped.
+    std::size_t shm_max_mappings = 16384;
+    /// See `shm_max_mappings`.
+    std::uint64_t shm_max_mapped_bytes = std::uint64_t{64} << 30;
     /// Sending: number the messages (see position.hpp and stream.hpp) as
     /// the producer of this name, stable across restarts (1 to 64
     /// printable ASCII characters); consumers then know its epochs, count

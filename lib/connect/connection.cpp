@@ -64,6 +64,24 @@ bool has_topic(const connection_options& opt, socket_kind kind) {
     return !opt.topic.empty() && (kind == socket_kind::pub || kind == socket_kind::sub);
 }
 
+// The +shm side's options, from the connection's.
+detail::shm_options shm_options_of(const connection_options& o, socket_kind kind) {
+    detail::shm_options s;
+    s.pool_bytes = o.shm_pool_bytes;
+    s.lease = o.shm_lease;
+    s.fan_out = kind == socket_kind::pub;
+    s.max_peers = o.shm_max_peers;
+    s.max_held_bytes = o.shm_max_held_bytes;
+    s.laggard_after = o.shm_laggard_after;
+    s.block_laggards = o.pub_nodrop;  // one slow-subscriber policy for both
+    s.max_unclaimed = static_cast<std::size_t>(std::max(o.send_hwm, 0) + std::max(o.recv_hwm, 0));
+    s.claim_timeout = o.shm_claim_timeout ? o.shm_claim_timeout : o.recv_timeout;
+    s.max_senders = o.shm_max_senders;
+    s.max_mappings = o.shm_max_mappings;
+    s.max_mapped_bytes = o.shm_max_mapped_bytes;
+    return s;
+}
+
 }  // namespace
 
 struct connection::impl {
@@ -312,12 +330,8 @@ connection::connection(std::shared_ptr<zmq::context_t> context, std::span<const 
         (void)encode_position(p);  // the name checked now, not at the first send
         s.numbering = std::move(p);
     }
-    s.link = s.shm ? detail::shm_link({.sends = detail::can_send(s.kind),
-                                     .receives = detail::can_receive(s.kind),
-                                     .fan_out = s.kind == socket_kind::pub,
-                                     .pool_bytes = s.opt.shm_pool_bytes,
-                                     .lease = s.opt.shm_lease})
-                 : detail::plain_link(s.opt.multipart);
+    s.link = s.shm ? detail::shm_link(detail::can_send(s.kind), detail::can_receive(s.kind), shm_options_of(s.opt, s.kind))
+                   : detail::plain_link(s.opt.multipart);
     if (s.opt.curve) {
         s.serves_curve = std::any_of(eps.begin(), eps.end(), [](const endpoint& e) { return e.bind; });
         const bool connects = std::any_of(eps.begin(), eps.end(), [](const endpoint& e) { return !e.bind; });

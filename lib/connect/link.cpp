@@ -40,9 +40,9 @@ private:
 
 class shared_memory final : public link {
 public:
-    explicit shared_memory(const shm_link_options& o) {
-        if (o.sends) sender_ = make_shm_sender(o.pool_bytes, o.lease, o.fan_out);
-        if (o.receives) receiver_ = make_shm_receiver();
+    shared_memory(bool sends, bool receives, const shm_options& o) {
+        if (sends) sender_ = make_shm_sender(o);
+        if (receives) receiver_ = make_shm_receiver(o);
     }
     ~shared_memory() override {
         if (sender_) shm_close(*sender_, std::chrono::milliseconds(0));
@@ -80,6 +80,8 @@ private:
 }  // namespace
 
 std::unique_ptr<link> plain_link(bool multipart) { return std::make_unique<plain>(multipart); }
-std::unique_ptr<link> shm_link(const shm_link_options& opt) { return std::make_unique<shared_memory>(opt); }
+std::unique_ptr<link> shm_link(bool sends, bool receives, const shm_options& opt) {
+    return std::make_unique<shared_memory>(sends, receives, opt);
+}
 
 }  // namespace tenbin::detail

@@ -4,6 +4,8 @@
 // topics, positions, statistics) the same way for both.
 #pragma once
 
+#include "shm/shm.hpp"
+
 #include <tenbin/pool.hpp>
 #include <tenbin/zmq.hpp>
 
@@ -40,13 +42,6 @@ public:
 std::unique_ptr<link> plain_link(bool multipart);
 
 // +shm: a sender when `sends`, a receiver when `receives` (PAIR is both).
-struct shm_link_options {
-    bool sends = false;
-    bool receives = false;
-    bool fan_out = false;  // PUB
-    std::size_t pool_bytes = 0;
-    std::chrono::milliseconds lease{};
-};
-std::unique_ptr<link> shm_link(const shm_link_options& opt);
+std::unique_ptr<link> shm_link(bool sends, bool receives, const shm_options& opt);
 
 }  // namespace tenbin::detail

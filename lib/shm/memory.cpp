@@ -15,9 +15,13 @@ int new_segment_fd(std::size_t size, const char* name) {
     unique_fd fd(::memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING));
     if (fd.get() < 0) throw os_error("memfd_create");
     if (::ftruncate(fd.get(), static_cast<off_t>(size)) != 0) throw os_error("ftruncate of a shm segment");
-    // Sealed: a receiver's mapping can never lose pages under it (SIGBUS).
-    if (::fcntl(fd.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) throw os_error("sealing a shm segment");
+    if (::fcntl(fd.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) != 0) throw os_error("sealing a shm segment");
     return fd.release();
+}
+
+void seal_writes(int fd) {
+    if (::fcntl(fd, F_ADD_SEALS, F_SEAL_FUTURE_WRITE | F_SEAL_SEAL) != 0)
+        throw os_error("sealing a shm segment against writes (F_SEAL_FUTURE_WRITE needs Linux 5.1)");
 }
 
 mutable_bytes shm_memory::allocate(std::size_t size) {
@@ -25,6 +29,12 @@ mutable_bytes shm_memory::allocate(std::size_t size) {
     unique_fd fd(new_segment_fd(size));
     void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
     if (p == MAP_FAILED) throw os_error("mapping a shm segment");
+    try {
+        seal_writes(fd.get());  // after our own mapping, the only writable one
+    } catch (...) {
+        ::munmap(p, size);
+        throw;
+    }
     std::lock_guard lock(mutex_);
     segments_[static_cast<std::byte*>(p)] = {next_id_++, fd.release(), size};
     return {static_cast<std::byte*>(p), size};
@@ -75,7 +85,7 @@ int shm_memory::read_only_fd(std::uint64_t id) {
     return -1;
 }
 
-void shm_memory::retire(std::uint64_t id) noexcept {
+bool shm_memory::retire(std::uint64_t id) noexcept {
     std::lock_guard lock(mutex_);
     for (auto& [base, s] : segments_) {
         if (s.id != id) continue;
@@ -83,20 +93,30 @@ void shm_memory::retire(std::uint64_t id) noexcept {
             unique_fd fd(new_segment_fd(s.size));
             for (std::size_t done = 0; done < s.size;) {
                 const ssize_t w = ::pwrite(fd.get(), base + done, s.size - done, static_cast<off_t>(done));
-                if (w <= 0) return;  // keep the old segment: still correct, only not retired
+                if (w <= 0) return false;
                 done += static_cast<std::size_t>(w);
             }
+            // Since Linux 6.12 a MAP_FIXED mapping that fails leaves the old one in place.
             if (::mmap(base, s.size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd.get(), 0) == MAP_FAILED)
-                return;
+                return false;
+            // Fails only where allocate()'s seal did: never here.
+            if (::fcntl(fd.get(), F_ADD_SEALS, F_SEAL_FUTURE_WRITE | F_SEAL_SEAL) != 0) return false;
             ::close(s.fd);
             closed_.push_back(s.id);
             s.fd = fd.release();
             s.id = next_id_++;
             ++retired_;
+            return true;
         } catch (...) {
+            return false;
         }
-        return;
     }
+    return true;
+}
+
+std::uint64_t shm_memory::retired() {
+    std::lock_guard lock(mutex_);
+    return retired_;
 }
 
 std::vector<std::uint64_t> shm_memory::take_closed() {

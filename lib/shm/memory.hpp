@@ -15,8 +15,14 @@
 
 namespace tenbin::detail::shm_impl {
 
-// A new memfd of `size` bytes named `name`, sealed against shrinking and growing.
+// A new memfd of `size` bytes named `name`, sealed against shrinking and
+// growing (a receiver's mapping can never lose pages under it: SIGBUS).
 int new_segment_fd(std::size_t size, const char* name = "tenbin-shm");
+// Seals memfd `fd` against writes through any mapping or descriptor made
+// from now on (F_SEAL_FUTURE_WRITE): the sender's own mapping still
+// writes, a descriptor reopened through /proc/PID/fd cannot. Then no seal
+// more. Throws io_error.
+void seal_writes(int fd);
 
 class shm_memory final : public pool_memory {
 public:
@@ -41,7 +47,12 @@ public:
 
     // Moves segment `id`'s bytes to a fresh memfd mapped at the same
     // address and closes the old one; holders' mappings keep the old pages.
-    void retire(std::uint64_t id) noexcept;
+    // True when its block no longer shares pages with them (moved now, or
+    // before: the id is gone); false when the move failed (no descriptor
+    // or memory to spare) and the block still is the holders' pages.
+    bool retire(std::uint64_t id) noexcept;
+    // Segments moved by retire() so far.
+    std::uint64_t retired();
 
     std::vector<std::uint64_t> take_closed();
     // Whether segments were closed since the last take_closed().

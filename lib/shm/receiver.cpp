@@ -1,28 +1,14 @@
-// The +shm receiver: one side-channel link per sender, its segments mapped
-// read-only, tensors made from descriptors checked against them.
+// The +shm receiver: one side-channel link per sender (link.hpp), within
+// its bounds; tensors made from descriptors checked against the segments.
 #ifdef __linux__
 
-#include "shm/ring.hpp"
+#include "shm/link.hpp"
 
 #include <algorithm>
-#include <atomic>
-#include <cerrno>
-#include <cstring>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <span>
 #include <vector>
-
-#include <fcntl.h>
-#include <poll.h>
-#include <sys/mman.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/time.h>
-#include <unistd.h>
-
-#include <thread>
 
 namespace tenbin::detail {
 
@@ -30,181 +16,14 @@ using namespace shm_impl;
 
 namespace {
 
-std::atomic<std::uint64_t> quiet_claims{0};
-
 // A tensor of at most this many bytes that shares its segment with other
 // tensors of its message (the sender copies a message's heap tensors into
 // one block) is copied out on receipt: kept alone (labels, keys), it would
 // hold the whole block from the sender's pool.
 constexpr std::uint64_t copy_out_bytes = 64 * 1024;
 
-struct mapping {
-    const std::byte* base = nullptr;
-    std::size_t size = 0;
-    mapping(const std::byte* b, std::size_t n) : base(b), size(n) {}
-    mapping(const mapping&) = delete;
-    mapping& operator=(const mapping&) = delete;
-    ~mapping() { ::munmap(const_cast<std::byte*>(base), size); }
-};
-
-// One sender's side channel, as a receiver sees it.
-class side_link {
-public:
-    explicit side_link(const std::string& name) {
-        fd_.reset(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
-        if (fd_.get() < 0) throw os_error("shm side channel socket");
-        socklen_t len = 0;
-        const sockaddr_un a = abstract_address(name, len);
-        if (::connect(fd_.get(), reinterpret_cast<const sockaddr*>(&a), len) != 0)
-            throw error(errc::io_error, "cannot reach the shm sender's side channel '" + name +
-                                            "' (the sender is gone?): " + std::strerror(errno));
-        // A sender that stopped (SIGSTOP, a debugger) fails the claim rather than hang it.
-        const timeval limit{claim_timeout_s, 0};
-        ::setsockopt(fd_.get(), SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
-        ::setsockopt(fd_.get(), SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof limit);
-    }
-
-    bool dead() const { return dead_.load(); }
-
-    // Whether the sender closed its end (it writes nothing unasked, so
-    // anything readable between claims is its end of file). Receiving
-    // thread only.
-    bool closed() {
-        if (dead()) return true;
-        pollfd p{fd_.get(), POLLIN, 0};
-        if (::poll(&p, 1, 0) > 0) dead_ = true;
-        return dead();
-    }
-
-    // CLAIMs `seq` of a message described by `descs`: their segments'
-    // mappings are then in `segment()`. False for GONE. Quiet (no answer
-    // awaited) when every segment is mapped and the sender's clock is
-    // surely before `claim_by`.
-    bool claim(std::uint64_t seq, std::uint64_t claim_by, std::span<const shm_descriptor> descs) {
-        std::lock_guard lock(mutex_);
-        if (claim_by != 0 && offset_ && std::all_of(descs.begin(), descs.end(), [&](const shm_descriptor& d) {
-                return d.length == 0 || maps_.count(d.segment) != 0;
-            })) {
-            if (!tell(shm_ring::claim_entry(seq), msg_claim_quiet, seq)) return lost("cannot claim a message");
-            // Read after the claim was written: the sender sees it before giving the message up.
-            if (static_cast<__int128>(monotonic_ns()) + *offset_ < static_cast<__int128>(claim_by)) {
-                quiet_claims.fetch_add(1, std::memory_order_relaxed);
-                return true;
-            }
-            // Too late to be sure: the answer to a claim says whether it was in time.
-        }
-        const std::uint64_t asked = monotonic_ns();
-        if (!send_packet(fd_.get(), request(msg_claim, seq))) return lost("cannot claim a message");
-        for (;;) {
-            std::array<std::byte, 16 + 8 * closed_per_reply> body{};
-            iovec iov{body.data(), body.size()};
-            alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * fds_per_packet)];
-            msghdr mh{};
-            mh.msg_iov = &iov;
-            mh.msg_iovlen = 1;
-            mh.msg_control = control;
-            mh.msg_controllen = sizeof control;
-            ssize_t n;
-            do n = ::recvmsg(fd_.get(), &mh, MSG_CMSG_CLOEXEC);
-            while (n < 0 && errno == EINTR);
-            // Take every descriptor first, so that none leaks on an error.
-            std::vector<unique_fd> fds;
-            for (cmsghdr* c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c))
-                if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
-                    const std::size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-                    for (std::size_t j = 0; j < k; ++j) {
-                        int f;
-                        std::memcpy(&f, CMSG_DATA(c) + j * sizeof(int), sizeof f);
-                        fds.emplace_back(f);
-                    }
-                }
-            if (n <= 0) return lost("the shm sender closed its side channel");
-            if (n < 16 || (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC))) return lost("a malformed side-channel reply");
-            const std::uint32_t type = load_le<std::uint32_t>(body.data());
-            const std::uint32_t count = load_le<std::uint32_t>(body.data() + 4);
-            if (static_cast<std::size_t>(n) != 16 + std::size_t{count} * 8) return lost("a malformed side-channel reply");
-            const std::byte* ids = body.data() + 16;
-            if (type == msg_fds) {
-                if (fds.size() != count) return lost("a side-channel reply with the wrong number of descriptors");
-                for (std::size_t k = 0; k < count; ++k) add_segment(load_le<std::uint64_t>(ids + 8 * k), fds[k].get());
-                continue;
-            }
-            if (type == msg_ring) {
-                if (count != 0 || fds.size() != 1 || ring_) return lost("a malformed side-channel reply");
-                try {
-                    ring_ = shm_ring::open(fds[0].get());
-                } catch (const error&) {
-                    return lost("a ring that is not a sealed memfd of its size");
-                }
-                continue;
-            }
-            if ((type != msg_ok && type != msg_gone) || !fds.empty()) return lost("a malformed side-channel reply");
-            for (std::size_t k = 0; k < count; ++k) maps_.erase(load_le<std::uint64_t>(ids + 8 * k));
-            // The sender's clock was read after `asked`: clock minus `asked` bounds the offset from above.
-            const __int128 offset = static_cast<__int128>(load_le<std::uint64_t>(body.data() + 8)) - asked;
-            offset_ = offset_ ? std::min(*offset_, offset) : offset;
-            return type == msg_ok;
-        }
-    }
-
-    void release(std::uint64_t seq) noexcept {
-        if (dead()) return;
-        std::lock_guard lock(mutex_);
-        tell(shm_ring::release_entry(seq), msg_release, seq);
-    }
-
-    std::shared_ptr<const mapping> segment(std::uint64_t id) {
-        std::lock_guard lock(mutex_);
-        const auto it = maps_.find(id);
-        return it == maps_.end() ? nullptr : it->second;
-    }
-
-private:
-    // Tells the sender of a quiet claim or a release (under the lock):
-    // through the ring once there is one, with a KICK when the sender asks
-    // for it; a packet of `type` before. False when the sender is gone or
-    // has cut this receiver off.
-    bool tell(std::uint64_t entry, std::uint32_t type, std::uint64_t seq) noexcept {
-        if (!ring_) return send_packet(fd_.get(), request(type, seq));
-        // Full (the sender is behind): kick it and wait for room; a packet
-        // instead could overtake the ring's entries (a release before its claim).
-        for (int tries = 0; !ring_->push(entry); ++tries) {
-            if (tries == claim_timeout_s * 10000) return false;
-            if (tries % 100 == 0 && !send_packet(fd_.get(), request(msg_kick, 0))) return false;
-            std::this_thread::sleep_for(std::chrono::microseconds(100));
-        }
-        switch (ring_->asked()) {
-            case shm_ring::nothing: return true;
-            case shm_ring::kick: return send_packet(fd_.get(), request(msg_kick, 0));
-            default: return false;  // cut off
-        }
-    }
-
-    [[noreturn]] bool lost(const std::string& why) {
-        dead_ = true;
-        throw error(errc::io_error, "shm side channel: " + why);
-    }
-
-    // Maps a segment read-only after checking it cannot shrink under us.
-    void add_segment(std::uint64_t id, int fd) {
-        const int seals = ::fcntl(fd, F_GET_SEALS);
-        struct stat st {};
-        if (seals < 0 || !(seals & F_SEAL_SHRINK) || ::fstat(fd, &st) != 0 || st.st_size <= 0)
-            lost("a shm segment that is not a sealed memfd");
-        const auto size = static_cast<std::size_t>(st.st_size);
-        void* p = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
-        if (p == MAP_FAILED) throw os_error("mapping a shm segment");
-        maps_[id] = std::make_shared<const mapping>(static_cast<const std::byte*>(p), size);
-    }
-
-    std::mutex mutex_;
-    unique_fd fd_;
-    std::atomic<bool> dead_{false};
-    std::map<std::uint64_t, std::shared_ptr<const mapping>> maps_;
-    std::unique_ptr<shm_ring> ring_;  // from the sender's first answer
-    // Upper bound of the sender's clock minus ours (ns), once answered.
-    std::optional<__int128> offset_;
-};
+// How long a receive waits on a sender's side channel without a receive timeout.
+constexpr std::chrono::milliseconds default_claim_timeout{30000};
 
 // Keeps one message's mappings; gives the message back when its last
 // tensor is dropped.
@@ -219,7 +38,15 @@ struct message_keeper {
 
 class shm_receiver {
 public:
+    explicit shm_receiver(const shm_options& o)
+        : claim_timeout_(o.claim_timeout.value_or(default_claim_timeout)),
+          max_senders_(std::max<std::size_t>(o.max_senders, 1)),
+          max_mappings_(o.max_mappings),
+          max_mapped_bytes_(o.max_mapped_bytes),
+          state_(std::make_shared<receiver_state>()) {}
+
     std::optional<std::vector<tensor>> receive(std::span<const zmq::message_t> frames, const decode_options& opt) {
+        const auto deadline = receive_clock::now() + claim_timeout_;
         if (frames.empty()) throw error(errc::bad_header, "an empty shm message");
         const shm_first first = parse_shm_first({frames[0].data<std::byte>(), frames[0].size()});
         if (frames.size() % 2 != 1)
@@ -242,15 +69,20 @@ public:
             if (total > opt.limits.max_bytes)
                 throw error(errc::limit_exceeded, "message of more than limits::max_bytes");
         }
-        std::shared_ptr<side_link> link = link_for(first.side);
+        std::shared_ptr<side_link> link = link_for(first.side, deadline);
         bool ok = false;
         try {
-            ok = link->claim(first.seq, first.claim_by, descs);
-        } catch (...) {
-            links_.erase(first.side);
+            ok = link->claim(first.seq, first.claim_by, descs, deadline,
+                             [&](std::uint64_t bytes) { return room(bytes, *link); });
+        } catch (const error& e) {
+            if (e.code() == errc::limit_exceeded) ++refused_;
+            if (link->broken()) links_.erase(first.side);
             throw;
         }
-        if (!ok) return std::nullopt;
+        if (!ok) {
+            ++skipped_;
+            return std::nullopt;
+        }
         // From here on the keeper gives the message back, also on an error.
         auto keeper = std::make_shared<message_keeper>();
         keeper->link = link;
@@ -270,8 +102,8 @@ public:
                 if (!m)
                     throw error(errc::bad_header, "tensor " + std::to_string(i) + ": unknown shm segment " +
                                                       std::to_string(d.segment));
-                check_shm_extent(d, m->size, headers[i].dtype, i);
-                const bytes_view bytes{m->base + d.offset, static_cast<std::size_t>(d.length)};
+                check_shm_extent(d, m->size(), headers[i].dtype, i);
+                const bytes_view bytes{m->base() + d.offset, static_cast<std::size_t>(d.length)};
                 const auto [lo, hi] = std::equal_range(segments.begin(), segments.end(), d.segment);
                 if (d.length <= copy_out_bytes && hi - lo > 1) {
                     b = buffer::copy(bytes).read_only();
@@ -288,25 +120,97 @@ public:
         return out;
     }
 
+    shm_receiver_counters counters() const {
+        return {.senders = links_.size(),
+                .mappings = state_->mappings.load(),
+                .mapped_bytes = state_->mapped_bytes.load(),
+                .quiet_claims = state_->quiet_claims.load(),
+                .messages_skipped = skipped_,
+                .claim_timeouts = state_->claim_timeouts.load(),
+                .links_broken = state_->links_broken.load(),
+                .refused = refused_,
+                .senders_evicted = evicted_};
+    }
+
 private:
-    std::shared_ptr<side_link> link_for(const std::string& side) {
+    struct known {
+        std::shared_ptr<side_link> link;
+        std::uint64_t used = 0;  // when last used, in messages
+    };
+
+    // The link to side channel `side`, connected by `deadline` if new. A
+    // link broken since its last message (a release found the sender
+    // hostile or gone) is this message's error, once.
+    std::shared_ptr<side_link> link_for(const std::string& side, receive_clock::time_point deadline) {
+        ++uses_;
         if (auto it = links_.find(side); it != links_.end()) {
-            if (!it->second->dead()) return it->second;
-            links_.erase(it);
+            if (it->second.link->broken()) {
+                const std::string why = it->second.link->why();
+                links_.erase(it);
+                throw error(errc::io_error, "shm side channel '" + side + "': " + why);
+            }
+            it->second.used = uses_;
+            return it->second.link;
         }
-        auto link = std::make_shared<side_link>(side);
         // Senders come and go: forget those gone, and their mappings (the
         // tensors still alive keep theirs).
-        for (auto it = links_.begin(); it != links_.end();) it = it->second->closed() ? links_.erase(it) : std::next(it);
-        links_[side] = link;
+        std::erase_if(links_, [](auto& e) { return e.second.link->hung_up(); });
+        if (links_.size() >= max_senders_ && !evict(nullptr)) {
+            ++refused_;
+            throw error(errc::limit_exceeded, "a message from a +shm sender beyond the " +
+                                                  std::to_string(max_senders_) +
+                                                  " this receiver serves, each with tensors held "
+                                                  "(shm_options::max_senders)");
+        }
+        auto link = std::make_shared<side_link>(side, deadline, state_);
+        links_[side] = {link, uses_};
         return link;
     }
 
-    std::map<std::string, std::shared_ptr<side_link>> links_;
+    // Closes the least recently used link that no tensor holds, but
+    // `keep`: its mappings go. False when there is none.
+    bool evict(const side_link* keep) {
+        auto victim = links_.end();
+        for (auto it = links_.begin(); it != links_.end(); ++it)
+            if (it->second.link.get() != keep && it->second.link.use_count() == 1 &&
+                (victim == links_.end() || it->second.used < victim->second.used))
+                victim = it;
+        if (victim == links_.end()) return false;
+        links_.erase(victim);
+        ++evicted_;
+        return true;
+    }
+
+    // Whether `link` may map one more segment of `bytes`: idle links go
+    // first to make room; nothing, or why not.
+    std::optional<std::string> room(std::uint64_t bytes, const side_link& link) {
+        const auto fits = [&] {
+            return state_->mappings.load() < max_mappings_ && bytes <= max_mapped_bytes_ &&
+                   state_->mapped_bytes.load() <= max_mapped_bytes_ - bytes;
+        };
+        while (!fits())
+            if (!evict(&link)) {
+                if (state_->mappings.load() >= max_mappings_)
+                    return "one more segment would take this receiver past " + std::to_string(max_mappings_) +
+                           " mappings (shm_options::max_mappings)";
+                return "a segment of " + std::to_string(bytes) + " bytes would take this receiver past " +
+                       std::to_string(max_mapped_bytes_) + " mapped bytes (shm_options::max_mapped_bytes)";
+            }
+        return std::nullopt;
+    }
+
+    std::chrono::milliseconds claim_timeout_;
+    std::size_t max_senders_;
+    std::size_t max_mappings_;
+    std::uint64_t max_mapped_bytes_;
+    std::shared_ptr<receiver_state> state_;
+    std::map<std::string, known> links_;
+    std::uint64_t uses_ = 0;
+    std::uint64_t skipped_ = 0, refused_ = 0, evicted_ = 0;
 };
 
-std::uint64_t shm_quiet_claims() { return quiet_claims.load(); }
-std::shared_ptr<shm_receiver> make_shm_receiver() { return std::make_shared<shm_receiver>(); }
+std::shared_ptr<shm_receiver> make_shm_receiver(const shm_options& o) { return std::make_shared<shm_receiver>(o); }
+shm_receiver_counters shm_counters(shm_receiver& r) { return r.counters(); }
 std::optional<std::vector<tensor>> shm_receive(shm_receiver& r, std::span<const zmq::message_t> frames,
                                                const decode_options& opt) {
     return r.receive(frames, opt);

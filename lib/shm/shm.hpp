@@ -1,11 +1,6 @@
 // The shared-memory transport (`+shm` URLs) behind `connection`: the sender's
 // segments, pool and side channel, the receiver's mappings. Linux only.
-//
-// Wire (over ZeroMQ, ipc): [envelope...] first, header_0, desc_0, header_1,
-// desc_1, ...: the multipart form with every data frame replaced by a
-// 32-byte descriptor. `first` = "~TenShm~", u32 version, u32 name length,
-// the sender's side-channel name, u64 sequence number, u64 claim-by time
-// (see shm_first). All integers little endian. A plain multipart receiver takes `first` for a header and fails.
+// The protocol is protocol.hpp's.
 #pragma once
 
 #include <tenbin/codec.hpp>
@@ -14,7 +9,6 @@
 
 #include <zmq.hpp>
 
-#include <array>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -25,49 +19,98 @@
 
 namespace tenbin::detail {
 
-inline constexpr std::uint32_t shm_version = 3;
-inline constexpr std::size_t shm_descriptor_size = 32;
-
-// Where one tensor's bytes lie: `length` bytes at `offset` in segment
-// `segment`, written for message `generation` (its sequence number).
-// Segment 0 is "no bytes" (an empty tensor).
-struct shm_descriptor {
-    std::uint64_t segment = 0;
-    std::uint64_t generation = 0;
-    std::uint64_t offset = 0;
-    std::uint64_t length = 0;
-};
-
-// The first frame, parsed.
-struct shm_first {
-    std::string side;  // the sender's side-channel name (abstract namespace)
-    std::uint64_t seq = 0;
-    // The sender's CLOCK_MONOTONIC (ns) until which a claim sent without
-    // waiting for the answer is sure to be seen before the message can be
-    // given up; 0: claim and wait for the answer.
-    std::uint64_t claim_by = 0;
-};
-
-// Parsers of the wire, for the receiver and the fuzz target: bad input is a
-// tenbin::error (bad_magic, bad_header), never a read out of bounds.
-shm_first parse_shm_first(bytes_view frame);
-shm_descriptor parse_shm_descriptor(bytes_view frame);
-std::vector<std::byte> encode_shm_first(const shm_first& f);
-std::array<std::byte, shm_descriptor_size> encode_shm_descriptor(const shm_descriptor& d);
-// Descriptor `d` of tensor `index` against its header and its message's
-// sequence number `seq`, before anything is claimed: data_size_mismatch,
-// bad_header.
-void check_shm_descriptor(const shm_descriptor& d, const tensor_header& h, std::uint64_t seq, std::size_t index);
-// Whether `d`'s bytes lie inside a mapped segment of `segment_size` bytes,
-// aligned for `type`: length_beyond_end, bad_header.
-void check_shm_extent(const shm_descriptor& d, std::size_t segment_size, dtype type, std::size_t index);
-
 class shm_sender;
 class shm_receiver;
 
+// How a sender or a receiver behaves; each side reads its own fields.
+struct shm_options {
+    // Sender: bytes of shared memory its pool may hold (sent messages not
+    // yet given back included).
+    std::size_t pool_bytes = std::size_t{1} << 30;
+    // Sender: a message not given back this long after its send is given
+    // up (see ledger.hpp).
+    std::chrono::milliseconds lease{60000};
+    // Sender: PUB (every receiver on the side channel gets each message).
+    bool fan_out = false;
+    // Sender: receivers on the side channel at once; more are refused (each
+    // costs the sender a socket and a ring). A same-user process can fill
+    // them, never disturb those already in.
+    std::size_t max_peers = 64;
+    // Sender: bytes of messages one receiver may have claimed and not
+    // released while another is on the side channel; past them it is cut
+    // off (what it held stops costing the pool: see ledger.hpp). 0: three
+    // quarters of pool_bytes.
+    std::uint64_t max_held_bytes = 0;
+    // Sender, PUB: a message nobody holds is given up this long after its
+    // send for the subscribers that have not got to it (counted in
+    // laggard_drops; they skip it), unless block_laggards: then it waits
+    // for them, up to the lease, and a full pool makes send() wait.
+    std::chrono::milliseconds laggard_after{1000};
+    bool block_laggards = false;
+    // Sender, PUSH/PAIR: send() waits while this many messages per
+    // receiver are sent and not claimed (0: no bound), so that a killed
+    // receiver loses about what it would over tcp. ZeroMQ's send and
+    // receive high-water marks together are the match.
+    std::size_t max_unclaimed = 32;
+
+    // Receiver: how long a receive waits on a sender's side channel (to
+    // connect, to be read, for the answer to a claim); unset: 30 s. A
+    // receive past it throws errc::timeout and skips the message.
+    std::optional<std::chrono::milliseconds> claim_timeout;
+    // Receiver: senders (side channels) at once. Past them the least
+    // recently used one no tensor holds is closed; if every one is held,
+    // the message is refused (limit_exceeded).
+    std::size_t max_senders = 64;
+    // Receiver: segments mapped at once, all senders together (the kernel
+    // allows some 65,000 mappings per process). Idle senders' go first.
+    std::size_t max_mappings = 16384;
+    // Receiver: bytes mapped at once, all senders together.
+    std::uint64_t max_mapped_bytes = std::uint64_t{64} << 30;
+};
+
+// What a sender has done and holds. Counters only grow (Prometheus
+// `_total`, named in the comment); the others are gauges.
+struct shm_sender_counters {
+    std::uint64_t peers = 0;  // tenbin_shm_peers: receivers on the side channel now
+    // tenbin_shm_peers_refused_total: side-channel connections refused (at
+    // max_peers, out of descriptors, another user's)
+    std::uint64_t peers_refused = 0;
+    std::uint64_t leases_expired = 0;    // tenbin_shm_leases_expired_total: messages given up at their lease
+    std::uint64_t segments_retired = 0;  // tenbin_shm_segments_retired_total: held ones moved out of the pool
+    // tenbin_shm_retires_failed_total: retires that failed (no descriptor
+    // or memory to spare); the block stays out of the pool instead.
+    std::uint64_t retires_failed = 0;
+    std::uint64_t blocks_pinned = 0;  // tenbin_shm_blocks_pinned: blocks out of the pool for a failed retire
+    // tenbin_shm_peers_cut_off_total: receivers cut off (held too much,
+    // wrote nonsense, read no replies)
+    std::uint64_t peers_cut_off = 0;
+    // tenbin_shm_laggard_drops_total: PUB messages given up for a
+    // subscriber that had not got to them (one per subscriber and message)
+    std::uint64_t laggard_drops = 0;
+};
+
+// What a receiver maps and has done (as shm_sender_counters).
+struct shm_receiver_counters {
+    std::uint64_t senders = 0;       // tenbin_shm_senders: side channels open now
+    std::uint64_t mappings = 0;      // tenbin_shm_mappings: segments mapped now (tensors kept included)
+    std::uint64_t mapped_bytes = 0;  // tenbin_shm_mapped_bytes
+    std::uint64_t quiet_claims = 0;  // tenbin_shm_quiet_claims_total: claims that did not wait for the answer
+    // tenbin_shm_messages_skipped_total: messages the sender gave up before
+    // the claim (a late subscriber, a laggard, a lease) and so skipped
+    std::uint64_t messages_skipped = 0;
+    std::uint64_t claim_timeouts = 0;  // tenbin_shm_claim_timeouts_total: side channels silent past claim_timeout
+    // tenbin_shm_links_broken_total: side channels given up (the sender
+    // closed, cut this receiver off, or wrote what it may not)
+    std::uint64_t links_broken = 0;
+    std::uint64_t refused = 0;          // tenbin_shm_refused_total: messages refused at a bound (max_*)
+    std::uint64_t senders_evicted = 0;  // tenbin_shm_senders_evicted_total: idle side channels closed for room
+};
+
 // Fails with errc::unsupported off Linux.
-std::shared_ptr<shm_sender> make_shm_sender(std::size_t pool_bytes, std::chrono::milliseconds lease, bool fan_out);
-std::shared_ptr<shm_receiver> make_shm_receiver();
+std::shared_ptr<shm_sender> make_shm_sender(const shm_options& o);
+std::shared_ptr<shm_receiver> make_shm_receiver(const shm_options& o = {});
+shm_sender_counters shm_counters(shm_sender& s);
+shm_receiver_counters shm_counters(shm_receiver& r);
 
 // The sender's pool: tensors from it are sent without a copy.
 tensor_pool& shm_pool(shm_sender& s);
@@ -88,7 +131,11 @@ std::uint64_t shm_quiet_claims();
 // Tensors of one shm message (frames after the envelope), or nothing when
 // the sender had already given the message up (a late subscriber, an
 // expired lease): the caller skips it. Throws tenbin::error for a plain
-// message or bad descriptors.
+// message or bad descriptors, errc::timeout when the sender's side channel
+// stays silent past claim_timeout, io_error when the link to the sender
+// broke (this message, or a release since: a hostile or gone sender),
+// limit_exceeded past a bound (max_senders, max_mappings,
+// max_mapped_bytes). Messages of other senders are unaffected.
 std::optional<std::vector<tensor>> shm_receive(shm_receiver& r, std::span<const zmq::message_t> frames,
                                                const decode_options& opt);
 
