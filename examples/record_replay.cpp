@@ -45,7 +45,7 @@ int main() {
     int replayed = 0;
     bool ok = true;
     while (true) {
-        auto tensors = tenbin::read(file, {.max_tensors = 2});
+        auto tensors = tenbin::read(file, {.count = 2});
         if (tensors.empty()) break;  // clean end of file
         ok = tenbin::zsend_multipart(tx, tensors) && ok;
         auto m = tenbin::zrecv(rx);

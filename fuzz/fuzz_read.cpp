@@ -55,7 +55,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     tenbin::read_options opt;
     if (mode & 4) opt.decode.limits = fuzz::small_limits();
     const bool batched = (mode & 8) != 0;
-    if (batched) opt.max_tensors = 3;
+    if (batched) opt.count = 3;
 
     std::vector<tenbin::tensor> all;
     bool ok = true;

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -117,6 +118,38 @@ TEST_CASE("acked: a producer shares its batches among consumers with credit, eac
     CHECK(d.sent == 90);
     CHECK(d.acknowledged == 90);
     CHECK(d.redelivered == 0);
+}
+
+TEST_CASE("acked: a producer that connects to consumers that bind says hello first") {
+    std::vector<std::unique_ptr<connection>> rx;
+    std::string ports;
+    for (int c = 0; c < 2; ++c) {
+        connection_options o = acked();
+        o.name = "bound-" + std::to_string(c);
+        rx.push_back(std::make_unique<connection>("zpull://127.0.0.1:*", o));
+        const std::string& a = rx.back()->endpoints().at(0).address;
+        ports += (c ? "," : "") + a.substr(a.rfind(':') + 1);
+    }
+    std::mutex m;
+    std::multiset<std::int32_t> got;
+    std::vector<std::thread> consumers;
+    for (auto& r : rx)
+        consumers.emplace_back([&, c = r.get()] {
+            while (!c->stream_ended()) {
+                for (auto& b : *c) {
+                    std::lock_guard lock(m);
+                    got.insert(value_of(b));
+                }
+                if (!c->epoch_ended() && !c->stream_ended()) break;  // timed out
+            }
+        });
+    connection producer("zpush://127.0.0.1:{" + ports + "}", acked());
+    for (std::int32_t k = 0; k < 20; ++k) REQUIRE(producer.send(batch_of(k)));
+    REQUIRE(producer.end_stream());
+    for (auto& t : consumers) t.join();
+    CHECK(got.size() == 20);
+    CHECK(std::set<std::int32_t>(got.begin(), got.end()).size() == 20);
+    CHECK(producer.consumers().size() == 2);
 }
 
 // ---- publishing to a known audience -------------------------------------------

@@ -608,7 +608,7 @@ TEST_CASE("max_tensors stops a read so that the next one continues") {
     const auto tensors = sample();  // 6 tensors
     const buffer enc = encode_buffer(tensors);
     read_options two;
-    two.max_tensors = 2;
+    two.count = 2;
 
     SUBCASE("memory") {
         memory_source in(bytes_of(enc));
@@ -634,7 +634,7 @@ TEST_CASE("max_tensors stops a read so that the next one continues") {
         memory_source mem(bytes_of(enc));
         counting_source in(mem);
         read_options none;
-        none.max_tensors = 0;
+        none.count = 0;
         // Refused: its empty list would look like end of input.
         CHECK(error_class([&] { (void)read(in, none); }) == "bad_argument");
         CHECK(in.count() == 0);

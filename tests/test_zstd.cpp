@@ -245,7 +245,7 @@ TEST_CASE("concatenated frames read as one stream; flush makes data readable bef
         memory_source ms(partial);
         zstd_source zs(ms);
         read_options opt;
-        opt.max_tensors = a.size();
+        opt.count = a.size();
         check_same(read(zs, opt), a);
         // ... and then the open frame is reported, not taken for the end.
         CHECK(error_class([&] { (void)read(zs); }) == "truncated");

@@ -50,7 +50,7 @@ dtype from_dlpack_dtype(DLDataType t);
 /// whose bytes are read-only (`!t.data().writable()`: received frames,
 /// mappings, borrowed memory; writing to a mapping faults) or shared
 /// (`!t.data().exclusive()`: ZeroMQ may still be sending them). Export a
-/// `t.clone()`, or a tensor after `t.mutable_bytes()`, to hand out memory
+/// `tensor::copy(t)`, or a tensor after `t.mutable_bytes()`, to hand out memory
 /// the consumer may write.
 ///
 /// Throws std::bad_alloc only; `t` is unchanged either way. Thread-safe:

@@ -177,18 +177,19 @@ void write(sink& out, tensor_span tensors);
 struct read_options {
     /// Stop after this many tensors (Python's `n`); the rest stays unread.
     /// 0 is refused (bad_argument): its empty list would read as end of input.
-    std::optional<std::size_t> max_tensors{};
+    /// (A count to read, where `decode.limits.max_tensors` refuses input.)
+    std::optional<std::size_t> count{};
     /// Bounds on the tensors read by this call (see `limits`), and the
     /// infos they must have when set (errc::info_mismatch; an empty read,
     /// end of input, is returned as it is).
     decode_options decode{};
 };
 
-/// Reads tensors until end of input (or `max_tensors`).
+/// Reads tensors until end of input (or `count` of them).
 ///
 /// A stream holds tensors, not lists: nothing marks where one `write`
 /// ended and the next began, and an empty list writes nothing. To read
-/// back the lists of a recording, read `max_tensors` at a time when every
+/// back the lists of a recording, read `count` at a time when every
 /// list has the same length (as `examples/record_replay.cpp` does), or
 /// write each list to a stream of its own. End of input before
 /// a header chunk ends the read; anywhere else it throws truncated. Each

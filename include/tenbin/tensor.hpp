@@ -65,7 +65,7 @@ struct tensor_view {
 bool operator==(const tensor_view& a, const tensor_view& b) noexcept;
 
 /// A tensor that keeps its bytes alive. Copies are cheap: they share the
-/// bytes (use `clone` for a deep copy). A tensor decoded from a received
+/// bytes (`tensor::copy` makes a deep copy). A tensor decoded from a received
 /// message, a mapped file or a caller's buffer refers to those bytes and keeps
 /// them alive as long as it exists.
 ///
@@ -93,8 +93,9 @@ public:
 
     /// Fresh 64-byte-aligned storage, zero-filled.
     static tensor zeros(tenbin::dtype t, shape_t shape, std::string_view info = {});
-    /// A deep copy of a view into fresh aligned storage.
-    static tensor copy_of(const tensor_view& v);
+    /// A deep copy into fresh aligned, writable storage (of a tensor too:
+    /// `tensor::copy(t)`), as buffer::copy is of bytes: the one deep copy.
+    static tensor copy(const tensor_view& v);
     /// A tensor over `values` taken from the vector without a copy, in
     /// `shape` (whose elements must number `values.size()`).
     template <element T>
@@ -151,8 +152,6 @@ public:
 
     /// The same bytes under another info. Throws bad_argument for a bad info.
     tensor with_info(std::string_view info) const;
-    /// A copy into fresh aligned, writable storage.
-    tensor clone() const { return copy_of(view()); }
     /// This tensor when its bytes are aligned for its dtype, else a copy
     /// that is, writable only if this tensor is. Received frames are not
     /// always aligned (see zmq.hpp).

@@ -211,7 +211,7 @@ private:
 /// boundary. Socket errors throw zmq::error_t.
 ///
 /// The tensors view the received frames and keep them alive, read-only
-/// (over inproc they may be the sender's memory; `tensor::clone` to write).
+/// (over inproc they may be the sender's memory; `tensor::copy` to write).
 /// Each keeps only its own frame, so a kept small tensor never pins a large
 /// one; a single-part message is one frame that all its tensors share.
 /// Bytes not aligned for their dtype are copied (read-only too), so

@@ -164,26 +164,30 @@ void delivery_engine::receive_all(clock::time_point now) {
 
 void delivery_engine::run() {
     const long turn_ms = std::clamp<long>(static_cast<long>(opt_.heartbeat.count() / 4), 1, 100);
+    bool hurry = false;
     for (;;) {
         zmq_pollitem_t items[3] = {{socket_.handle(), 0, ZMQ_POLLIN, 0},
                                    {nullptr, wake_fd_, ZMQ_POLLIN, 0},
                                    {monitor_.handle(), 0, ZMQ_POLLIN, 0}};
-        const int rc = zmq_poll(items, 3, turn_ms);
+        const int rc = zmq_poll(items, 3, hurry ? 1 : turn_ms);
         if (rc < 0 && zmq_errno() != EINTR) break;  // the context went
         bool probe = false;
         if (rc > 0 && (items[1].revents & ZMQ_POLLIN)) {
             std::uint64_t v;
             [[maybe_unused]] const ssize_t r = ::read(wake_fd_, &v, sizeof v);
         }
+        const auto now = clock::now();
         if (rc > 0 && (items[2].revents & ZMQ_POLLIN)) {
             zmq::message_t event;
-            while (monitor_.recv(event, zmq::recv_flags::dontwait)) probe = true;  // both frames of each event
+            while (monitor_.recv(event, zmq::recv_flags::dontwait))  // both frames of each event
+                probe_until_ = now + std::min<std::chrono::milliseconds>(opt_.heartbeat, std::chrono::milliseconds(500));
         }
+        probe = now < probe_until_;
         std::unique_lock lock(mutex_);
-        const auto now = clock::now();
         try {
             receive_all(now);
             turn(now, probe);
+            hurry = hurried();
         } catch (const zmq::error_t&) {
             break;  // the context went
         }

@@ -72,6 +72,10 @@ protected:
     virtual void leave() = 0;
     // Whether stopping may end the thread now (a producer waits for acks).
     virtual bool drained() const { return true; }
+    // Whether the next turn should come at once, not after the poll's
+    // interval (a producer whose send found a consumer's queue full: a
+    // ROUTER cannot say when it has room again).
+    virtual bool hurried() const { return false; }
 
     zmq::socket_ref socket_;
     link& link_;
@@ -88,6 +92,9 @@ private:
     void receive_all(clock::time_point now);
 
     int wake_fd_ = -1;
+    // A dropped connection is probed for until this time: the peer's pipe
+    // may end after the event, and a probe before that still gets through.
+    clock::time_point probe_until_{};
     zmq::socket_t monitor_;
     std::string monitor_address_;
     std::thread thread_;

@@ -87,6 +87,8 @@ private:
     // Batches waiting for a consumer (the user's send returns once one is
     // here: a queue on this side, towards nobody).
     static constexpr std::size_t inbox_bound = 16;
+    bool blocked_ = false;  // the last batch found its consumer's queue full
+    std::map<std::string, clock::time_point> asked_;  // our last hello to a consumer we connected to
 
     struct batch {
         std::vector<tensor> tensors;
@@ -182,8 +184,17 @@ private:
         consumers_.erase(it);
     }
 
+    bool hurried() const override { return blocked_; }
+
     void turn(clock::time_point now, bool probe) override {
         const auto dead_after = 3 * opt_.heartbeat;
+        // Consumers this end connected to (they bind) wait for our hello.
+        const auto retry = std::min<std::chrono::milliseconds>(opt_.heartbeat, std::chrono::milliseconds(100));
+        for (const std::string& rid : opt_.connected)
+            if (auto& asked = asked_[rid]; !consumers_.count(rid) && now - asked >= retry) {
+                send_control(rid, hello(true));
+                asked = now;
+            }
         for (auto it = consumers_.begin(); it != consumers_.end();) {
             auto here = it++;
             consumer& k = here->second;
@@ -208,6 +219,7 @@ private:
 
     // Batches to consumers with credit, the lost ones' first.
     void assign(clock::time_point now) {
+        blocked_ = false;
         if (now < assign_from_) return;
         for (;;) {
             std::deque<batch>& from = !redeliver_.empty() ? redeliver_ : inbox_;
@@ -225,7 +237,8 @@ private:
                     best = it;
             if (best == consumers_.end()) return;  // nobody asks now
             if (!give(best->first, b.tensors, b.position)) {
-                // Full towards it (its ZeroMQ queue): try it again next turn.
+                // Full towards it (its ZeroMQ queue): try it again soon.
+                blocked_ = true;
                 return;
             }
             ++counters_.sent;

@@ -120,7 +120,7 @@ tensor tensor::zeros(tenbin::dtype t, shape_t shape, std::string_view info) {
     return tensor(t, std::move(shape), std::move(b), info);
 }
 
-tensor tensor::copy_of(const tensor_view& v) {
+tensor tensor::copy(const tensor_view& v) {
     return tensor(v.dtype, shape_t(v.shape.begin(), v.shape.end()), buffer::copy(v.data), v.info);
 }
 
@@ -136,9 +136,9 @@ tensor tensor::aligned() const {
     // The copy keeps this tensor's access, so whether writing works never
     // depends on where the bytes happened to lie (received frames, borrowed
     // bytes).
-    tensor copy = clone();
-    if (!data_.writable()) copy.data_ = copy.data_.read_only();
-    return copy;
+    tensor out = copy(*this);
+    if (!data_.writable()) out.data_ = out.data_.read_only();
+    return out;
 }
 
 std::vector<tensor> with_infos(tensor_span tensors, std::span<const std::string> infos) {

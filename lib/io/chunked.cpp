@@ -168,14 +168,14 @@ void write(sink& out, tensor_span tensors) {
 
 std::vector<tensor> read(source& in, const read_options& opt) {
     // An empty list means end of input: a read of none would look like it.
-    if (opt.max_tensors && *opt.max_tensors == 0)
-        throw error(errc::bad_argument, "read_options::max_tensors = 0: an empty list would mean end of input");
+    if (opt.count && *opt.count == 0)
+        throw error(errc::bad_argument, "read_options::count = 0: an empty list would mean end of input");
     const limits& lim = opt.decode.limits;
     chunk_reader r(in);
     std::vector<tensor> out;
     std::uint64_t total = 0;
     for (std::size_t i = 0;; ++i) {
-        if (opt.max_tensors && i >= *opt.max_tensors) break;
+        if (opt.count && i >= *opt.count) break;
         const std::string name = "tensor " + str(i);
         const auto hc = r.read_preamble("header chunk of " + name);
         if (!hc) break;  // end of input before a header: a clean end

@@ -135,7 +135,7 @@ std::vector<named_tensor> named(tensor_span tensors) {
         const buffer* owner = tensors.owner(i);
         const tensor_view v = tensors[i];
         tensor t = owner ? tensor(v.dtype, shape_t(v.shape.begin(), v.shape.end()), *owner, std::string(v.info))
-                         : tensor::copy_of(v);
+                         : tensor::copy(v);
         out.push_back({std::string(v.info), std::move(t)});
     }
     return out;

@@ -874,7 +874,7 @@ PYBIND11_MODULE(_tenbin, m) {
         drain_deferred();
         python_source source(stream);
         tenbin::read_options o;
-        o.max_tensors = n;
+        o.count = n;
         return decoded(tenbin::read(source, o), infos);
     });
     m.def("save", [](const std::string& path, const py::iterable& l, const py::object& infos, bool nocheck) {
