@@ -29,19 +29,22 @@ double median(std::vector<double> v) {
     return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
+std::vector<double> interleave_all(int reps, const std::vector<std::function<double()>>& fns) {
+    std::vector<std::vector<double>> v(fns.size());
+    for (int r = 0; r < reps; ++r)
+        for (std::size_t i = 0; i < fns.size(); ++i) {
+            const std::size_t k = (i + static_cast<std::size_t>(r)) % fns.size();
+            v[k].push_back(fns[k]());
+        }
+    std::vector<double> out;
+    for (auto& x : v) out.push_back(median(x));
+    return out;
+}
+
 std::pair<double, double> interleave(int reps, const std::function<double()>& a,
                                      const std::function<double()>& b) {
-    std::vector<double> va, vb;
-    for (int r = 0; r < reps; ++r) {
-        if (r % 2 == 0) {
-            va.push_back(a());
-            vb.push_back(b());
-        } else {
-            vb.push_back(b());
-            va.push_back(a());
-        }
-    }
-    return {median(va), median(vb)};
+    const std::vector<double> m = interleave_all(reps, {a, b});
+    return {m[0], m[1]};
 }
 
 double ns_per_op(const std::function<void()>& op, double min_time) {
