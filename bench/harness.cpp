@@ -196,6 +196,17 @@ void child::write_line(const std::string& line) {
     if (::write(to_, s.data(), s.size()) != static_cast<ssize_t>(s.size())) fail("cannot write to " + what_);
 }
 
+void child::kill() {
+    if (pid_ <= 0) return;
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+}
+
+void child::stop() {
+    if (pid_ > 0) ::kill(pid_, SIGSTOP);
+}
+
 void child::wait() {
     int status = 0;
     if (::waitpid(pid_, &status, 0) < 0) fail("waitpid: " + std::string(std::strerror(errno)));

@@ -65,6 +65,10 @@ public:
     void write_line(const std::string& line);
     /// Waits for it; fails unless it exited with status 0.
     void wait();
+    /// Kills it (SIGKILL) and waits for it.
+    void kill();
+    /// Stops it (SIGSTOP): it stays, silent, until killed.
+    void stop();
 
 private:
     pid_t pid_ = -1;

@@ -61,7 +61,8 @@ const char* usage =
     "  --json FILE    write the results as a JSON array\n"
     "  --filter TEXT  only the groups of cases whose \"group transport\" contains TEXT;\n"
     "                 the groups: multi, single, small, noise (inproc, ipc, tcp,\n"
-    "                 tcp-2proc), anatomy inproc, loader tcp, codec memory, file\n"
+    "                 tcp-2proc), anatomy inproc, loader tcp, stream tcp, acked (tcp,\n"
+    "                 shm, tcp-2proc), codec memory, file\n"
     "                 file, multi vs python, single vs python, batch multi,\n"
     "                 curve multi, curve 77 MB multi (tcp-2proc), shm (shm-2proc)\n"
     "  --malloc MODE  in-process and C++ two-process stream cases: call\n"
@@ -189,6 +190,14 @@ int run(int argc, char** argv) {
     group("batch", [&] { s.batch(); });
     group("curve", [&] { s.curve(); });
     group("shm", [&] { s.shm(); });
+    group("stream", [&] {
+        s.numbered();
+        s.resume();
+    });
+    group("acked", [&] {
+        s.acked();
+        s.redelivery();
+    });
     std::cout << "total " << std::fixed << std::setprecision(1) << seconds_since(t0) << " s" << std::endl;
     if (args.count("json")) write_json(args["json"], s.results);
     shared_context()->close();

@@ -5,6 +5,8 @@
 
 #include <zmq.h>
 
+#include <chrono>
+#include <functional>
 #include <iostream>
 #include <optional>
 #include <sstream>
@@ -41,6 +43,33 @@ double run_processes(const config& cfg, const peer& receiver, const peer& sender
     return s;
 }
 
+namespace {
+
+// `--peer holder` (the redelivery rows): an acked consumer that takes
+// `--credit` batches and keeps them unacknowledged, says "holding", and on
+// "leave" closes its connection, which gives them back; or is killed.
+int holder_main(const std::function<std::string(const std::string&)>& get) {
+    tenbin::connection_options o;
+    o.acked = true;
+    o.credit = std::stoul(get("credit"));
+    o.ack_heartbeat = std::chrono::milliseconds(std::stoi(get("heartbeat-ms")));
+    o.recv_timeout = std::chrono::seconds(120);
+    tenbin::connection c(get("endpoint"), o);
+    std::vector<std::vector<tenbin::tensor>> held;
+    while (held.size() < o.credit) {
+        auto batch = c.recv();
+        if (!batch) fail("holder: receive timed out");
+        held.push_back(std::move(*batch));
+    }
+    std::cout << "holding" << std::endl;
+    std::string line;
+    if (!std::getline(std::cin, line) || line != "leave") fail("holder expected leave");
+    c.close();
+    return 0;
+}
+
+}  // namespace
+
 int peer_main(const std::map<std::string, std::string>& args) {
     // Ends with tenbin-bench, killed mid-run, rather than block on.
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -50,6 +79,7 @@ int peer_main(const std::map<std::string, std::string>& args) {
         if (it == args.end()) fail("peer needs --" + k);
         return it->second;
     };
+    if (get("peer") == "holder") return holder_main(get);
     if (get("malloc") == "reuse") tenbin::reuse_large_allocations();
     const form f = form_of(get("form"));
     const workload w = make_workload(get("set"), std::stoull(get("bytes")), f == form::single);

@@ -116,7 +116,8 @@ private:
 };
 
 // The hidden `--peer send|recv` role: one side of run_processes, or with
-// `--impl session` of a process_pair.
+// `--impl session` of a process_pair; `--peer holder`: a consumer that
+// keeps what it takes (the redelivery rows).
 int peer_main(const std::map<std::string, std::string>& args);
 
 }  // namespace bench

@@ -84,11 +84,7 @@ void suite::shm() {
     for (const auto& [set, size] : cases) {
         const workload w = make_workload(set, size, false);
         const int hwm = hwm_for(w.payload);
-        tenbin::connection_options o;
-        o.send_hwm = hwm;
-        o.recv_hwm = hwm;
-        o.recv_timeout = std::chrono::seconds(120);
-        o.send_timeout = std::chrono::seconds(120);
+        tenbin::connection_options o = case_options(hwm);
         o.shm_pool_bytes = std::min<std::uint64_t>(2 * GiB, (2 * hwm + 6) * (w.payload + 64 * KiB));
         const std::string tag = std::to_string(::getpid()) + "-" + set + std::to_string(size);
         const bool reuse = cfg.malloc_mode == "reuse";

@@ -91,13 +91,13 @@ void read_through(const std::vector<tenbin::tensor>& batch) {
     sink = sink + sum;
 }
 
-double run_sender_thread(void* push, impl sender_impl, form f, const workload& w, int warmup, int count,
-                         const std::function<double(const std::function<void()>&)>& receive) {
+double with_sender_thread(const std::function<void(const std::function<void()>&)>& send,
+                          const std::function<double(const std::function<void()>&)>& receive) {
     std::atomic<int> go{0};
     std::exception_ptr err;
     std::thread sender([&] {
         try {
-            send_run(push, sender_impl, f, w, warmup, count, [&] { go.wait(0); });
+            send([&] { go.wait(0); });
         } catch (...) {
             err = std::current_exception();
         }
@@ -117,6 +117,63 @@ double run_sender_thread(void* push, impl sender_impl, form f, const workload& w
     sender.join();
     if (err) std::rethrow_exception(err);
     return s;
+}
+
+double run_sender_thread(void* push, impl sender_impl, form f, const workload& w, int warmup, int count,
+                         const std::function<double(const std::function<void()>&)>& receive) {
+    return with_sender_thread(
+        [&](const std::function<void()>& wait_go) { send_run(push, sender_impl, f, w, warmup, count, wait_go); },
+        receive);
+}
+
+namespace {
+
+std::string sender_url(const std::string& transport) {
+    static int n = 0;
+    if (transport == "shm")
+        return "zrpush+shm:///tmp/tenbin-bench-pair-" + std::to_string(::getpid()) + "-" + std::to_string(++n);
+    if (transport == "tcp") return "zrpush://127.0.0.1:*";
+    fail("connection pairs run over tcp or shm, not " + transport);
+}
+
+}  // namespace
+
+std::string receiver_url(const tenbin::connection& tx) {
+    const std::string& address = tx.endpoints().at(0).address;  // tcp://HOST:PORT or ipc://PATH
+    return (address.rfind("tcp://", 0) == 0 ? "zrpull://" : "zrpull+shm://") + address.substr(6);
+}
+
+connection_pair::connection_pair(const std::string& transport, const tenbin::connection_options& tx_opt,
+                                 const tenbin::connection_options& rx_opt)
+    : tx(sender_url(transport), tx_opt), rx(receiver_url(tx), rx_opt) {}
+
+tenbin::connection_options case_options(int hwm) {
+    tenbin::connection_options o;
+    o.send_hwm = hwm;
+    o.recv_hwm = hwm;
+    o.recv_timeout = std::chrono::seconds(120);
+    o.send_timeout = std::chrono::seconds(120);
+    return o;
+}
+
+double run_connections(connection_pair& p, const workload& w, int warmup, int count) {
+    tenbin::connection &tx = p.tx, &rx = p.rx;
+    auto send = [&] {
+        if (!tx.send(w.tensors)) fail("send timed out");
+    };
+    return with_sender_thread(
+        [&](const std::function<void()>& wait_go) {
+            for (int i = 0; i < warmup; ++i) send();
+            wait_go();
+            for (int i = 0; i < count; ++i) send();
+        },
+        [&](const std::function<void()>& ready) {
+            return timed_receive(warmup, count, ready, [&](bool verify) {
+                const auto got = rx.recv();
+                if (!got) fail(rx.stream_ended() ? "the stream ended" : "receive timed out");
+                check_received(*got, w, verify);
+            });
+        });
 }
 
 double run_threads(socket_pair& p, impl sender_impl, impl receiver_impl, form f, const workload& w, int warmup,

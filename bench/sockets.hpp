@@ -51,8 +51,13 @@ struct socket_pair {
 // (as 64-bit words, into a sum the compiler must keep).
 void read_through(const std::vector<tenbin::tensor>& batch);
 
-// One repetition with the sender on a thread of this process sending from
-// `push`; `receive(ready)` receives here and returns its seconds, calling
+// One repetition with `send(wait_go)` on a thread of this process:
+// `receive(ready)` receives here and returns its seconds, calling `ready`
+// (which lets `wait_go` return) once the warmup messages are in.
+double with_sender_thread(const std::function<void(const std::function<void()>&)>& send,
+                          const std::function<double(const std::function<void()>&)>& receive);
+
+// The same with the sender sending from `push`; `receive(ready)` receives here and returns its seconds, calling
 // `ready` once the warmup messages are in.
 double run_sender_thread(void* push, impl sender_impl, form f, const workload& w, int warmup, int count,
                          const std::function<double(const std::function<void()>&)>& receive);
@@ -61,5 +66,25 @@ double run_sender_thread(void* push, impl sender_impl, form f, const workload& w
 double run_threads(socket_pair& p, impl sender_impl, impl receiver_impl, form f, const workload& w, int warmup,
                    int count);
 double run_threads(socket_pair& p, impl which, form f, const workload& w, int warmup, int count);
+
+// A sending and a receiving tenbin connection in this process, kept for
+// all repetitions of a case: over "tcp" the sender binds a port of the
+// system's choice, over "shm" (+shm) a new path; the receiver dials it.
+struct connection_pair {
+    tenbin::connection tx, rx;
+    connection_pair(const std::string& transport, const tenbin::connection_options& tx_opt,
+                    const tenbin::connection_options& rx_opt);
+};
+
+// The receiving URL for a sender bound by connection_pair's rule.
+std::string receiver_url(const tenbin::connection& tx);
+
+// Options for a connection of a case: queues of `hwm` messages, and a
+// peer that hangs fails the case rather than the run.
+tenbin::connection_options case_options(int hwm);
+
+// One repetition between two tenbin connections: `tx` sends on a thread,
+// `rx` receives here.
+double run_connections(connection_pair& p, const workload& w, int warmup, int count);
 
 }  // namespace bench

@@ -1,5 +1,6 @@
 // tenbin-bench: the cases, grouped as the files that define them
-// (streams.cpp, loader.cpp, processes.cpp, shm.cpp, codec.cpp, files.cpp), and what they share.
+// (streams.cpp, loader.cpp, numbered.cpp, delivery.cpp, processes.cpp,
+// shm.cpp, codec.cpp, files.cpp), and what they share.
 #pragma once
 
 #include "harness.hpp"
@@ -37,6 +38,12 @@ struct suite {
     void producers();
     // loader.cpp: the loader's thread.
     void loader(const std::vector<std::uint64_t>& sizes);
+    // numbered.cpp: numbered streams.
+    void numbered();
+    void resume();
+    // delivery.cpp: acked delivery.
+    void acked();
+    void redelivery();
     // processes.cpp: two-process cases against Python, on the 77 MB batch, with CURVE.
     void python(form f, const std::vector<std::uint64_t>& sizes);
     void batch();
