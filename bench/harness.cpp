@@ -29,19 +29,22 @@ double median(std::vector<double> v) {
     return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
+std::vector<double> interleave_all(int reps, const std::vector<std::function<double()>>& fns) {
+    std::vector<std::vector<double>> v(fns.size());
+    for (int r = 0; r < reps; ++r)
+        for (std::size_t i = 0; i < fns.size(); ++i) {
+            const std::size_t k = (i + static_cast<std::size_t>(r)) % fns.size();
+            v[k].push_back(fns[k]());
+        }
+    std::vector<double> out;
+    for (auto& x : v) out.push_back(median(x));
+    return out;
+}
+
 std::pair<double, double> interleave(int reps, const std::function<double()>& a,
                                      const std::function<double()>& b) {
-    std::vector<double> va, vb;
-    for (int r = 0; r < reps; ++r) {
-        if (r % 2 == 0) {
-            va.push_back(a());
-            vb.push_back(b());
-        } else {
-            vb.push_back(b());
-            va.push_back(a());
-        }
-    }
-    return {median(va), median(vb)};
+    const std::vector<double> m = interleave_all(reps, {a, b});
+    return {m[0], m[1]};
 }
 
 double ns_per_op(const std::function<void()>& op, double min_time) {
@@ -191,6 +194,17 @@ std::string child::read_line() {
 void child::write_line(const std::string& line) {
     const std::string s = line + "\n";
     if (::write(to_, s.data(), s.size()) != static_cast<ssize_t>(s.size())) fail("cannot write to " + what_);
+}
+
+void child::kill() {
+    if (pid_ <= 0) return;
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+}
+
+void child::stop() {
+    if (pid_ > 0) ::kill(pid_, SIGSTOP);
 }
 
 void child::wait() {

@@ -42,6 +42,9 @@ struct result {
 std::pair<double, double> interleave(int reps, const std::function<double()>& a,
                                      const std::function<double()>& b);
 
+/// The same for several contenders, rotating who runs first.
+std::vector<double> interleave_all(int reps, const std::vector<std::function<double()>>& fns);
+
 /// Nanoseconds per call of `op`, repeating it until `min_time` has passed.
 double ns_per_op(const std::function<void()>& op, double min_time);
 
@@ -62,6 +65,10 @@ public:
     void write_line(const std::string& line);
     /// Waits for it; fails unless it exited with status 0.
     void wait();
+    /// Kills it (SIGKILL) and waits for it.
+    void kill();
+    /// Stops it (SIGSTOP): it stays, silent, until killed.
+    void stop();
 
 private:
     pid_t pid_ = -1;

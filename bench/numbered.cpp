@@ -1,0 +1,93 @@
+// tenbin-bench: numbered streams (epochs and positions): what the position
+// each message carries costs against plain messages, and how long a
+// consumer resuming from a saved state waits for its first batch against
+// a fresh one.
+#include "suite.hpp"
+
+#include <chrono>
+#include <functional>
+#include <optional>
+#include <string>
+
+namespace bench {
+
+void suite::numbered() {
+    const std::string transport = "tcp";
+    if (!wanted("stream numbered vs plain", transport)) return;
+    const int warmup = 2;
+    for (const bool small : {false, true}) {
+        const form f = small ? form::small : form::multi;
+        const workload w = small ? make_workload("small", 0, false) : make_workload("quad", MiB, false);
+        const tenbin::connection_options plain = case_options(hwm_for(w.payload));
+        tenbin::connection_options numbered = plain;
+        numbered.producer = "bench";
+        connection_pair with(transport, numbered, plain), without(transport, plain, plain);
+        const int count = calibrate(cfg, [&](int c) { return run_connections(with, w, warmup, c); }, w.payload);
+        auto rate = [&](connection_pair& p) {
+            return [&] { return throughput(w, f, count, run_connections(p, w, warmup, count)); };
+        };
+        const auto m = interleave(cfg.reps, rate(with), rate(without));
+        // Every message of `with` was numbered and none was lost or repeated.
+        const tenbin::stream_counters c = with.rx.stream_stats();
+        if (!with.tx.position() || c.gaps != 0 || c.duplicates != 0) fail("the numbered stream lost its count");
+        add({"stream numbered vs plain", transport, w.payload, m.first, m.second, small ? "msg/s" : "GB/s",
+             "plain messages, the same connections",
+             small ? "64 f4 a message; goal: within 10%" : "goal: within 2%"});
+    }
+}
+
+// A trainer restarting from its checkpoint: it reads its saved state
+// (JSON), opens its loader, loads the state, and waits for the batch after
+// the ones it took, which its producer, replaying, sends from there. The
+// baseline opens a loader and waits for a producer's first batch. Each
+// repetition opens a new producer and a new loader (a new context and
+// connection, as a restarted process has).
+void suite::resume() {
+    const std::string transport = "tcp";
+    if (!wanted("stream resume to first batch", transport)) return;
+    const workload w = make_workload("quad", MiB, false);
+    constexpr std::uint64_t taken = 1000;
+    tenbin::stream_state saved;
+    saved.producers["bench"].next = taken;
+    const std::string checkpoint = tenbin::to_json(saved);
+    auto first_batch = [&](bool resumed) {
+        return [&, resumed] {
+            tenbin::connection_options o = case_options(hwm_for(w.payload));
+            o.producer = "bench";
+            tenbin::connection tx("zrpush://127.0.0.1:*", o);
+            if (resumed) tx.seek(0, taken);
+            tenbin::loader_options lo;
+            lo.connection = case_options(hwm_for(w.payload));
+            lo.reuse_allocations = false;  // as --malloc says
+            std::optional<tenbin::loader> l;
+            const double s = with_sender_thread(
+                [&](const std::function<void()>& wait_go) {
+                    wait_go();
+                    if (!tx.send(w.tensors)) fail("send timed out");
+                },
+                [&](const std::function<void()>& ready) {
+                    const auto t0 = clock_type::now();
+                    ready();
+                    l.emplace(receiver_url(tx), lo);
+                    if (resumed) l->load_state(tenbin::stream_state_from_json(checkpoint));
+                    const auto batch = l->next();
+                    if (!batch) fail("no first batch");
+                    const double sec = seconds_since(t0);
+                    check_received(*batch, w, true);
+                    return sec;
+                });
+            const std::uint64_t next = l->state().producers.at("bench").next;
+            if (next != (resumed ? taken + 1 : 1)) fail("the resumed consumer is not where it should be");
+            return 1 / s;
+        };
+    };
+    const int reps = 3 * cfg.reps;  // short and noisy: more of them
+    const auto m = interleave(reps, first_batch(true), first_batch(false));
+    add({"stream resume to first batch", transport, w.payload, m.first, m.second, "op/s",
+         "a fresh consumer's first batch",
+         "ms to the first batch: resumed " + std::to_string(1e3 / m.first).substr(0, 5) + ", fresh " +
+             std::to_string(1e3 / m.second).substr(0, 5),
+         reps});
+}
+
+}  // namespace bench
