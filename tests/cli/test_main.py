@@ -94,6 +94,31 @@ class Main(CliTest):
         self.assertIn(b"did you mean --count?", r.stderr)
         self.assertNotIn(b"did you mean", run("nonsense").stderr)
 
+    def test_every_mistyped_command_gets_a_suggestion(self):
+        # Another case, a prefix, a longer word, tensorcom's name, a misspelling.
+        for word, meant in (("SEND", "'send'"), ("Info", "'info'"), ("s", "'send', 'serve', 'stat' or 'show'"),
+                            ("st", "'stat'"), ("statistics", "'stat'"), ("monitoring", "'monitor'"),
+                            ("tensormon", "'monitor'"), ("tensorshow", "'show'"), ("receive", "'recv'"),
+                            ("recieve", "'recv'"), ("conver", "'convert'"), ("kegen", "'keygen'")):
+            with self.subTest(word=word):
+                r = run(word, "x")
+                self.assertEqual(r.returncode, 64, r.stderr)
+                self.assertIn(f"unknown command '{word}'; did you mean {meant}? The commands are".encode(), r.stderr)
+
+    def test_a_mistyped_required_option_gets_a_suggestion(self):
+        # CLI11 stops at the option that is missing; the one typed instead is named too.
+        for args, typed, meant in ((["send", "tcp://127.0.0.1:1", "--fiel", "x.ten"], "--fiel", "--file"),
+                                   (["show", "x.ten", "--ot", "x.png"], "--ot", "--out"),
+                                   (["show", "x.ten", "--out=x.png", "--cuont=2"], "--cuont", "--count"),
+                                   (["info", "--jsno"], "--jsno", "--json")):
+            with self.subTest(args=args):
+                r = run(*args)
+                self.assertEqual(r.returncode, 64, r.stderr)
+                self.assertIn(f"tenbin {args[0]}: {typed}: did you mean {meant}?".encode(), r.stderr)
+        # An operand after "--" is no option.
+        r = run("info", "--", "--jsno")
+        self.assertNotIn(b"did you mean", r.stderr)
+
 
 if __name__ == "__main__":
     sys.exit(main())
