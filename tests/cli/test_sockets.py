@@ -72,6 +72,29 @@ class Sockets(CliTest):
         self.assertEqual(code, 2, err)
         self.assertNotIn("hint", err)
 
+    def test_help_sentences_are_finished(self):
+        # Each option's help, joined across its lines, ends with a word a
+        # sentence can end with (--curve-allow's once ended "... a key pair is").
+        dangling = {"a", "an", "the", "is", "are", "which", "that", "to", "of", "and", "or", "with", "for", "by"}
+        for command in ("info", "send", "recv", "serve", "monitor", "stat", "convert", "show", "keygen"):
+            text = run(command, "--help").stdout.decode()
+            helps, current = {}, None
+            for line in text.splitlines():
+                if line.startswith("  -"):
+                    current = line.split()[0]
+                    helps[current] = line[30:].strip() if len(line) > 30 and line[29] == " " else ""
+                elif current and line.startswith(" " * 30):
+                    helps[current] += " " + line.strip()
+                else:
+                    current = None
+            self.assertIn("-h,--help", helps, text)
+            for option, words in helps.items():
+                with self.subTest(command=command, option=option):
+                    self.assertTrue(words, option)
+                    self.assertNotIn(words.split()[-1].lower(), dangling, words)
+            if command in ("send", "recv", "serve", "monitor", "stat", "show"):
+                self.assertIn("without it, any client holding a key pair gets in", helps["--curve-allow"])
+
     def test_heartbeats_are_an_option_of_every_socket_command(self):
         port = free_port()
         receiver = start("recv", f"zpull://127.0.0.1:{port}", "--count", "1", "--json", "--timeout", "20",
@@ -103,7 +126,8 @@ class Sockets(CliTest):
                 code, _, err = finish(start(*args, "--timeout", "1"))
                 self.assertEqual(code, 64, err)
                 self.assertIn("bad_url", err)
-                self.assertIn("makes a", err)
+                self.assertRegex(err, rf"makes a [a-z]+ socket, which tenbin {args[0]} cannot use; it takes "
+                                      r"[a-z]+(, [a-z]+)* or [a-z]+ sockets\n$")
 
     def test_pair_commands_meet_on_a_plain_endpoint(self):
         # A receiving PAIR binds (as recv's always has), a sending one connects.

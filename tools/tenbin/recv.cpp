@@ -124,7 +124,10 @@ int run_recv(const recv_cli_options& opt) {
         std::optional<message> m;
         try {
             if (shm) {
-                if (auto t = shm->recv()) m = message{std::move(*t), {}, false};
+                if (auto t = shm->recv()) {
+                    m.emplace();
+                    m->tensors = std::move(*t);
+                }
             } else {
                 m = zrecv(socket, ro);
             }
@@ -194,8 +197,8 @@ subcommand add_recv(CLI::App& parent) {
         "Python tensorcom sends them), and describes each: a table, or with --json\n"
         "one line per message. A malformed message is reported (stderr, or a JSON\n"
         "error line on stdout) and counts as received; receiving goes on.\n"
-        "A SUB socket subscribes to everything, or to the URL's #topic (zsub://h:p#topic);\nREP (and ROUTER, to REQ peers)\n"
-        "answers each message with one empty frame.\n" +
+        "A SUB socket subscribes to everything, or to the URL's #topic (zsub://h:p#topic);\n"
+        "REP (and ROUTER, to REQ peers) answers each message with one empty frame.\n" +
         plain_endpoint_note(opt->socket) +
         "Exit status: 0 all messages arrived and decoded, 1 error (refused endpoint,\n"
         "...), 2 timed out waiting for a message (even if some were malformed),\n"

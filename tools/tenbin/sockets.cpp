@@ -15,11 +15,11 @@ std::string upper(std::string_view text) {
     return out;
 }
 
-// "a", "a and b", "a, b and c".
-std::string listed(const std::vector<std::string>& words) {
+// "a", "a and b", "a, b and c" (or "a, b or c").
+std::string listed(const std::vector<std::string>& words, std::string_view last = "and") {
     std::string out;
     for (std::size_t i = 0; i < words.size(); ++i)
-        out += (i == 0 ? "" : i + 1 == words.size() ? " and " : ", ") + words[i];
+        out += (i == 0 ? "" : i + 1 == words.size() ? " " + std::string(last) + " " : ", ") + words[i];
     return out;
 }
 
@@ -61,6 +61,7 @@ bool is_plain_endpoint(const std::string& url) {
 
 void add_socket_choice(CLI::App& app, socket_choice& choice, std::vector<std::string> kinds,
                        tenbin::socket_kind plain_default, bool receiving) {
+    choice.command = "tenbin " + app.get_name();
     choice.kinds = std::move(kinds);
     choice.plain_default = plain_default;
     choice.receiving = receiving;
@@ -95,7 +96,7 @@ void add_socket_choice(CLI::App& app, socket_choice& choice, std::vector<std::st
         ->group(security);
     app.add_option("--curve-allow", choice.curve_allow,
                    "A folder of clients' public certificates (*.key) allowed in, for a side that\n"
-                   "binds; without it any client holding a key pair is")
+                   "binds; without it, any client holding a key pair gets in")
         ->type_name("DIR")
         ->group(security);
     if (receiving)
@@ -136,7 +137,8 @@ std::vector<endpoint> resolve_endpoints(const socket_choice& choice, const std::
     std::vector<endpoint> eps = parse_urls(urls, {.kind = co.kind, .bind = co.bind});
     const std::string kind(name(eps.front().kind));
     if (std::find(choice.kinds.begin(), choice.kinds.end(), kind) == choice.kinds.end())
-        throw error(errc::bad_url, "'" + urls.front() + "' makes a " + kind + " socket, which cannot do this");
+        throw error(errc::bad_url, "'" + urls.front() + "' makes a " + kind + " socket, which " + choice.command +
+                                       " cannot use; it takes " + listed(choice.kinds, "or") + " sockets");
     return eps;
 }
 

@@ -29,6 +29,7 @@ struct socket_choice {
     std::string curve_cert, curve_server, curve_allow;
 
     // What the command can do (set by add_socket_choice):
+    std::string command;  ///< "tenbin recv", for messages
     std::vector<std::string> kinds;  ///< the socket kinds it allows
     tenbin::socket_kind plain_default = tenbin::socket_kind::push;  ///< a plain endpoint's kind
     bool receiving = false;  ///< it receives (else it sends)
