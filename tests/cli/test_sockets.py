@@ -72,6 +72,18 @@ class Sockets(CliTest):
         self.assertEqual(code, 2, err)
         self.assertNotIn("hint", err)
 
+    def test_durations_are_written_as_people_write_them(self):
+        # "0.25 s", never "0.250000 s" nor "2.5e-01 s", whichever command times out.
+        endpoint = free_tcp_endpoint()
+        for args in (["send", endpoint, "-f", vec("f4_matrix.ten")], ["recv", endpoint],
+                     ["serve", endpoint, "--synthetic", "f4:3", "--report", "0"], ["monitor", endpoint],
+                     ["stat", endpoint], ["show", endpoint, "--out", self.path("x.png")]):
+            with self.subTest(command=args[0]):
+                r = run(*args, "--timeout", "0.25")
+                self.assertEqual(r.returncode, 2, r.stderr)
+                self.assertRegex(r.stderr.decode(), r"(within|for) 0\.25 s\b")
+                self.assertNotRegex(r.stderr.decode(), r"\d\.\d*0 s\b|\de[-+]\d")
+
     def test_help_sentences_are_finished(self):
         # Each option's help, joined across its lines, ends with a word a
         # sentence can end with (--curve-allow's once ended "... a key pair is").

@@ -17,6 +17,7 @@
 #include <cerrno>
 #include <climits>
 #include <cmath>
+#include <cstdio>
 #include <exception>
 #include <filesystem>
 #include <iostream>
@@ -328,6 +329,17 @@ int timeout_ms(double seconds) {
     if (!(seconds > 0)) return -1;
     const double ms = std::ceil(seconds * 1000.0);
     return ms >= static_cast<double>(INT_MAX) ? -1 : static_cast<int>(ms);
+}
+
+std::string seconds_text(double seconds) {
+    char text[64];
+    std::snprintf(text, sizeof text, "%.6f", seconds);
+    std::string out = text;
+    if (out.find('.') != std::string::npos) {
+        out.erase(out.find_last_not_of('0') + 1);
+        if (out.back() == '.') out.pop_back();
+    }
+    return out + " s";
 }
 
 void check_tensorcom_flag(const std::vector<tensor>& tensors, const std::string& where) {

@@ -139,6 +139,10 @@ named_file load_named(const std::string& path, const limits& lim = {});
 /// Seconds as ZeroMQ milliseconds; 0 (or less) means "wait forever" (-1).
 int timeout_ms(double seconds);
 
+/// A duration as people write it: "2 s", "0.5 s", "0.0001 s" (no exponent,
+/// no trailing zeros), for every message that names one.
+std::string seconds_text(double seconds);
+
 /// Throws bad_argument, naming `where` and --tensorcom, when a Python
 /// tensorcom receiver could not decode `tensors` (tenbin::check_tensorcom).
 void check_tensorcom_flag(const std::vector<tensor>& tensors, const std::string& where);

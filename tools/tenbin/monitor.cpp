@@ -96,7 +96,7 @@ int run_monitor(const monitor_cli_options& opt) {
         if (clock::now() - window_start >= std::chrono::duration<double>(opt.interval)) report(false);
         if (opt.timeout > 0 && clock::now() - last_arrival > std::chrono::duration<double>(opt.timeout)) {
             report(true);
-            std::cerr << "tenbin monitor: error: timeout: nothing for " << opt.timeout << " s"
+            std::cerr << "tenbin monitor: error: timeout: nothing for " << seconds_text(opt.timeout)
                       << plain_endpoint_hint(opt.urls, conn.endpoints()) << "\n";
             return exit_timeout;
         }

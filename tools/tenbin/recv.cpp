@@ -9,7 +9,6 @@
 #include <optional>
 #include <memory>
 #include <span>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -145,10 +144,8 @@ int run_recv(const recv_cli_options& opt) {
             continue;
         }
         if (!m) {
-            std::ostringstream limit;
-            limit << opt.timeout << " s";
             std::cerr << "tenbin recv: error: " << name(errc::timeout) << ": received " << i - 1
-                      << " of " << opt.count << " messages; nothing arrived within " << limit.str()
+                      << " of " << opt.count << " messages; nothing arrived within " << seconds_text(opt.timeout)
                       << plain_endpoint_hint({opt.url}, endpoints) << std::endl;
             save();
             return exit_timeout;

@@ -10,7 +10,6 @@
 #include <optional>
 #include <iostream>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -30,14 +29,6 @@ struct send_cli_options {
     bool verbose = false;
     bool tensorcom = false;
 };
-
-// "1.5 s", or "ever" for no limit, for messages.
-std::string seconds_text(double seconds) {
-    if (timeout_ms(seconds) < 0) return "ever";
-    std::ostringstream s;
-    s << seconds << " s";
-    return s.str();
-}
 
 // Reads and discards one whole reply (a REQ socket must before sending again).
 bool await_reply(zmq::socket_t& socket) {

@@ -234,7 +234,7 @@ int run_serve(const serve_cli_options& opt) {
         if (!conn.send(batches[i % batches.size()])) {
             report.finish(conn.stats());
             std::cerr << "tenbin serve: error: timeout: message " << i + 1 << " could not be sent within "
-                      << opt.timeout << " s (no receiver?)" << plain_endpoint_hint({opt.url}, conn.endpoints())
+                      << seconds_text(opt.timeout) << " (no receiver?)" << plain_endpoint_hint({opt.url}, conn.endpoints())
                       << "\n";
             return exit_timeout;
         }

@@ -270,7 +270,7 @@ std::vector<std::vector<tensor>> receive(const show_cli_options& opt) {
         if (!batch)
             throw tenbin::error(errc::timeout, "received " + std::to_string(out.size()) + " of " +
                                                    std::to_string(opt.count) + " messages; nothing within " +
-                                                   std::to_string(opt.timeout) + " s" +
+                                                   seconds_text(opt.timeout) +
                                                    plain_endpoint_hint({opt.source}, conn.endpoints()));
         out.push_back(std::move(*batch));
     }

@@ -164,7 +164,7 @@ int run_stat(const stat_cli_options& opt) {
         }
         if (!batch) {
             std::cerr << "tenbin stat: error: timeout: " << received << " of " << opt.count << " messages within "
-                      << opt.timeout << " s" << plain_endpoint_hint(opt.urls, conn.endpoints()) << "\n";
+                      << seconds_text(opt.timeout) << plain_endpoint_hint(opt.urls, conn.endpoints()) << "\n";
             return exit_timeout;
         }
         last_good = clock::now();
