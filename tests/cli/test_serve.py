@@ -2,6 +2,7 @@
 """`tenbin serve`: files in turn, shards, synthetic batches, infos, rates."""
 
 import json
+import re
 import sys
 
 from support import BY_PATH, vec, expected_tensors, run, start, finish, free_port, CliTest, main
@@ -40,6 +41,30 @@ class Serve(CliTest):
         hashes = [json.loads(line)["tensors"][0]["sha256"] for line in out.splitlines()]
         self.assertEqual(hashes[0], hashes[2])
         self.assertNotEqual(hashes[0], hashes[1])
+
+    def test_recent_rates_are_counted_over_the_report_interval(self):
+        # Not read off the spacing of the last few messages: each report
+        # gives the messages of the time since the one before, and the last
+        # report (after a moment too short to say more) gives none.
+        port = free_port()
+        receiver = start("recv", f"tcp://127.0.0.1:{port}", "--count", "12", "--timeout", "20")
+        code, _, err = finish(start("serve", f"tcp://127.0.0.1:{port}", "--synthetic", "f4:1000", "--count", "12",
+                                    "--rate", "20", "--report", "0.2"))
+        self.assertEqual(code, 0, err)
+        self.assertEqual(finish(receiver)[0], 0)
+        lines = [line for line in err.splitlines() if " msgs, " in line]
+        report = re.compile(r"^tenbin serve: (\d+) msgs, [0-9.]+ msg/s, [0-9.]+ MB/s"
+                            r" \(last ([0-9.]+) s: ([0-9.]+) msg/s, [0-9.]+ MB/s\)$")
+        self.assertGreaterEqual(len(lines), 2, err)
+        self.assertRegex(lines[-1], r"^tenbin serve: 12 msgs, [0-9.]+ msg/s, [0-9.]+ MB/s$")
+        before = 0
+        for line in lines[:-1]:
+            m = report.match(line)
+            self.assertIsNotNone(m, line)
+            count, window, rate = int(m[1]), float(m[2]), float(m[3])
+            self.assertGreaterEqual(window, 0.2, line)
+            self.assertAlmostEqual(rate * window, count - before, delta=0.15 * max(1, count - before), msg=line)
+            before = count
 
     def test_a_bad_synthetic_spec_is_refused(self):
         code, _, err = finish(start("serve", "zpush://127.0.0.1:1", "--synthetic", "c8:4"))
