@@ -143,6 +143,30 @@ class Info(CliTest):
         self.assertEqual(r.returncode, 1)
         self.assertEqual(ERROR_LINE.match(r.stderr.decode().strip())["cls"], "io_error")
 
+    def test_a_file_in_another_format_than_its_name_says_gets_a_hint(self):
+        # Each file of one format under another format's name: the error says what it looks like.
+        npz, npy, st = self.path("a.npz"), self.path("a.npy"), self.path("a.safetensors")
+        for out in (npz, npy, st):
+            self.assertEqual(run("convert", vec("f4_matrix.ten"), out).returncode, 0)
+        cases = [(npz, "x.ten", ".npz"), (npy, "x.safetensors", ".npy"), (vec("f4_matrix.ten"), "x.npz", ".ten"),
+                 (st, "x.npy", ".safetensors"), (npz, "x.tar", ".npz"), (vec("f4_matrix.ten"), "x.tar", ".ten")]
+        for source, name, looks in cases:
+            misnamed = self.path(name)
+            with open(source, "rb") as f, open(misnamed, "wb") as g:
+                g.write(f.read())
+            for args in (["info", misnamed], ["convert", misnamed, self.path("out.npz")],
+                         ["send", "tcp://127.0.0.1:1", "-f", misnamed], ["show", misnamed, "-o", self.path("o.png")]):
+                with self.subTest(name=name, command=args[0]):
+                    m = self.error(run(*args))
+                    self.assertIn(f"this looks like a {looks} file", m["msg"])
+            os.remove(misnamed)
+        # A file of the format it says gets no hint, nor one of no known format.
+        junk = self.path("junk.ten")
+        with open(junk, "wb") as f:
+            f.write(b"junk" * 100)
+        for path in (junk, vec("bad_magic.ten")):
+            self.assertNotIn(b"looks like", run("info", path).stderr)
+
     def test_standard_input(self):
         entry = BY_PATH["buf_batch.bin"]
         data = open(vec(entry["path"]), "rb").read()

@@ -27,6 +27,40 @@ class Send(CliTest):
             self.assertEqual(json.loads(line), {"tensors": expected_tensors(BY_PATH[name])})
             self.assertEqual([k for k, _ in ordered(line)], ["tensors"])
 
+    def test_every_format_info_reads_is_sent_and_served(self):
+        # all_dtypes.ten through .npy (its first tensor), .npz and .safetensors:
+        # the same tensors arrive, names as infos (an .npy has none).
+        want = expected_tensors(BY_PATH["all_dtypes.ten"])
+        one = self.path("one.ten")
+        self.assertEqual(run("convert", vec("f4_matrix.ten"), one).returncode, 0)
+        files = {".npy": (one, expected_tensors(BY_PATH["f4_matrix.ten"])), ".npz": (vec("all_dtypes.ten"), want),
+                 ".safetensors": (vec("all_dtypes.ten"), want)}
+        for ext, (source, tensors) in files.items():
+            path = self.path("x" + ext)
+            r = run("convert", source, path)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            if ext == ".npy":
+                tensors = [dict(t, info="") for t in tensors]
+            for command in ("send", "serve"):
+                with self.subTest(ext=ext, command=command):
+                    endpoint = free_tcp_endpoint()
+                    receiver = start("recv", endpoint, "--json", "--timeout", "20")
+                    code, _, err = finish(start(command, endpoint, "-f", path, "--count", "1", "--timeout", "20",
+                                                *(["--report", "0"] if command == "serve" else [])))
+                    self.assertEqual(code, 0, err)
+                    code, out, err = finish(receiver)
+                    self.assertEqual(code, 0, err)
+                    self.assertEqual(json.loads(out)["tensors"], tensors)
+        # A name no info can hold is refused, saying how to shorten it.
+        long = self.path("long.safetensors")
+        with open(long, "wb") as f:
+            header = b'{"a_long_tensor_name":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}}'
+            f.write(len(header).to_bytes(8, "little") + header + b"\7")
+        r = run("send", free_tcp_endpoint(), "-f", long, "--timeout", "1")
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn(b"'a_long_tensor_name'", r.stderr)
+        self.assertIn(b"--infos short", r.stderr)
+
     def test_push_pull_both_forms_over_tcp_and_ipc(self):
         for make in (free_tcp_endpoint, free_ipc_endpoint):
             for form in ([], ["--single"]):

@@ -117,15 +117,22 @@ std::string printable(std::string_view text);
 // ---- loading ----------------------------------------------------------------
 
 /// The tensors of a .ten file or single-part buffer under any name (mapped,
-/// no copy); "-" reads standard input as a stream. Throws tenbin::error, a
-/// usage_error for a name of another format (.npy, .npz, .safetensors).
+/// no copy); "-" reads standard input as a stream. Throws tenbin::error.
 /// `lim` bounds what the file may make the tool allocate (--max-bytes).
 std::vector<tensor> load_message(const std::string& path, const limits& lim = {});
 
 /// The messages a file holds: each .ten member of a .tar shard, in order
-/// (see shard.hpp), or the one message of any other file (load_message). With
-/// `names`, one name per message: "FILE:MEMBER" for a shard, FILE otherwise.
+/// (see shard.hpp), the tensors of a .npy, .npz or .safetensors file (their
+/// names as infos: one too long is refused, saying how to shorten it), or the
+/// one message of any other file (load_message). With `names`, one name per
+/// message: "FILE:MEMBER" for a shard, FILE otherwise.
 std::vector<std::vector<tensor>> load_messages(const std::string& path, std::vector<std::string>* names = nullptr);
+
+/// Call inside a catch block: rethrows the exception being handled, a
+/// tenbin::error (not a usage_error) with "; this looks like a .npz file"
+/// added when the first bytes of `path` are another format's than its name
+/// says.
+[[noreturn]] void rethrow_with_format_hint(const std::string& path);
 
 /// A file of a format `tenbin::format_of` knows: its named tensors, and a
 /// .safetensors file's __metadata__ (empty for the other formats).

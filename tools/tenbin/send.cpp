@@ -138,8 +138,9 @@ subcommand add_send(CLI::App& parent) {
                     "tcp://localhost:5555 or ipc:///tmp/t.sock (see --socket)")
         ->required();
     app->add_option("-f,--file", opt->file,
-                    "File whose tensors make the message ('-' = stdin: .ten, or .ten.zst by its magic);\n"
-                    "a .tar shard (tenbin recv --save) replays its messages in order")
+                    "File whose tensors make the message: .ten, .ten.zst, .npy, .npz or .safetensors\n"
+                    "(names become infos), '-' = stdin (.ten, or .ten.zst by its magic); a .tar\n"
+                    "shard (tenbin recv --save) replays its messages in order")
         ->required();
     app->add_option("-n,--count", opt->count, "How many times to send the message (or the shard's messages)")
         ->check(positive)

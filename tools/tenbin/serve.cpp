@@ -255,7 +255,8 @@ subcommand add_serve(CLI::App& parent) {
                     "(see --socket)")
         ->required();
     app->add_option("--file,-f", opt->files,
-                    "A .ten file to send (repeat for several; sent in turn), or a .tar shard\n"
+                    "A file whose tensors make a batch (repeat for several; sent in turn): .ten,\n"
+                    ".ten.zst, .npy, .npz or .safetensors (names become infos), or a .tar shard\n"
                     "(tenbin recv --save) whose messages are sent in order");
     app->add_option("--synthetic", opt->synthetic,
                     "Made-up batches, e.g. \"f2:256,3,224,224;i4:256\": [NAME=]DTYPE:DIMS[:LO..HI] per\n"

@@ -1,5 +1,6 @@
 // tenbin tool: webdataset shards of messages (see shard.hpp).
 #include "shard.hpp"
+#include "common.hpp"
 
 #include <tenbin/io.hpp>
 
@@ -131,7 +132,9 @@ void shard_writer::finish() {
     done_ = true;
 }
 
-std::vector<shard_message> read_shard(const std::string& path, std::size_t* skipped) {
+namespace {
+
+std::vector<shard_message> read_members(const std::string& path, std::size_t* skipped) {
     const buffer file = map_file(path);
     const auto* bytes = reinterpret_cast<const unsigned char*>(file.data());
     const std::size_t size = file.size();
@@ -174,6 +177,16 @@ std::vector<shard_message> read_shard(const std::string& path, std::size_t* skip
     }
     if (skipped) *skipped = others;
     return out;
+}
+
+}  // namespace
+
+std::vector<shard_message> read_shard(const std::string& path, std::size_t* skipped) {
+    try {
+        return read_members(path, skipped);
+    } catch (const tenbin::error&) {
+        rethrow_with_format_hint(path);
+    }
 }
 
 }  // namespace tenbin::cli

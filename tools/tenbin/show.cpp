@@ -347,7 +347,8 @@ subcommand add_show(CLI::App& parent) {
     CLI::App* app = parent.add_subcommand(
         "show", "Draw the image-like tensors of a file or of received messages into a PNG (tensorshow)");
     app->add_option("SOURCE", opt->source,
-                    "A .ten file (or .tar shard), or a tensorcom URL / ZeroMQ endpoint to receive from")
+                    "A file (.ten, .npy, .npz, .safetensors, or a .tar shard), or a tensorcom URL /\n"
+                    "ZeroMQ endpoint to receive from")
         ->required();
     app->add_option("-o,--out", opt->out, "The PNG file to write")->required();
     app->add_option("-n,--count", opt->count, "Messages to receive from a URL")->check(positive)->capture_default_str();
