@@ -1,10 +1,21 @@
 #!/usr/bin/env python3
 """`tenbin show`: image-like tensors of files and messages drawn into a PNG."""
 
+import resource
 import struct
 import sys
 
 from support import vec, run, start, finish, free_port, chunk_payloads, CliTest, main
+
+
+def ten_file(path, tensors):
+    """A .ten file of (dtype, info, shape, data) tensors, written here as Python's tenbin writes it."""
+    with open(path, "wb") as f:
+        for dtype, info, shape, data in tensors:
+            header = struct.pack(f"<8s8sq{len(shape)}q", dtype, info, len(shape), *shape)
+            for payload in (header, data):
+                f.write(b"~TenBin~" + struct.pack("<q", len(payload)))
+                f.write(payload + bytes(-len(payload) % 64))
 
 
 class Show(CliTest):
@@ -85,7 +96,46 @@ class Show(CliTest):
         self.assertEqual(code, 0, err)
         code, out, err = finish(shower)
         self.assertEqual(code, 0, err)
-        self.assertEqual(self.read_png(png)[:2], (204, 176))
+        # Two rows of cells: 64 pixels of image, three caption lines ("u1 [3, 3, 16, 16]" wraps).
+        self.assertEqual(self.read_png(png)[:2], (204, 2 * (64 + 3 * 9 + 4) + 4))
+
+
+    def test_captions_keep_their_case(self):
+        pngs = []
+        for info in (b"cat", b"CAT"):
+            ten, png = self.path(info.decode() + ".ten"), self.path(info.decode() + ".png")
+            ten_file(ten, [(b"u1", info, [8, 8], bytes(range(64)))])
+            r = run("show", ten, "--out", png)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            pngs.append(self.read_png(png))
+        (width, height, lower), (_, _, upper) = pngs
+        self.assertEqual(lower[:4 + 64], upper[:4 + 64])  # the same picture
+        self.assertNotEqual(lower[4 + 64:], upper[4 + 64:])  # captions told apart
+
+    def test_a_long_shape_wraps_instead_of_being_cut(self):
+        # "u1 [1, 4, 4, 1]" fits a 16-character cell; "u1 [100000, 4, 4, 1]" takes a third line.
+        sizes = {}
+        for n in (1, 100000):
+            ten, png = self.path(f"{n}.ten"), self.path(f"{n}.png")
+            ten_file(ten, [(b"u1", b"", [n, 4, 4, 1], bytes(16 * n))])
+            r = run("show", ten, "--out", png, "--max-images", "1")
+            self.assertEqual(r.returncode, 0, r.stderr)
+            sizes[n] = self.read_png(png)
+        self.assertEqual(sizes[100000][1], sizes[1][1] + 9)
+        rows = sizes[100000][2]
+        third = rows[4 + 64 + 2 * 9 + 1:4 + 64 + 3 * 9]
+        self.assertTrue(any(0 in row for row in third), "the third caption line has no text")
+
+    def test_only_the_items_drawn_cost_memory(self):
+        # A batch of 20 million 1x1 images, one drawn: well within 512 MiB of
+        # address space (a picture made per item took 4.6 GB).
+        ten, png = self.path("many.ten"), self.path("many.png")
+        ten_file(ten, [(b"u1", b"x", [20000000, 1, 1, 1], bytes(20000000))])
+        limit = 512 << 20
+        code, out, err = finish(start("show", ten, "--out", png, "--max-images", "1",
+                                      preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit))))
+        self.assertEqual(code, 0, err)
+        self.assertIn("1 image,", out)
 
 
 if __name__ == "__main__":
