@@ -38,10 +38,6 @@ int run_monitor(const monitor_cli_options& opt) {
     using clock = std::chrono::steady_clock;
     connection_options co = connection_options_for(opt.socket, opt.urls.front());
     co.allow64 = true;
-    // Wake at least once per interval to report, even when nothing comes,
-    // and in time for --timeout.
-    const double wake = opt.timeout > 0 ? std::min(opt.interval, opt.timeout) : opt.interval;
-    co.recv_timeout = std::chrono::milliseconds(std::max(10, timeout_ms(wake)));
     connection conn = open_connection(opt.socket, opt.urls, co, "tenbin monitor");
 
     const bool live = !opt.json && ::isatty(STDOUT_FILENO) == 1;
@@ -79,13 +75,18 @@ int run_monitor(const monitor_cli_options& opt) {
         window_bytes = 0;
     };
 
+    const auto interval = std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(opt.interval));
     while (opt.count == 0 || total < opt.count) {
         try {
-            if (auto batch = conn.recv()) {
+            // Awake at least once per interval to report, even when nothing
+            // comes, and in time for --timeout.
+            auto wake = window_start + interval;
+            if (const auto limit = deadline_in(opt.timeout)) wake = std::min(wake, *limit - (clock::now() - last_arrival));
+            if (auto batch = receive_until(conn, wake)) {
                 ++total;
                 ++window_messages;
-                for (const tensor& t : *batch) window_bytes += t.nbytes();
-                last = std::move(*batch);
+                for (const tensor& t : batch->tensors) window_bytes += t.nbytes();
+                last = std::move(batch->tensors);
                 last_arrival = clock::now();
             }
         } catch (const error& e) {
@@ -94,7 +95,7 @@ int run_monitor(const monitor_cli_options& opt) {
                       << cli_text(e.what()) << "\n";
         }
         if (clock::now() - window_start >= std::chrono::duration<double>(opt.interval)) report(false);
-        if (opt.timeout > 0 && clock::now() - last_arrival > std::chrono::duration<double>(opt.timeout)) {
+        if (opt.timeout > 0 && clock::now() - last_arrival >= std::chrono::duration<double>(opt.timeout)) {
             report(true);
             std::cerr << "tenbin monitor: error: timeout: nothing for " << seconds_text(opt.timeout)
                       << plain_endpoint_hint(opt.urls, conn.endpoints()) << "\n";

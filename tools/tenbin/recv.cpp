@@ -3,12 +3,11 @@
 #include "shard.hpp"
 #include "sockets.hpp"
 
-#include <tenbin/zmq.hpp>
+#include <tenbin/connection.hpp>
 
 #include <iostream>
 #include <optional>
 #include <memory>
-#include <span>
 #include <string>
 #include <vector>
 
@@ -27,14 +26,10 @@ struct recv_cli_options {
 // A REP socket must answer every request before it may receive again; a
 // ROUTER answers peers that expect it (REQ peers, whose envelope ends with an
 // empty delimiter), malformed messages included. The answer is one empty
-// frame.
-void reply(zmq::socket_t& socket, zmq::socket_type type, std::span<const zmq::const_buffer> envelope) {
-    if (type == zmq::socket_type::rep) {
-        socket.send(zmq::message_t{}, zmq::send_flags::none);
-    } else if (type == zmq::socket_type::router && envelope.size() >= 2 && envelope.back().size() == 0) {
-        for (const auto& frame : envelope) socket.send(frame, zmq::send_flags::sndmore);
-        socket.send(zmq::message_t{}, zmq::send_flags::none);
-    }
+// frame (the empty list).
+bool owes_reply(socket_kind kind, const message& m) {
+    return kind == socket_kind::rep ||
+           (kind == socket_kind::router && m.envelope.size() >= 2 && m.envelope.back().size() == 0);
 }
 
 void print_message(const message& m, std::size_t number, bool json) {
@@ -66,10 +61,13 @@ void print_malformed(const tenbin::error& e, std::size_t number, bool json) {
 }
 
 int run_recv(const recv_cli_options& opt) {
-    const auto endpoints = resolve_endpoints(opt.socket, {opt.url});
-    const zmq::socket_type type = zmq_socket_type(endpoints.front().kind);
     if (!opt.save.empty() && !is_shard(opt.save))
         throw usage_error("--save '" + opt.save + "': a shard is a .tar file (webdataset), e.g. recorded.tar");
+    connection_options co = connection_options_for(opt.socket, opt.url);
+    co.linger = std::chrono::milliseconds(1000);  // replies only; never hang at exit
+    connection conn = open_connection(opt.socket, {opt.url}, co, "tenbin recv");
+    const socket_kind kind = conn.endpoints().front().kind;
+
     std::optional<shard_writer> shard;
     if (!opt.save.empty()) shard.emplace(opt.save);
     // What arrived before a timeout is kept too.
@@ -78,85 +76,36 @@ int run_recv(const recv_cli_options& opt) {
         shard->finish();
         std::cerr << "tenbin recv: saved " << shard->members() << " messages to " << opt.save << "\n";
     };
-
-    // +shm: received through a connection, which maps the shared memory.
-    std::optional<connection> shm;
-    if (endpoints.front().shm) {
-        const tenbin::socket_kind kind = endpoints.front().kind;
-        if (kind != tenbin::socket_kind::pull && kind != tenbin::socket_kind::sub && kind != tenbin::socket_kind::pair)
-            throw usage_error("+shm receives on pull, sub or pair sockets");
-        connection_options co = connection_options_for(opt.socket, opt.url);
-        if (const int ms = timeout_ms(opt.timeout); ms >= 0) co.recv_timeout = std::chrono::milliseconds(ms);
-        shm.emplace(open_connection(opt.socket, {opt.url}, co, "tenbin recv"));
-    }
-
-    recv_options ro;
-    ro.decode.limits.max_bytes = opt.socket.max_bytes;
-    zmq::context_t context;
-    // Before the socket: it outlives the socket, whose lingering messages
-    // stay under its allow-list to the end.
-    curve_guard curve;
-    // Bounded before attach (libzmq applies it to new connections): a
-    // flooding peer fills 16 messages, not libzmq's 1000.
-    zmq::socket_t socket = bounded_socket(context, type, ro.decode.limits);
-    socket.set(zmq::sockopt::rcvtimeo, timeout_ms(opt.timeout));
-    socket.set(zmq::sockopt::linger, 1000);  // replies only; never hang at exit
-    // A zsub URL's #topic: subscribed to, and taken off the front of each message.
-    const std::string& topic = endpoints.front().topic;
-    if (type == zmq::socket_type::sub) socket.set(zmq::sockopt::subscribe, topic);
-    if (!shm) {
-        curve = secure(context, socket, opt.socket, endpoints, "tenbin recv");
-        attach(socket, opt.socket, endpoints, "tenbin recv");
-    }
-
-    if (type == zmq::socket_type::router) ro.envelope = envelope_spec::router();
-    if (type == zmq::socket_type::sub && !topic.empty()) ro.envelope = envelope_spec::topic();
-    // ZeroMQ matches prefixes: a longer topic ("training" for "train") is not ours.
-    const auto other_topic = [&](std::span<const zmq::const_buffer> envelope) {
-        return !topic.empty() && type == zmq::socket_type::sub &&
-               (envelope.empty() || std::string_view(static_cast<const char*>(envelope.front().data()),
-                                                     envelope.front().size()) != topic);
+    const auto answer = [&](const message& m) {
+        if (owes_reply(kind, m)) (void)reply_until(conn, m, {}, deadline_in(opt.timeout));
     };
 
     std::size_t malformed = 0;
     for (std::size_t i = 1; i <= opt.count; ++i) {
         std::optional<message> m;
         try {
-            if (shm) {
-                if (auto t = shm->recv()) {
-                    m.emplace();
-                    m->tensors = std::move(*t);
-                }
-            } else {
-                m = zrecv(socket, ro);
-            }
+            m = receive_until(conn, deadline_in(opt.timeout));
         } catch (const tenbin::error& e) {
-            // zrecv drained the message: report it, answer it (a ROUTER
-            // finds its envelope in the error) and go on with the next.
-            const auto* with_envelope = dynamic_cast<const malformed_message*>(&e);
-            if (with_envelope && other_topic(with_envelope->envelope_buffers())) {
-                --i;
-                continue;
-            }
+            // The connection drained the message: report it, answer it (a
+            // ROUTER finds its envelope in the error) and go on with the next.
             ++malformed;
             print_malformed(e, i, opt.json);
-            reply(socket, type, with_envelope ? with_envelope->envelope_buffers() : std::vector<zmq::const_buffer>{});
+            message bad;
+            if (const auto* with_envelope = dynamic_cast<const malformed_message*>(&e))
+                for (const std::string& frame : with_envelope->envelope()) bad.envelope.emplace_back(frame.data(), frame.size());
+            answer(bad);
             continue;
         }
         if (!m) {
-            std::cerr << "tenbin recv: error: " << name(errc::timeout) << ": received " << i - 1
-                      << " of " << opt.count << " messages; nothing arrived within " << seconds_text(opt.timeout)
-                      << plain_endpoint_hint({opt.url}, endpoints) << std::endl;
+            std::cerr << "tenbin recv: error: " << name(errc::timeout) << ": received " << i - 1 << " of " << opt.count
+                      << " messages; nothing arrived within " << seconds_text(opt.timeout)
+                      << plain_endpoint_hint({opt.url}, conn.endpoints()) << std::endl;
             save();
             return exit_timeout;
         }
-        if (other_topic(m->envelope_buffers())) {
-            --i;
-            continue;
-        }
         print_message(*m, i, opt.json);
         if (shard) shard->add(m->tensors);
-        reply(socket, type, m->envelope_buffers());
+        answer(*m);
     }
     save();
     return malformed ? exit_malformed : exit_ok;

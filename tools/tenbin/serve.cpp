@@ -217,8 +217,6 @@ int run_serve(const serve_cli_options& opt) {
     co.multipart = !opt.single;
     co.allow64 = true;  // the files or specs say what to send
     if (!infos.empty()) co.infos = infos;
-    co.send_timeout = std::chrono::milliseconds(std::max(0, timeout_ms(opt.timeout)));
-    if (timeout_ms(opt.timeout) < 0) co.send_timeout.reset();
     connection conn = open_connection(opt.socket, {opt.url}, co, "tenbin serve");
 
     const bool pub = conn.endpoints().front().kind == tenbin::socket_kind::pub;
@@ -231,7 +229,7 @@ int run_serve(const serve_cli_options& opt) {
         if (opt.rate > 0)  // paced against the start: no drift over long runs
             std::this_thread::sleep_until(start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                                                       std::chrono::duration<double>(static_cast<double>(i) / opt.rate)));
-        if (!conn.send(batches[i % batches.size()])) {
+        if (!send_until(conn, batches[i % batches.size()], deadline_in(opt.timeout))) {
             report.finish(conn.stats());
             std::cerr << "tenbin serve: error: timeout: message " << i + 1 << " could not be sent within "
                       << seconds_text(opt.timeout) << " (no receiver?)" << plain_endpoint_hint({opt.url}, conn.endpoints())

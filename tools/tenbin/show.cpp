@@ -302,17 +302,16 @@ void write_png(const std::string& path, const canvas& c) {
 std::vector<std::vector<tensor>> receive(const show_cli_options& opt) {
     connection_options co = connection_options_for(opt.socket, opt.source);
     co.allow64 = true;
-    if (timeout_ms(opt.timeout) >= 0) co.recv_timeout = std::chrono::milliseconds(timeout_ms(opt.timeout));
     connection conn = open_connection(opt.socket, {opt.source}, co, "tenbin show");
     std::vector<std::vector<tensor>> out;
     while (out.size() < opt.count) {
-        auto batch = conn.recv();
+        auto batch = receive_until(conn, deadline_in(opt.timeout));
         if (!batch)
             throw tenbin::error(errc::timeout, "received " + std::to_string(out.size()) + " of " +
                                                    std::to_string(opt.count) + " messages; nothing within " +
                                                    seconds_text(opt.timeout) +
                                                    plain_endpoint_hint({opt.source}, conn.endpoints()));
-        out.push_back(std::move(*batch));
+        out.push_back(std::move(batch->tensors));
     }
     return out;
 }

@@ -1,5 +1,6 @@
 #include "sockets.hpp"
 #include "common.hpp"
+#include "interrupt.hpp"
 
 #include <algorithm>
 #include <cctype>
@@ -151,16 +152,6 @@ std::string plain_endpoint_hint(const std::vector<std::string>& urls, const std:
            " (see --socket, --bind, --connect)";
 }
 
-void attach(zmq::socket_t& socket, const socket_choice& choice, const std::vector<endpoint>& endpoints,
-            const std::string& who) {
-    if (choice.heartbeat_ms > 0) set_heartbeat(socket, std::chrono::milliseconds(choice.heartbeat_ms));
-    for (const endpoint& ep : endpoints) {
-        const std::string where = tenbin::attach(socket, ep);
-        if (ep.bind && ep.address.find('*') != std::string::npos)
-            std::cerr << who << ": bound to " << where << std::endl;
-    }
-}
-
 std::optional<curve_options> curve_for(const socket_choice& choice, const std::vector<endpoint>& endpoints,
                                        const std::string& who, std::shared_ptr<std::atomic<std::uint64_t>> refused) {
     if (choice.curve_cert.empty()) {
@@ -195,22 +186,60 @@ std::optional<curve_options> curve_for(const socket_choice& choice, const std::v
     return opt;
 }
 
-curve_guard secure(zmq::context_t& context, zmq::socket_t& socket, const socket_choice& choice,
-                   const std::vector<endpoint>& endpoints, const std::string& who) {
-    const std::optional<curve_options> opt = curve_for(choice, endpoints, who);
-    if (!opt) return {};
-    return enable_curve(context, socket, *opt, endpoints.front().bind ? curve_role::server : curve_role::client);
-}
-
 connection open_connection(const socket_choice& choice, const std::vector<std::string>& urls,
                            const connection_options& co, const std::string& who) {
     const std::vector<endpoint> eps = resolve_endpoints(choice, urls);  // throws for a kind the command cannot use
-    connection_options with_curve = co;
-    if (!with_curve.curve) with_curve.curve = curve_for(choice, eps, who);
-    connection conn(urls, with_curve);
-    for (const endpoint& ep : conn.endpoints())
-        if (ep.bind) std::cerr << who << ": " << name(ep.kind) << " bound to " << ep.address << "\n";
+    connection_options sliced = co;
+    if (!sliced.curve) sliced.curve = curve_for(choice, eps, who);
+    sliced.recv_timeout = sliced.send_timeout = interrupt_poll;
+    connection conn(urls, sliced);
+    for (std::size_t i = 0; i < conn.endpoints().size() && i < eps.size(); ++i) {
+        const endpoint& ep = conn.endpoints()[i];
+        if (ep.bind && ep.address != eps[i].address)
+            std::cerr << who << ": " << name(ep.kind) << " bound to " << ep.address << "\n";
+    }
     return conn;
+}
+
+std::optional<std::chrono::steady_clock::time_point> deadline_in(double seconds) {
+    if (timeout_ms(seconds) < 0) return std::nullopt;
+    return std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms(seconds));
+}
+
+namespace {
+
+// Waits in slices of at most interrupt_poll, each as `option` of the socket,
+// until `attempt` succeeds, the deadline passes or a signal comes.
+template <class Option, class Attempt>
+auto in_slices(connection& conn, Option option, std::optional<std::chrono::steady_clock::time_point> deadline,
+               Attempt attempt) -> decltype(attempt()) {
+    using namespace std::chrono;
+    for (;;) {
+        if (interrupted()) return {};
+        milliseconds slice = interrupt_poll;
+        if (deadline) {
+            const auto left = duration_cast<milliseconds>(*deadline - steady_clock::now());
+            if (left.count() <= 0) return {};
+            slice = std::min(slice, left);
+        }
+        conn.socket().set(option, static_cast<int>(slice.count()));
+        if (auto done = attempt()) return done;
+    }
+}
+
+}  // namespace
+
+std::optional<message> receive_until(connection& conn, std::optional<std::chrono::steady_clock::time_point> deadline) {
+    return in_slices(conn, zmq::sockopt::rcvtimeo, deadline, [&] { return conn.recv_message(); });
+}
+
+bool send_until(connection& conn, tensor_span tensors, std::optional<std::chrono::steady_clock::time_point> deadline) {
+    return in_slices(conn, zmq::sockopt::sndtimeo, deadline, [&] { return conn.send(tensors); });
+}
+
+bool reply_until(connection& conn, const message& to, tensor_span tensors,
+                 std::optional<std::chrono::steady_clock::time_point> deadline) {
+    return in_slices(conn, zmq::sockopt::sndtimeo, deadline, [&] { return conn.reply(to, tensors); });
 }
 
 }  // namespace tenbin::cli

@@ -9,6 +9,7 @@
 #include <CLI/CLI.hpp>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -67,12 +68,6 @@ std::vector<endpoint> resolve_endpoints(const socket_choice& choice, const std::
 /// endpoint's defaults are easy to mismatch; empty for tensorcom URLs.
 std::string plain_endpoint_hint(const std::vector<std::string>& urls, const std::vector<endpoint>& endpoints);
 
-/// Sets the chosen heartbeats on `socket`, then binds or connects it to
-/// each endpoint; a refused address is bad_url (malformed) or io_error (in
-/// use, unreachable). A wildcard bind's actual endpoint is printed on stderr.
-void attach(zmq::socket_t& socket, const socket_choice& choice, const std::vector<endpoint>& endpoints,
-            const std::string& who);
-
 /// The CURVE settings --curve-cert, --curve-server and --curve-allow give
 /// for a socket on `endpoints` (nothing without --curve-cert): certificates
 /// loaded, refused handshakes reported on stderr as `who` (the first, the
@@ -82,16 +77,28 @@ std::optional<curve_options> curve_for(const socket_choice& choice, const std::v
                                        const std::string& who,
                                        std::shared_ptr<std::atomic<std::uint64_t>> refused = nullptr);
 
-/// CURVE on a socket of the command's own (send, recv), as curve_for says;
-/// call before attach. The guard must outlive the socket's use.
-curve_guard secure(zmq::context_t& context, zmq::socket_t& socket, const socket_choice& choice,
-                   const std::vector<endpoint>& endpoints, const std::string& who);
-
 /// The connection for `urls` with `co` (connection_options_for's, with the
 /// command's own settings added): the kind checked as resolve_endpoints
-/// does, each endpoint it bound reported on stderr as `who`, CURVE as
-/// curve_for gives it unless `co` has its own.
+/// does, each bind whose address ZeroMQ completed (a '*' host, port 0)
+/// reported on stderr as `who`, CURVE as curve_for gives it unless `co` has
+/// its own. Its receives and sends wait interrupt_poll at a time, for the
+/// functions below; `co`'s timeouts are not used.
 connection open_connection(const socket_choice& choice, const std::vector<std::string>& urls,
                            const connection_options& co, const std::string& who);
+
+/// When a wait of `seconds` from now ends; nothing for 0 (no end).
+std::optional<std::chrono::steady_clock::time_point> deadline_in(double seconds);
+
+/// The next message on a connection from open_connection, waiting until
+/// `deadline` (none: for ever) or a signal (see interrupt.hpp): nothing when
+/// either comes first. Throws as connection::recv_message does.
+std::optional<message> receive_until(connection& conn, std::optional<std::chrono::steady_clock::time_point> deadline);
+/// Sends `tensors` on a connection from open_connection, waiting as
+/// receive_until does; false when the deadline or a signal came first
+/// (nothing was sent). Throws as connection::send does.
+bool send_until(connection& conn, tensor_span tensors, std::optional<std::chrono::steady_clock::time_point> deadline);
+/// Answers `to` as connection::reply does, waiting as send_until does.
+bool reply_until(connection& conn, const message& to, tensor_span tensors,
+                 std::optional<std::chrono::steady_clock::time_point> deadline);
 
 }  // namespace tenbin::cli
