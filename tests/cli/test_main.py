@@ -30,7 +30,7 @@ class Main(CliTest):
 
     def test_bad_arguments_fail_with_a_message(self):
         for args in ([], ["info"], ["nonsense"], ["send", "tcp://127.0.0.1:1"],
-                     ["recv", "tcp://127.0.0.1:1", "--count", "0"],
+                     ["recv", "tcp://127.0.0.1:1", "--count", "-1"],
                      ["recv", "tcp://127.0.0.1:1", "--socket", "push"],
                      ["send", "tcp://127.0.0.1:1", "-f", "x", "--bind", "--connect"]):
             with self.subTest(args=args):
@@ -57,9 +57,9 @@ class Main(CliTest):
         port = free_port()
         cases = [
             (["send", f"zpush://127.0.0.1:{port}", "-f", vec("f4_matrix.ten")],
-             [("--count", "0"), ("--delay", "-1"), ("--timeout", "-1"), ("--timeout", "nan"), ("--linger", "-1"),
+             [("--count", "-1"), ("--delay", "-1"), ("--timeout", "-1"), ("--timeout", "nan"), ("--linger", "-1"),
               ("--heartbeat-ms", "-1")]),
-            (["recv", f"zpull://127.0.0.1:{port}"], [("--count", "0"), ("--timeout", "nan")]),
+            (["recv", f"zpull://127.0.0.1:{port}"], [("--count", "-1"), ("--timeout", "nan")]),
             (["serve", f"zpush://127.0.0.1:{port}", "--synthetic", "f4:3"],
              [("--count", "-1"), ("--rate", "-5"), ("--delay", "-2"), ("--timeout", "-1"), ("--timeout", "nan"),
               ("--report", "-1"), ("--heartbeat-ms", "-1")]),
@@ -67,7 +67,7 @@ class Main(CliTest):
              [("--interval", "0"), ("--interval", "-1"), ("--interval", "nan"), ("--count", "-1"),
               ("--timeout", "-1")]),
             (["stat", f"zsub://127.0.0.1:{port}"],
-             [("--count", "0"), ("--count", "-1"), ("--timeout", "-1"), ("--timeout", "nan")]),
+             [("--count", "-1"), ("--timeout", "-1"), ("--timeout", "nan")]),
         ]
         for command, bad in cases:
             for option, value in bad:

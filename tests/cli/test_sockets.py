@@ -4,8 +4,10 @@ plain endpoints, --socket, --bind/--connect, --heartbeat-ms, timeouts that say
 what socket was made, addresses in use."""
 
 import json
+import signal
 import socket
 import sys
+import time
 
 from support import (ERROR_LINE, BY_PATH, vec, expected_tensors, run, start, finish, free_tcp_endpoint,
                      free_port, CliTest, main)
@@ -71,6 +73,49 @@ class Sockets(CliTest):
         code, _, err = finish(start("stat", f"zsub://127.0.0.1:{free_port()}", "--count", "1", "--timeout", "0.5"))
         self.assertEqual(code, 2, err)
         self.assertNotIn("hint", err)
+
+    def test_count_0_means_until_interrupted_in_every_command(self):
+        # Receivers: three messages come, then Ctrl-C; what came is printed,
+        # counted, drawn. Exit status 130 (143 for SIGTERM).
+        png = self.path("shown.png")
+        receivers = {"recv": ["--json"], "monitor": ["--json", "--interval", "10"], "stat": ["--json"],
+                     "show": ["--out", png, "--max-images", "100"]}
+        for command, args in receivers.items():
+            for sig, status in ((signal.SIGINT, 130), (signal.SIGTERM, 143)):
+                with self.subTest(command=command, signal=sig.name):
+                    port = free_port()
+                    receiver = start(command, f"zpull://127.0.0.1:{port}", "-n", "0", "--timeout", "0", *args)
+                    code, _, err = finish(start("serve", f"zpush://127.0.0.1:{port}", "--synthetic", "u1:8,8",
+                                                "-n", "3", "--report", "0"))
+                    self.assertEqual(code, 0, err)
+                    time.sleep(0.5)  # the three are in; the receiver waits for more
+                    self.assertIsNone(receiver.poll(), "-n 0 stopped by itself")
+                    receiver.send_signal(sig)
+                    code, out, err = finish(receiver, timeout=10)
+                    self.assertEqual(code, status, err)
+                    lines = out.splitlines()
+                    if command == "recv":
+                        self.assertEqual(len(lines), 3, out)
+                        self.assertIn(f"interrupted after 3 messages ({sig.name})", err)
+                    elif command in ("monitor", "stat"):
+                        self.assertEqual(json.loads(lines[-1])["messages"], 3, out)
+                    else:
+                        self.assertIn("3 images", out)
+        # Senders: they send until Ctrl-C, even to a receiver gone.
+        for command, args in (("send", ["-f", vec("f4_matrix.ten")]), ("serve", ["--synthetic", "f4:3", "--report", "0"])):
+            with self.subTest(command=command):
+                endpoint = free_tcp_endpoint()
+                receiver = start("recv", endpoint, "-n", "5", "--timeout", "20")
+                sender = start(command, endpoint, "-n", "0", *args)
+                self.assertEqual(finish(receiver)[0], 0)
+                self.assertIsNone(sender.poll(), "-n 0 stopped by itself")
+                sender.send_signal(signal.SIGINT)
+                code, _, err = finish(sender, timeout=10)
+                self.assertEqual(code, 130, err)
+                self.assertRegex(err, r"interrupted after \d+ messages \(SIGINT\)")
+        for command in ("send", "recv", "serve", "monitor", "stat", "show"):
+            with self.subTest(command=command):
+                self.assertIn("0: until interrupted", " ".join(run(command, "--help").stdout.decode().split()))
 
     def test_durations_are_written_as_people_write_them(self):
         # "0.25 s", never "0.250000 s" nor "2.5e-01 s", whichever command times out.

@@ -1,5 +1,6 @@
 // tenbin monitor: watch a stream of tensor messages (tensorcom's tensormon).
 #include "common.hpp"
+#include "interrupt.hpp"
 #include "sockets.hpp"
 
 #include <tenbin/connect.hpp>
@@ -76,7 +77,8 @@ int run_monitor(const monitor_cli_options& opt) {
     };
 
     const auto interval = std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(opt.interval));
-    while (opt.count == 0 || total < opt.count) {
+    const interrupt_catcher catcher;
+    while ((opt.count == 0 || total < opt.count) && !interrupted()) {
         try {
             // Awake at least once per interval to report, even when nothing
             // comes, and in time for --timeout.
@@ -103,6 +105,7 @@ int run_monitor(const monitor_cli_options& opt) {
         }
     }
     report(true);
+    if (interrupted()) return interrupted_status();
     return malformed ? exit_malformed : exit_ok;
 }
 
@@ -115,7 +118,7 @@ subcommand add_monitor(CLI::App& parent) {
     app->add_option("URL", opt->urls,
                     "tensorcom URLs or ZeroMQ endpoints (one socket on all; braces expand;\n"
                     "see --socket); default: tensormon's zsub://127.0.0.1:7880");
-    app->add_option("--count,-n", opt->count, "Stop after this many messages (0: until interrupted)")
+    app->add_option("--count,-n", opt->count, "Stop after this many messages; 0: until interrupted")
         ->check(nonnegative)
         ->capture_default_str();
     app->add_flag("--json", opt->json, "One JSON line per interval");
@@ -133,9 +136,11 @@ subcommand add_monitor(CLI::App& parent) {
         "refused (a peer without keys, with a wrong server key, not allowed) are\n"
         "counted (\"refused\") and described on stderr.\n" +
         plain_endpoint_note(opt->socket) +
+        "Ctrl-C (SIGINT) or SIGTERM stops it, with a last report.\n"
         "Exit status: 0 --count messages arrived, 1 error (refused endpoint, ...),\n"
         "2 nothing arrived for --timeout seconds, 3 --count arrived but some were\n"
-        "malformed, 64 wrong options or arguments (bad URL, ...).\n"
+        "malformed, 64 wrong options or arguments (bad URL, ...), 130 interrupted\n"
+        "(SIGINT), 143 terminated (SIGTERM).\n"
         "Examples:\n"
         "  tenbin monitor zsub://localhost:7881                      (SUB connects)\n"
         "  tenbin monitor 'zsub://trainer:78{80..83}' --interval 5 --json\n"

@@ -1,5 +1,6 @@
 // tenbin recv: receive ZeroMQ messages of tensors and describe them.
 #include "common.hpp"
+#include "interrupt.hpp"
 #include "shard.hpp"
 #include "sockets.hpp"
 
@@ -80,8 +81,10 @@ int run_recv(const recv_cli_options& opt) {
         if (owes_reply(kind, m)) (void)reply_until(conn, m, {}, deadline_in(opt.timeout));
     };
 
-    std::size_t malformed = 0;
-    for (std::size_t i = 1; i <= opt.count; ++i) {
+    const interrupt_catcher catcher;
+    const std::string of_count = opt.count ? " of " + std::to_string(opt.count) : std::string();
+    std::size_t malformed = 0, received = 0;
+    for (std::size_t i = 1; (opt.count == 0 || i <= opt.count) && !interrupted(); ++i) {
         std::optional<message> m;
         try {
             m = receive_until(conn, deadline_in(opt.timeout));
@@ -89,6 +92,7 @@ int run_recv(const recv_cli_options& opt) {
             // The connection drained the message: report it, answer it (a
             // ROUTER finds its envelope in the error) and go on with the next.
             ++malformed;
+            received = i;
             print_malformed(e, i, opt.json);
             message bad;
             if (const auto* with_envelope = dynamic_cast<const malformed_message*>(&e))
@@ -97,17 +101,24 @@ int run_recv(const recv_cli_options& opt) {
             continue;
         }
         if (!m) {
-            std::cerr << "tenbin recv: error: " << name(errc::timeout) << ": received " << i - 1 << " of " << opt.count
+            if (interrupted()) break;
+            std::cerr << "tenbin recv: error: " << name(errc::timeout) << ": received " << i - 1 << of_count
                       << " messages; nothing arrived within " << seconds_text(opt.timeout)
                       << plain_endpoint_hint({opt.url}, conn.endpoints()) << std::endl;
             save();
             return exit_timeout;
         }
+        received = i;
         print_message(*m, i, opt.json);
         if (shard) shard->add(m->tensors);
         answer(*m);
     }
     save();
+    if (interrupted()) {
+        std::cerr << "tenbin recv: interrupted after " << received << of_count << " messages ("
+                  << interrupting_signal() << ")" << std::endl;
+        return interrupted_status();
+    }
     return malformed ? exit_malformed : exit_ok;
 }
 
@@ -120,8 +131,8 @@ subcommand add_recv(CLI::App& parent) {
                     "tensorcom URL (zpull://host:port, ...) or ZeroMQ endpoint, e.g.\n"
                     "tcp://*:5555 or ipc:///tmp/t.sock (see --socket)")
         ->required();
-    app->add_option("-n,--count", opt->count, "How many messages to receive")
-        ->check(positive)
+    app->add_option("-n,--count", opt->count, "How many messages to receive; 0: until interrupted")
+        ->check(nonnegative)
         ->capture_default_str();
     app->add_option("--timeout", opt->timeout,
                     "Seconds to wait for each message before giving up with exit status 2;\n"
@@ -146,10 +157,12 @@ subcommand add_recv(CLI::App& parent) {
         "A SUB socket subscribes to everything, or to the URL's #topic (zsub://h:p#topic);\n"
         "REP (and ROUTER, to REQ peers) answers each message with one empty frame.\n" +
         plain_endpoint_note(opt->socket) +
+        "Ctrl-C (SIGINT) or SIGTERM stops it between messages; what arrived is kept\n"
+        "(--save finishes the shard).\n"
         "Exit status: 0 all messages arrived and decoded, 1 error (refused endpoint,\n"
         "...), 2 timed out waiting for a message (even if some were malformed),\n"
         "3 all arrived but some were malformed, 64 wrong options or arguments (bad\n"
-        "URL, ...).\n"
+        "URL, ...), 130 interrupted (SIGINT), 143 terminated (SIGTERM).\n"
         "Examples:\n"
         "  tenbin recv 'tcp://*:5555' -n 100 --json                 (PULL binds)\n"
         "  tenbin recv zpull://*:7880 -n 1000 --save recorded.tar   (record a stream)\n"

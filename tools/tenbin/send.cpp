@@ -1,5 +1,6 @@
 // tenbin send: the tensors of a file as ZeroMQ messages.
 #include "common.hpp"
+#include "interrupt.hpp"
 #include "sockets.hpp"
 
 #include <tenbin/connection.hpp>
@@ -10,7 +11,6 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 namespace tenbin::cli {
@@ -60,15 +60,21 @@ int run_send(const send_cli_options& opt) {
     co.immediate = !is_req;
     connection conn = open_connection(opt.socket, {opt.url}, co, "tenbin send");
 
-    const double delay = opt.delay.value_or(kind == socket_kind::pub ? 1.0 : 0.0);
-    if (delay > 0) std::this_thread::sleep_for(std::chrono::duration<double>(delay));
+    const interrupt_catcher catcher;
+    sleep_unless_interrupted(opt.delay.value_or(kind == socket_kind::pub ? 1.0 : 0.0));
 
     const char* where = "tenbin send";
-    const std::size_t total = opt.count * messages.size();
-    for (std::size_t i = 0; i < total; ++i) {
+    const std::size_t total = opt.count * messages.size();  // 0: until interrupted
+    const auto numbered = [&](std::size_t i) {
+        return "message " + std::to_string(i + 1) + (total ? " of " + std::to_string(total) : std::string());
+    };
+    std::size_t sent = 0;
+    for (; (total == 0 || sent < total) && !interrupted(); ++sent) {
+        const std::size_t i = sent;
         const std::vector<tensor>& tensors = messages[i % messages.size()];
         if (!send_until(conn, tensors, deadline_in(opt.timeout))) {
-            std::cerr << where << ": error: " << name(errc::timeout) << ": message " << i + 1 << " of " << total
+            if (interrupted()) break;
+            std::cerr << where << ": error: " << name(errc::timeout) << ": " << numbered(i)
                       << " could not be sent within " << seconds_text(opt.timeout) << " (is a receiver there?)"
                       << plain_endpoint_hint({opt.url}, conn.endpoints()) << std::endl;
             return exit_timeout;
@@ -83,15 +89,22 @@ int run_send(const send_cli_options& opt) {
                 replied = true;  // not tensors, but a reply (drained)
             }
             if (!replied) {
-                std::cerr << where << ": error: " << name(errc::timeout) << ": no reply to message " << i + 1 << " of "
-                          << total << " within " << seconds_text(opt.timeout) << std::endl;
+                if (interrupted()) break;
+                std::cerr << where << ": error: " << name(errc::timeout) << ": no reply to " << numbered(i)
+                          << " within " << seconds_text(opt.timeout) << std::endl;
                 return exit_timeout;
             }
         }
         if (opt.verbose)
-            std::cerr << where << ": sent message " << i + 1 << " of " << total << " ("
+            std::cerr << where << ": sent " << numbered(i) << " ("
                       << (opt.single ? "single-part" : "multipart") << ", " << tensors.size()
                       << (tensors.size() == 1 ? " tensor)" : " tensors)") << std::endl;
+    }
+    if (interrupted()) {
+        // Those queued still get --linger to leave, as the connection closes.
+        std::cerr << where << ": interrupted after " << sent << " messages (" << interrupting_signal() << ")"
+                  << std::endl;
+        return interrupted_status();
     }
     return exit_ok;
 }
@@ -110,8 +123,9 @@ subcommand add_send(CLI::App& parent) {
                     "(names become infos), '-' = stdin (.ten, or .ten.zst by its magic); a .tar\n"
                     "shard (tenbin recv --save) replays its messages in order")
         ->required();
-    app->add_option("-n,--count", opt->count, "How many times to send the message (or the shard's messages)")
-        ->check(positive)
+    app->add_option("-n,--count", opt->count,
+                    "How many times to send the message (or the shard's messages); 0: until interrupted")
+        ->check(nonnegative)
         ->capture_default_str();
     app->add_flag("--single", opt->single,
                   "Send one frame holding the chunked buffer instead of a multipart message");
@@ -142,9 +156,12 @@ subcommand add_send(CLI::App& parent) {
         "message. At exit, queued messages get --linger seconds to leave. For\n"
         "generated tensors, or batches at a rate, use tenbin serve --synthetic.\n" +
         plain_endpoint_note(opt->socket) +
+        "Ctrl-C (SIGINT) or SIGTERM stops it between messages; those queued still get\n"
+        "--linger seconds.\n"
         "Exit status: 0 sent, 1 error (unreadable file, refused endpoint, ...),\n"
         "2 timed out (no receiver took a message within --timeout, or no reply),\n"
-        "64 wrong options or arguments (bad URL, ...).\n"
+        "64 wrong options or arguments (bad URL, ...), 130 interrupted (SIGINT),\n"
+        "143 terminated (SIGTERM).\n"
         "Examples:\n"
         "  tenbin send tcp://localhost:5555 -f batch.ten -n 100     (PUSH connects)\n"
         "  tenbin send 'tcp://*:5556' --socket pub -f batch.ten     (PUB binds)\n"

@@ -1,5 +1,6 @@
 // tenbin serve: send batches, from .ten files or made up, at a given rate.
 #include "common.hpp"
+#include "interrupt.hpp"
 #include "progress.hpp"
 #include "sockets.hpp"
 
@@ -219,26 +220,35 @@ int run_serve(const serve_cli_options& opt) {
     if (!infos.empty()) co.infos = infos;
     connection conn = open_connection(opt.socket, {opt.url}, co, "tenbin serve");
 
+    const interrupt_catcher catcher;
     const bool pub = conn.endpoints().front().kind == tenbin::socket_kind::pub;
-    const double delay = opt.delay.value_or(pub ? 1.0 : 0.0);
-    if (delay > 0) std::this_thread::sleep_for(std::chrono::duration<double>(delay));
+    sleep_unless_interrupted(opt.delay.value_or(pub ? 1.0 : 0.0));
 
     progress report("tenbin serve", opt.report);
     const auto start = std::chrono::steady_clock::now();
-    for (std::size_t i = 0; opt.count == 0 || i < opt.count; ++i) {
-        if (opt.rate > 0)  // paced against the start: no drift over long runs
-            std::this_thread::sleep_until(start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                                      std::chrono::duration<double>(static_cast<double>(i) / opt.rate)));
-        if (!send_until(conn, batches[i % batches.size()], deadline_in(opt.timeout))) {
+    std::size_t sent = 0;
+    for (; (opt.count == 0 || sent < opt.count) && !interrupted(); ++sent) {
+        if (opt.rate > 0) {  // paced against the start: no drift over long runs
+            const auto due = start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                         std::chrono::duration<double>(static_cast<double>(sent) / opt.rate));
+            sleep_unless_interrupted(std::chrono::duration<double>(due - std::chrono::steady_clock::now()).count());
+            if (interrupted()) break;
+        }
+        if (!send_until(conn, batches[sent % batches.size()], deadline_in(opt.timeout))) {
+            if (interrupted()) break;
             report.finish(conn.stats());
-            std::cerr << "tenbin serve: error: timeout: message " << i + 1 << " could not be sent within "
-                      << seconds_text(opt.timeout) << " (no receiver?)" << plain_endpoint_hint({opt.url}, conn.endpoints())
-                      << "\n";
+            std::cerr << "tenbin serve: error: timeout: message " << sent + 1 << " could not be sent within "
+                      << seconds_text(opt.timeout) << " (no receiver?)"
+                      << plain_endpoint_hint({opt.url}, conn.endpoints()) << "\n";
             return exit_timeout;
         }
         report.update(conn.stats());
     }
     report.finish(conn.stats());
+    if (interrupted()) {
+        std::cerr << "tenbin serve: interrupted after " << sent << " messages (" << interrupting_signal() << ")\n";
+        return interrupted_status();
+    }
     return exit_ok;
 }
 
@@ -261,7 +271,7 @@ subcommand add_serve(CLI::App& parent) {
                     "tensor; DTYPE a code or NumPy name (float16, int32, ...); no DIMS (\"f4:\") is a\n"
                     "scalar; values uniform in [LO, HI) for floats (default 0..1), LO..HI inclusive\n"
                     "for integers (default: every value), e.g. \"y=int32:256:0..999\"");
-    app->add_option("--count,-n", opt->count, "Messages to send (0: until interrupted)")
+    app->add_option("--count,-n", opt->count, "Messages to send; 0: until interrupted")
         ->check(nonnegative)
         ->capture_default_str();
     app->add_option("--rate", opt->rate, "Messages per second (0: as fast as possible)")
@@ -285,9 +295,11 @@ subcommand add_serve(CLI::App& parent) {
         "made-up batches of that layout, --count messages in all, paced to --rate\n"
         "messages per second. Progress goes to stderr every --report seconds.\n" +
         plain_endpoint_note(opt->socket) +
+        "Ctrl-C (SIGINT) or SIGTERM stops it between messages, with a last report.\n"
         "Exit status: 0 sent, 1 error (unreadable file, refused endpoint, ...),\n"
         "2 timed out (no receiver took a message within --timeout), 64 wrong options\n"
-        "or arguments (bad URL, bad --synthetic, nothing to send).\n"
+        "or arguments (bad URL, bad --synthetic, nothing to send), 130 interrupted\n"
+        "(SIGINT), 143 terminated (SIGTERM).\n"
         "Examples:\n"
         "  tenbin serve zpush://localhost:7880 -f a.ten -f b.ten --rate 100   (PUSH connects)\n"
         "  tenbin serve zpub://*:7881 --synthetic 'x=f2:64,3,224,224;y=i4:64'   (PUB binds)\n"

@@ -1,6 +1,7 @@
 // tenbin show: the image-like tensors of a file or of received messages as
 // a grid of pictures in a PNG, captioned (tensorcom's tensorshow).
 #include "common.hpp"
+#include "interrupt.hpp"
 #include "sockets.hpp"
 
 #include <tenbin/connect.hpp>
@@ -299,18 +300,35 @@ void write_png(const std::string& path, const canvas& c) {
 }
 #endif
 
+// The image-like items of `m` (at most `wanted`), as pictures_of counts them.
+std::size_t images_in(const std::vector<tensor>& m, std::size_t wanted) {
+    std::vector<picture> scratch;
+    for (const tensor& t : m) pictures_of(t, {}, wanted - scratch.size(), scratch);
+    return scratch.size();
+}
+
+// --count messages (0: until interrupted, or until --max-images images
+// came: later ones could not be drawn, and only messages with images are
+// kept). A signal ends the wait with what arrived.
 std::vector<std::vector<tensor>> receive(const show_cli_options& opt) {
     connection_options co = connection_options_for(opt.socket, opt.source);
     co.allow64 = true;
     connection conn = open_connection(opt.socket, {opt.source}, co, "tenbin show");
     std::vector<std::vector<tensor>> out;
-    while (out.size() < opt.count) {
+    std::size_t received = 0, images = 0;
+    while ((opt.count ? received < opt.count : images < opt.max_images) && !interrupted()) {
         auto batch = receive_until(conn, deadline_in(opt.timeout));
-        if (!batch)
-            throw tenbin::error(errc::timeout, "received " + std::to_string(out.size()) + " of " +
-                                                   std::to_string(opt.count) + " messages; nothing within " +
-                                                   seconds_text(opt.timeout) +
+        if (!batch) {
+            if (interrupted()) break;
+            throw tenbin::error(errc::timeout, "received " + std::to_string(received) +
+                                                   (opt.count ? " of " + std::to_string(opt.count) : std::string()) +
+                                                   " messages; nothing within " + seconds_text(opt.timeout) +
                                                    plain_endpoint_hint({opt.source}, conn.endpoints()));
+        }
+        ++received;
+        const std::size_t more = images_in(batch->tensors, opt.max_images - std::min(images, opt.max_images));
+        if (opt.count == 0 && more == 0) continue;
+        images += more;
         out.push_back(std::move(batch->tensors));
     }
     return out;
@@ -322,6 +340,7 @@ int run_show(const show_cli_options& opt) {
 #else
     const bool url = opt.source.find("://") != std::string::npos;
     std::vector<std::vector<tensor>> messages;
+    const interrupt_catcher catcher;
     if (url) {
         try {
             messages = receive(opt);
@@ -381,7 +400,7 @@ int run_show(const show_cli_options& opt) {
               << height << " pixels";
     if (others) std::cout << " (" << others << " tensors not image-like skipped)";
     std::cout << '\n';
-    return exit_ok;
+    return interrupted() ? interrupted_status() : exit_ok;
 #endif
 }
 
@@ -396,7 +415,11 @@ subcommand add_show(CLI::App& parent) {
                     "ZeroMQ endpoint to receive from")
         ->required();
     app->add_option("-o,--out", opt->out, "The PNG file to write")->required();
-    app->add_option("-n,--count", opt->count, "Messages to receive from a URL")->check(positive)->capture_default_str();
+    app->add_option("-n,--count", opt->count,
+                    "Messages to receive from a URL; 0: until interrupted, or until --max-images\n"
+                    "images came")
+        ->check(nonnegative)
+        ->capture_default_str();
     app->add_option("--columns", opt->columns, "Images per row of the grid")->check(positive)->capture_default_str();
     app->add_option("--max-images", opt->max_images, "Draw at most this many images")
         ->check(positive)
@@ -415,8 +438,10 @@ subcommand add_show(CLI::App& parent) {
         "drawn as they are; floats in [0, 1] scaled to 0..255, other floats stretched\n"
         "from their minimum to their maximum. Other tensors are skipped.\n" +
         plain_endpoint_note(opt->socket) +
+        "Ctrl-C (SIGINT) or SIGTERM stops receiving: what arrived is drawn.\n"
         "Exit status: 0 written, 1 error (nothing image-like, unreadable file, ...),\n"
-        "2 timed out waiting for a message, 64 wrong options or arguments.\n"
+        "2 timed out waiting for a message, 64 wrong options or arguments,\n"
+        "130 interrupted (SIGINT), 143 terminated (SIGTERM).\n"
         "Examples:\n"
         "  tenbin show batch.ten --out batch.png\n"
         "  tenbin show zsub://localhost:7880 -n 4 --out stream.png   (SUB connects)");

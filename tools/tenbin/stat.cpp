@@ -121,6 +121,7 @@ int run_stat(const stat_cli_options& opt) {
     using clock = std::chrono::steady_clock;
     auto last_good = clock::now();
     const interrupt_catcher catcher;
+    const std::string of_count = opt.count ? " of " + std::to_string(opt.count) : std::string();
     while ((opt.count == 0 || received < opt.count) && !interrupted()) {
         std::optional<message> batch;
         try {
@@ -133,7 +134,7 @@ int run_stat(const stat_cli_options& opt) {
         }
         if (!batch) {
             if (interrupted()) break;
-            std::cerr << "tenbin stat: error: timeout: " << received << " of " << opt.count << " messages within "
+            std::cerr << "tenbin stat: error: timeout: " << received << of_count << " messages within "
                       << seconds_text(opt.timeout) << plain_endpoint_hint(opt.urls, conn.endpoints()) << "\n";
             return exit_timeout;
         }
@@ -158,7 +159,7 @@ int run_stat(const stat_cli_options& opt) {
     }
     report.finish(conn.stats());
     if (interrupted())
-        std::cerr << "tenbin stat: interrupted after " << received << " of " << opt.count << " messages ("
+        std::cerr << "tenbin stat: interrupted after " << received << of_count << " messages ("
                   << interrupting_signal() << ")\n";
 
     if (opt.json) {
@@ -206,7 +207,9 @@ subcommand add_stat(CLI::App& parent) {
     app->add_option("URL", opt->urls,
                     "tensorcom URLs or ZeroMQ endpoints (one socket on all; braces expand;\n"
                     "see --socket); default: tensormon's zsub://127.0.0.1:7880");
-    app->add_option("--count,-n", opt->count, "Messages to take")->check(positive)->capture_default_str();
+    app->add_option("--count,-n", opt->count, "Messages to take; 0: until interrupted")
+        ->check(nonnegative)
+        ->capture_default_str();
     app->add_flag("--json", opt->json, "Print the result as one JSON line");
     app->add_option("--timeout", opt->timeout, "Seconds to wait for each good message, malformed ones aside (0: forever);\nexit 2 after")
         ->check(nonnegative)
@@ -224,11 +227,12 @@ subcommand add_stat(CLI::App& parent) {
         "'-' and its JSON has no min, max, mean and std. A malformed message is\n"
         "reported on stderr and not counted.\n" +
         plain_endpoint_note(opt->socket) +
-        "Ctrl-C (SIGINT) stops it early: the summary of the messages taken so far is\n"
-        "printed (JSON: \"interrupted\": true) and the exit status is 130.\n"
+        "Ctrl-C (SIGINT) or SIGTERM stops it early: the summary of the messages taken\n"
+        "so far is printed (JSON: \"interrupted\": true) and the exit status is 130\n"
+        "(143 for SIGTERM).\n"
         "Exit status: 0 all arrived, 1 error (refused endpoint, ...), 2 timed out\n"
         "waiting for a message, 3 all arrived but some were malformed, 64 wrong\n"
-        "options or arguments (bad URL, ...), 130 interrupted.\n"
+        "options or arguments (bad URL, ...), 130 interrupted, 143 terminated.\n"
         "Examples:\n"
         "  tenbin stat zsub://localhost:7881 -n 100                  (SUB connects)\n"
         "  tenbin stat 'zsub://trainer:78{80..83}' --json\n"
