@@ -5,9 +5,12 @@ hashes of the data, and recording a stream as a shard (--save)."""
 import hashlib
 import json
 import os
+import signal
+import stat
 import struct
 import subprocess
 import sys
+import tarfile
 import time
 
 from support import (zmq, ERROR_LINE, BY_PATH, vec, expected_tensors, acceptable, ordered, run, start,
@@ -168,8 +171,125 @@ class Recv(CliTest):
                          [{"tensors": expected_tensors(BY_PATH["f8_cube.ten"])}])
         self.assertIn("received 1 of 2", err)
 
+    def record(self, shard, *args, count=3, serve=3):
+        """recv --save `shard` of `count` messages while serve sends `serve`: (status, stderr) of recv."""
+        port = free_port()
+        receiver = start("recv", f"zpull://127.0.0.1:{port}", "-n", str(count), "--save", shard, "--timeout", "20",
+                         *args)
+        if serve:
+            code, _, err = finish(start("serve", f"zpush://127.0.0.1:{port}", "-f", vec("f4_matrix.ten"),
+                                        "-n", str(serve), "--report", "0", "--timeout", "5"))
+            self.assertEqual(code, 0, err)
+        code, _, err = finish(receiver)
+        return code, err
+
+    def members(self, shard):
+        with tarfile.open(shard) as tar:
+            return [(m.name, m.mtime) for m in tar.getmembers()]
+
+    def test_save_replaces_a_file_only_with_force(self):
+        shard = self.path("kept.tar")
+        with open(shard, "wb") as f:
+            f.write(b"keep me")
+        code, err = self.record(shard, serve=0)
+        self.assertEqual(code, 1, err)
+        self.assertIn(f"'{shard}' exists; use --force to replace it", err)
+        with open(shard, "rb") as f:
+            self.assertEqual(f.read(), b"keep me")
+        self.assertFalse(os.path.exists(shard + ".part"))
+        code, err = self.record(shard, "--force")
+        self.assertEqual(code, 0, err)
+        self.assertEqual(len(self.members(shard)), 3)
+        self.assertEqual(run("recv", "zpull://127.0.0.1:1", "--force").returncode, 64)  # --force needs --save
+
+    def test_members_carry_the_time_they_were_recorded(self):
+        shard = self.path("dated.tar")
+        before = int(time.time())
+        code, err = self.record(shard)
+        after = time.time()
+        self.assertEqual(code, 0, err)
+        for name, mtime in self.members(shard):
+            self.assertTrue(before <= mtime <= after, (name, mtime, before, after))
+
+    def test_save_never_follows_a_link_at_the_partial_file(self):
+        # A link planted at X.tar.part, pointing at a file of the user's: the
+        # recorder refuses, and the file is untouched.
+        shard, victim = self.path("x.tar"), self.path("victim")
+        with open(victim, "wb") as f:
+            f.write(b"precious")
+        os.symlink(victim, shard + ".part")
+        code, err = self.record(shard, serve=0)
+        self.assertEqual(code, 1, err)
+        self.assertIn(f"{shard}.part exists", err)
+        with open(victim, "rb") as f:
+            self.assertEqual(f.read(), b"precious")
+        self.assertTrue(os.path.islink(shard + ".part"))
+        self.assertFalse(os.path.exists(shard))
+
+    def test_save_refuses_a_target_that_is_no_regular_file(self):
+        victim = self.path("victim")
+        with open(victim, "wb") as f:
+            f.write(b"precious")
+        targets = {"fifo.tar": lambda p: os.mkfifo(p), "link.tar": lambda p: os.symlink(victim, p),
+                   "dir.tar": lambda p: os.mkdir(p)}
+        try:
+            os.mknod(self.path("probe"), 0o600 | stat.S_IFCHR, os.makedev(1, 3))
+            targets["device.tar"] = lambda p: os.mknod(p, 0o600 | stat.S_IFCHR, os.makedev(1, 3))
+        except OSError:
+            pass  # no CAP_MKNOD here: the device case is left out
+        for name, make in targets.items():
+            for force in ([], ["--force"]):
+                with self.subTest(target=name, force=force):
+                    shard = self.path(name)
+                    make(shard)
+                    code, err = self.record(shard, *force, serve=0)  # a FIFO opened would hang here
+                    self.assertEqual(code, 1, err)
+                    self.assertIn("not a regular file", err)
+                    self.assertFalse(os.path.exists(shard + ".part"))
+                    self.assertFalse(stat.S_ISREG(os.lstat(shard).st_mode))
+                    if os.path.isdir(shard) and not os.path.islink(shard):
+                        os.rmdir(shard)
+                    else:
+                        os.remove(shard)
+        with open(victim, "rb") as f:
+            self.assertEqual(f.read(), b"precious")
+
+    def test_save_finishes_the_shard_at_a_signal(self):
+        for sig, status in ((signal.SIGINT, 130), (signal.SIGTERM, 143)):
+            with self.subTest(signal=sig.name):
+                shard = self.path(f"{sig.name}.tar")
+                port = free_port()
+                receiver = start("recv", f"zpull://127.0.0.1:{port}", "-n", "0", "--save", shard, "--timeout", "0")
+                code, _, err = finish(start("serve", f"zpush://127.0.0.1:{port}", "-f", vec("f4_matrix.ten"),
+                                            "-n", "2", "--report", "0"))
+                self.assertEqual(code, 0, err)
+                time.sleep(0.5)
+                receiver.send_signal(sig)
+                code, _, err = finish(receiver, timeout=10)
+                self.assertEqual(code, status, err)
+                self.assertIn("saved 2 messages", err)
+                self.assertEqual([n for n, _ in self.members(shard)], ["000000.ten", "000001.ten"])
+                self.assertFalse(os.path.exists(shard + ".part"))
+
+    def test_two_recorders_on_one_path_cannot_mix_their_shards(self):
+        shard = self.path("one.tar")
+        port = free_port()
+        first = start("recv", f"zpull://127.0.0.1:{port}", "-n", "2", "--save", shard, "--timeout", "20")
+        time.sleep(0.3)  # it holds one.tar.part
+        second = run("recv", f"zpull://127.0.0.1:{free_port()}", "-n", "1", "--save", shard, "--force",
+                     "--timeout", "1")
+        self.assertEqual(second.returncode, 1, second.stderr)
+        self.assertIn(b"another tenbin recv --save is recording to", second.stderr)
+        code, _, err = finish(start("serve", f"zpush://127.0.0.1:{port}", "-f", vec("i4_i8.ten"), "-n", "2",
+                                    "--report", "0"))
+        self.assertEqual(code, 0, err)
+        code, _, err = finish(first)
+        self.assertEqual(code, 0, err)
+        r = run("info", "--json", shard)
+        self.assertEqual([m["tensors"] for m in json.loads(r.stdout)["messages"]],
+                         [expected_tensors(BY_PATH["i4_i8.ten"])] * 2)
+
     def test_record_a_stream_as_a_shard_and_replay_it(self):
-        import tarfile
         names = ["f4_matrix.ten", "u1_image.ten", "i4_i8.ten"]
         shard = self.path("recorded.tar")
         port = free_port()

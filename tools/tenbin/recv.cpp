@@ -21,6 +21,7 @@ struct recv_cli_options {
     double timeout = 30;
     bool json = false;
     std::string save;
+    bool force = false;
     socket_choice socket;
 };
 
@@ -64,13 +65,13 @@ void print_malformed(const tenbin::error& e, std::size_t number, bool json) {
 int run_recv(const recv_cli_options& opt) {
     if (!opt.save.empty() && !is_shard(opt.save))
         throw usage_error("--save '" + opt.save + "': a shard is a .tar file (webdataset), e.g. recorded.tar");
+    std::optional<shard_writer> shard;
+    if (!opt.save.empty()) shard.emplace(opt.save, opt.force);
     connection_options co = connection_options_for(opt.socket, opt.url);
     co.linger = std::chrono::milliseconds(1000);  // replies only; never hang at exit
     connection conn = open_connection(opt.socket, {opt.url}, co, "tenbin recv");
     const socket_kind kind = conn.endpoints().front().kind;
 
-    std::optional<shard_writer> shard;
-    if (!opt.save.empty()) shard.emplace(opt.save);
     // What arrived before a timeout is kept too.
     const auto save = [&] {
         if (!shard) return;
@@ -145,8 +146,14 @@ subcommand add_recv(CLI::App& parent) {
                   "for a malformed one");
     app->add_option("--save", opt->save,
                     "Record the messages that decode into FILE.tar, a webdataset shard: one member\n"
-                    "KEY.ten per message, in order (000000.ten, 000001.ten, ...); replay it with\n"
-                    "tenbin send/serve --file FILE.tar");
+                    "KEY.ten per message, in order (000000.ten, 000001.ten, ...), dated when it\n"
+                    "came; written as FILE.tar.part (one recorder per FILE) and renamed at the end,\n"
+                    "Ctrl-C included; replay it with tenbin send/serve --file FILE.tar");
+    app->add_flag("--force", opt->force,
+                  "Replace --save's FILE when it exists (a regular file only: a FIFO, device,\n"
+                  "directory or symbolic link is never replaced); without it, recv fails with\n"
+                  "status 1 before receiving")
+        ->needs(app->get_option("--save"));
     add_socket_choice(*app, opt->socket, {"pull", "sub", "router", "rep", "pair"}, tenbin::socket_kind::pull,
                       true);
     app->footer(
