@@ -21,6 +21,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using detail::atomic_file;
+using detail::in_quotes;
 using detail::os_error;
 using detail::unique_fd;
 
@@ -35,6 +36,17 @@ constexpr std::size_t max_certificate_bytes = 64 * 1024;
 [[noreturn]] void malformed(const fs::path& file, std::size_t line, const std::string& what) {
     throw error(errc::bad_certificate,
                 file.string() + (line ? ":" + std::to_string(line) : std::string()) + ": " + what);
+}
+
+[[noreturn]] void not_regular(const fs::path& file, mode_t mode) {
+    const std::string_view what = S_ISFIFO(mode)                   ? "is a FIFO"
+                                  : S_ISDIR(mode)                  ? "is a directory"
+                                  : S_ISCHR(mode) || S_ISBLK(mode) ? "is a device"
+                                  : S_ISSOCK(mode)                 ? "is a socket"
+                                                                   : "is no regular file";
+    std::string text(what);
+    text += ", not a regular file: no certificate is read from one";
+    malformed(file, 0, text);
 }
 
 std::string_view trim(std::string_view s) {
@@ -54,12 +66,16 @@ bool is_name(std::string_view s) {
 // The whole of a certificate file and its mode (taken from the open file,
 // so it is the mode of what is read).
 std::string read_certificate(const fs::path& file, mode_t& mode_out) {
-    const unique_fd owned(::open(file.c_str(), O_RDONLY | O_CLOEXEC));
+    // Looked at before it is opened, and opened without waiting: opening a
+    // FIFO for reading blocks until a writer comes, a device may do anything.
+    struct stat st {};
+    if (::stat(file.c_str(), &st) != 0) io_failure(file, "cannot open the certificate");
+    if (!S_ISREG(st.st_mode)) not_regular(file, st.st_mode);
+    const unique_fd owned(::open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY));
     const int fd = owned.get();
     if (fd < 0) io_failure(file, "cannot open the certificate");
-    struct stat st {};
     if (::fstat(fd, &st) != 0) io_failure(file, "cannot stat the certificate");
-    if (!S_ISREG(st.st_mode)) malformed(file, 0, "not a regular file");
+    if (!S_ISREG(st.st_mode)) not_regular(file, st.st_mode);  // replaced meanwhile
     mode_out = st.st_mode;
     if (static_cast<std::uint64_t>(st.st_size) > max_certificate_bytes)
         malformed(file, 0, std::to_string(st.st_size) + " bytes, too large for a certificate (at most " +
@@ -101,7 +117,7 @@ curve_keys parse_certificate(const fs::path& file, std::string_view text) {
         }
         const std::string_view key = trim(body.substr(0, eq));
         std::string_view value = trim(body.substr(eq + 1));
-        if (!is_name(key)) malformed(file, number, "'" + std::string(key) + "' is no property name");
+        if (!is_name(key)) malformed(file, number, in_quotes(key) + " is no property name");
         if (!value.empty() && (value.front() == '"' || value.front() == '\'')) {
             const auto close = value.find(value.front(), 1);
             if (close == std::string_view::npos) malformed(file, number, "a quoted value has no closing quote");
@@ -173,12 +189,18 @@ curve_keys load_secret_certificate(const fs::path& file) {
     curve_keys keys = parse_certificate(file, read_certificate(file, st_mode));
     if (keys.secret_key.empty())
         malformed(file, 0, "holds no secret-key: a public certificate (NAME.key), not a secret one (NAME.key_secret)");
-    if (st_mode & (S_IRGRP | S_IROTH)) {
+    // Written by others is as bad as read by them: they could put their key
+    // in its place.
+    if (st_mode & (S_IRWXG | S_IRWXO)) {
         char mode[8];
         std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st_mode & 07777));
-        throw error(errc::bad_certificate, file.string() + ": a secret certificate must be readable by its owner "
-                                                           "only, but its mode is " +
-                                               mode + "; run chmod 600 on it");
+        const char* who = st_mode & (S_IWGRP | S_IWOTH)   ? "others may write it"
+                          : st_mode & (S_IRGRP | S_IROTH) ? "others may read it"
+                                                          : "others have rights to it";
+        throw error(errc::bad_certificate, file.string() +
+                                               ": a secret certificate must be readable and writable by its owner "
+                                               "only, but its mode is " +
+                                               mode + " (" + who + "); run chmod 600 on it");
     }
     if (!detail::keys_match(keys)) malformed(file, 0, "its secret-key does not belong to its public-key");
     return keys;

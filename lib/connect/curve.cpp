@@ -17,9 +17,19 @@ void require_curve() {
 std::string key_problem(std::string_view key) {
     static constexpr std::string_view alphabet =
         "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#";
-    if (key.size() == 40 && key.find_first_not_of(alphabet) == std::string_view::npos) return {};
-    return "is not a CURVE key (40 characters of Z85), but " + std::to_string(key.size()) + " characters" +
-           (key.size() == 40 ? " outside Z85's alphabet" : "");
+    if (key.size() != 40 || key.find_first_not_of(alphabet) != std::string_view::npos)
+        return "is not a CURVE key (40 characters of Z85), but " + std::to_string(key.size()) + " characters" +
+               (key.size() == 40 ? " outside Z85's alphabet" : "");
+    // Each 5 characters stand for 4 bytes: a value of at most 2^32 - 1,
+    // which Z85's alphabet can overshoot ("#####").
+    for (std::size_t at = 0; at < key.size(); at += 5) {
+        std::uint64_t value = 0;
+        for (std::size_t i = at; i < at + 5; ++i) value = value * 85 + alphabet.find(key[i]);
+        if (value > 0xffffffff)
+            return "is not a CURVE key: characters " + std::to_string(at + 1) + " to " + std::to_string(at + 5) +
+                   " encode a value over 2^32 - 1, which no Z85 encoder writes";
+    }
+    return {};
 }
 
 std::string key_bytes(const std::string& z85) {
@@ -86,6 +96,13 @@ curve_keys generate_curve_keys() {
     char pub[41] = {}, sec[41] = {};
     if (zmq_curve_keypair(pub, sec) != 0) throw zmq::error_t();
     return {pub, sec};
+}
+
+void check_curve_address(std::string_view address) {
+    if (address.starts_with("inproc://"))
+        throw error(errc::bad_argument, "CURVE cannot secure " + std::string(address) +
+                                            ": libzmq joins inproc peers without a handshake, so the keys would be "
+                                            "ignored; use ipc:// or tcp:// for CURVE, or no keys within the process");
 }
 
 curve_guard enable_curve(zmq::context_t& context, zmq::socket_ref socket, const curve_options& opt, curve_role role) {

@@ -118,6 +118,52 @@ class Curve(CliTest):
                 for option in (b"--curve-cert", b"--curve-server", b"--curve-allow"):
                     self.assertIn(option, out)
 
+    def test_hostile_certificate_files_are_refused_at_once(self):
+        # A FIFO (opened to read, it would wait for a writer for ever), as
+        # this side's certificate, the server's, or inside the allow-list.
+        os.mkfifo(self.path("fifo.key_secret"))
+        os.mkfifo(self.path("fifo.key"))
+        os.mkdir(self.path("hostile"))
+        os.mkfifo(self.path("hostile", "peer.key"))
+        port = free_port()
+        for args, file in ((["recv", f"zpull://127.0.0.1:{port}", "--curve-cert", self.path("fifo.key_secret")],
+                            self.path("fifo.key_secret")),
+                           (["send", f"zpush://127.0.0.1:{port}", "-f", vec("i4_i8.ten"),
+                             "--curve-cert", self.path("client.key_secret"), "--curve-server", self.path("fifo.key")],
+                            self.path("fifo.key")),
+                           (["recv", f"zpull://127.0.0.1:{port}", "--curve-cert", self.path("server.key_secret"),
+                             "--curve-allow", self.path("hostile")], self.path("hostile", "peer.key"))):
+            with self.subTest(file=file):
+                m = self.error(run(*args, "--timeout", "1", timeout=10))
+                self.assertEqual(m["cls"], "bad_certificate")
+                self.assertEqual(m["msg"], f"{file}: is a FIFO, not a regular file: no certificate is read from one")
+        # A secret others may write (they could put their own key in it).
+        os.chmod(self.path("server.key_secret"), 0o602)
+        m = self.error(run("recv", f"zpull://127.0.0.1:{port}", *self.server(), "--timeout", "1"))
+        self.assertEqual(m["cls"], "bad_certificate")
+        self.assertIn("its mode is 0602 (others may write it); run chmod 600 on it", m["msg"])
+        os.chmod(self.path("server.key_secret"), 0o600)
+        # A key in Z85's alphabet whose value is out of its range: named by file and line.
+        with open(self.path("server.key")) as f:
+            text = f.read()
+        key = text.split('public-key = "')[1][:40]
+        with open(self.path("odd.key"), "w") as f:
+            f.write(text.replace(key, key[:35] + "#####"))
+        line = 1 + text[:text.index(key)].count("\n")
+        m = self.error(run("send", f"zpush://127.0.0.1:{port}", "-f", vec("i4_i8.ten"), "--timeout", "1",
+                           "--curve-cert", self.path("client.key_secret"), "--curve-server", self.path("odd.key")))
+        self.assertEqual(m["cls"], "bad_certificate")
+        self.assertIn(f"{self.path('odd.key')}:{line}: public-key is not a CURVE key", m["msg"])
+
+    def test_curve_on_inproc_is_refused(self):
+        # libzmq joins inproc peers without a handshake: keys would be silently ignored.
+        for args in (["recv", "inproc://feed", *self.server()],
+                     ["send", "inproc://feed", "-f", vec("i4_i8.ten"), *self.client()]):
+            with self.subTest(command=args[0]):
+                m = self.error(run(*args, "--timeout", "1"), status=64)
+                self.assertEqual(m["cls"], "bad_argument")
+                self.assertIn("CURVE cannot secure inproc://feed", m["msg"])
+
 
 if __name__ == "__main__":
     sys.exit(main())

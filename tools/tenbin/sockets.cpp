@@ -159,6 +159,13 @@ std::optional<curve_options> curve_for(const socket_choice& choice, const std::v
             throw usage_error("--curve-server and --curve-allow need --curve-cert (this side's secret certificate)");
         return std::nullopt;
     }
+    for (const endpoint& ep : endpoints) {
+        try {
+            check_curve_address(ep.address);
+        } catch (const error& e) {
+            throw usage_error(e.what());
+        }
+    }
     const bool binds = std::any_of(endpoints.begin(), endpoints.end(), [](const endpoint& e) { return e.bind; });
     const bool connects = std::any_of(endpoints.begin(), endpoints.end(), [](const endpoint& e) { return !e.bind; });
     if (connects && choice.curve_server.empty())
