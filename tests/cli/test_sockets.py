@@ -102,7 +102,8 @@ class Sockets(CliTest):
                     else:
                         self.assertIn("3 images", out)
         # Senders: they send until Ctrl-C, even to a receiver gone.
-        for command, args in (("send", ["-f", vec("f4_matrix.ten")]), ("serve", ["--synthetic", "f4:3", "--report", "0"])):
+        for command, args in (("send", ["-f", vec("f4_matrix.ten")]),
+                              ("serve", ["--synthetic", "f4:3", "--report", "0"])):
             with self.subTest(command=command):
                 endpoint = free_tcp_endpoint()
                 receiver = start("recv", endpoint, "-n", "5", "--timeout", "20")

@@ -301,7 +301,8 @@ std::string sniffed_format(const std::string& path) {
     if (starts("~TenBin~")) return ".ten";
     if (starts("\x93NUMPY")) return ".npy";
     if (starts("PK\x03\x04") || starts("PK\x05\x06")) return ".npz";
-    if (zstd_start(bytes_view(reinterpret_cast<const std::byte*>(head), static_cast<std::size_t>(n)))) return ".ten.zst";
+    if (zstd_start(bytes_view(reinterpret_cast<const std::byte*>(head), static_cast<std::size_t>(n))))
+        return ".ten.zst";
     if (n >= 262 && std::memcmp(head + 257, "ustar", 5) == 0) return ".tar";
     // safetensors: a little-endian header length, then the JSON header.
     std::uint64_t length = 0;

@@ -83,7 +83,8 @@ int run_monitor(const monitor_cli_options& opt) {
             // Awake at least once per interval to report, even when nothing
             // comes, and in time for --timeout.
             auto wake = window_start + interval;
-            if (const auto limit = deadline_in(opt.timeout)) wake = std::min(wake, *limit - (clock::now() - last_arrival));
+            if (const auto limit = deadline_in(opt.timeout))
+                wake = std::min(wake, *limit - (clock::now() - last_arrival));
             if (auto batch = receive_until(conn, wake)) {
                 ++total;
                 ++window_messages;

@@ -97,7 +97,8 @@ int run_recv(const recv_cli_options& opt) {
             print_malformed(e, i, opt.json);
             message bad;
             if (const auto* with_envelope = dynamic_cast<const malformed_message*>(&e))
-                for (const std::string& frame : with_envelope->envelope()) bad.envelope.emplace_back(frame.data(), frame.size());
+                for (const std::string& frame : with_envelope->envelope())
+                    bad.envelope.emplace_back(frame.data(), frame.size());
             answer(bad);
             continue;
         }
