@@ -137,6 +137,12 @@ class CliTest(unittest.TestCase):
         self.addCleanup(s.close)
         return s
 
+    def succeeds(self, *args, timeout=60):
+        """Runs the tool with `args` to its end, which must be a success: its (stdout, stderr)."""
+        code, out, err = finish(start(*args), timeout=timeout)
+        self.assertEqual(code, 0, err)
+        return out, err
+
     def error(self, r, status=1):
         """The one error line of a finished run that failed with `status`."""
         self.assertEqual(r.returncode, status, r.stderr)

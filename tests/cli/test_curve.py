@@ -29,9 +29,8 @@ class Curve(CliTest):
         port = free_port()
         receiver = start("recv", f"zpull://127.0.0.1:{port}", "--count", "3", "--json", "--timeout", "20",
                          *self.server())
-        code, _, err = finish(start("send", f"zpush://127.0.0.1:{port}", "--file", vec("i4_i8.ten"), "--count", "3",
-                                    *self.client()))
-        self.assertEqual(code, 0, err)
+        self.succeeds("send", f"zpush://127.0.0.1:{port}", "--file", vec("i4_i8.ten"), "--count", "3",
+                      *self.client())
         code, out, err = finish(receiver)
         self.assertEqual(code, 0, err)
         lines = out.splitlines()

@@ -13,9 +13,8 @@ class Monitor(CliTest):
         port = free_port()
         monitor = start("monitor", f"zpull://127.0.0.1:{port}", "--count", "12", "--json", "--interval", "0.2",
                         "--timeout", "20")
-        code, _, err = finish(start("serve", f"zpush://127.0.0.1:{port}", "--synthetic", "x=u1:1000;y=f4:10",
-                                    "--count", "12", "--rate", "20", "--report", "0"))
-        self.assertEqual(code, 0, err)
+        self.succeeds("serve", f"zpush://127.0.0.1:{port}", "--synthetic", "x=u1:1000;y=f4:10",
+                      "--count", "12", "--rate", "20", "--report", "0")
         code, out, err = finish(monitor)
         self.assertEqual(code, 0, err)
         reports = [json.loads(line) for line in out.splitlines()]

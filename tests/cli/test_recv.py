@@ -177,9 +177,8 @@ class Recv(CliTest):
         receiver = start("recv", f"zpull://127.0.0.1:{port}", "-n", str(count), "--save", shard, "--timeout", "20",
                          *args)
         if serve:
-            code, _, err = finish(start("serve", f"zpush://127.0.0.1:{port}", "-f", vec("f4_matrix.ten"),
-                                        "-n", str(serve), "--report", "0", "--timeout", "5"))
-            self.assertEqual(code, 0, err)
+            self.succeeds("serve", f"zpush://127.0.0.1:{port}", "-f", vec("f4_matrix.ten"),
+                          "-n", str(serve), "--report", "0", "--timeout", "5")
         code, _, err = finish(receiver)
         return code, err
 
@@ -260,9 +259,8 @@ class Recv(CliTest):
                 shard = self.path(f"{sig.name}.tar")
                 port = free_port()
                 receiver = start("recv", f"zpull://127.0.0.1:{port}", "-n", "0", "--save", shard, "--timeout", "0")
-                code, _, err = finish(start("serve", f"zpush://127.0.0.1:{port}", "-f", vec("f4_matrix.ten"),
-                                            "-n", "2", "--report", "0"))
-                self.assertEqual(code, 0, err)
+                self.succeeds("serve", f"zpush://127.0.0.1:{port}", "-f", vec("f4_matrix.ten"),
+                              "-n", "2", "--report", "0")
                 time.sleep(0.5)
                 receiver.send_signal(sig)
                 code, _, err = finish(receiver, timeout=10)
@@ -280,9 +278,8 @@ class Recv(CliTest):
                      "--timeout", "1")
         self.assertEqual(second.returncode, 1, second.stderr)
         self.assertIn(b"another tenbin recv --save is recording to", second.stderr)
-        code, _, err = finish(start("serve", f"zpush://127.0.0.1:{port}", "-f", vec("i4_i8.ten"), "-n", "2",
-                                    "--report", "0"))
-        self.assertEqual(code, 0, err)
+        self.succeeds("serve", f"zpush://127.0.0.1:{port}", "-f", vec("i4_i8.ten"), "-n", "2",
+                      "--report", "0")
         code, _, err = finish(first)
         self.assertEqual(code, 0, err)
         r = run("info", "--json", shard)
@@ -294,9 +291,8 @@ class Recv(CliTest):
         shard = self.path("recorded.tar")
         port = free_port()
         receiver = start("recv", f"zpull://127.0.0.1:{port}", "--count", "3", "--save", shard, "--timeout", "20")
-        code, _, err = finish(start("serve", f"zpush://127.0.0.1:{port}", *sum((["-f", vec(n)] for n in names), []),
-                                    "--count", "3", "--report", "0"))
-        self.assertEqual(code, 0, err)
+        self.succeeds("serve", f"zpush://127.0.0.1:{port}", *sum((["-f", vec(n)] for n in names), []),
+                      "--count", "3", "--report", "0")
         code, _, err = finish(receiver)
         self.assertEqual(code, 0, err)
         self.assertIn("saved 3 messages", err)
@@ -324,8 +320,7 @@ class Recv(CliTest):
         # send replays it message by message, --count times over.
         port = free_port()
         receiver = start("recv", f"zpull://127.0.0.1:{port}", "--count", "6", "--json", "--timeout", "20")
-        code, _, err = finish(start("send", f"zpush://127.0.0.1:{port}", "--file", shard, "--count", "2"))
-        self.assertEqual(code, 0, err)
+        self.succeeds("send", f"zpush://127.0.0.1:{port}", "--file", shard, "--count", "2")
         code, out, err = finish(receiver)
         self.assertEqual(code, 0, err)
         got = [json.loads(line)["tensors"] for line in out.splitlines()]

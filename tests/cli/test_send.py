@@ -45,9 +45,8 @@ class Send(CliTest):
                 with self.subTest(ext=ext, command=command):
                     endpoint = free_tcp_endpoint()
                     receiver = start("recv", endpoint, "--json", "--timeout", "20")
-                    code, _, err = finish(start(command, endpoint, "-f", path, "--count", "1", "--timeout", "20",
-                                                *(["--report", "0"] if command == "serve" else [])))
-                    self.assertEqual(code, 0, err)
+                    self.succeeds(command, endpoint, "-f", path, "--count", "1", "--timeout", "20",
+                                  *(["--report", "0"] if command == "serve" else []))
                     code, out, err = finish(receiver)
                     self.assertEqual(code, 0, err)
                     self.assertEqual(json.loads(out)["tensors"], tensors)
@@ -152,8 +151,7 @@ class Send(CliTest):
         port = free_port()
         entry = BY_PATH["i4_i8.ten"]
         receiver = start("recv", f"zpull://127.0.0.1:{port}", "--count", "2", "--json", "--timeout", "20")
-        code, _, err = finish(start("send", f"zpush://127.0.0.1:{port}", "--file", vec("i4_i8.ten"), "--count", "2"))
-        self.assertEqual(code, 0, err)
+        self.succeeds("send", f"zpush://127.0.0.1:{port}", "--file", vec("i4_i8.ten"), "--count", "2")
         code, out, err = finish(receiver)
         self.assertEqual(code, 0, err)
         lines = out.splitlines()
@@ -175,8 +173,7 @@ class Send(CliTest):
                 self.assertNotIn(b"connection_options", r.stderr)
         # Without it the same goes out (a tenbin receiver reads u4).
         receiver = start("recv", f"zpull://127.0.0.1:{port}", "--json", "--timeout", "20")
-        code, _, err = finish(start("send", f"zpush://127.0.0.1:{port}", "--file", vec("u4_patched.ten")))
-        self.assertEqual(code, 0, err)
+        self.succeeds("send", f"zpush://127.0.0.1:{port}", "--file", vec("u4_patched.ten"))
         self.assertEqual(finish(receiver)[0], 0)
 
 

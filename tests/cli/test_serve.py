@@ -12,9 +12,8 @@ class Serve(CliTest):
     def test_serve_sends_its_files_in_turn(self):
         port = free_port()
         receiver = start("recv", f"zrpull://127.0.0.1:{port}", "--bind", "--count", "4", "--json", "--timeout", "20")
-        code, _, err = finish(start("serve", f"zrpush://127.0.0.1:{port}", "--connect", "-f", vec("f4_matrix.ten"),
-                                    "-f", vec("u1_image.ten"), "--count", "4", "--report", "0"))
-        self.assertEqual(code, 0, err)
+        self.succeeds("serve", f"zrpush://127.0.0.1:{port}", "--connect", "-f", vec("f4_matrix.ten"),
+                      "-f", vec("u1_image.ten"), "--count", "4", "--report", "0")
         code, out, err = finish(receiver)
         self.assertEqual(code, 0, err)
         got = [json.loads(line)["tensors"] for line in out.splitlines()]
@@ -24,10 +23,9 @@ class Serve(CliTest):
     def test_serve_synthetic_batches_with_infos_single_part_and_progress(self):
         port = free_port()
         receiver = start("recv", f"tcp://127.0.0.1:{port}", "--count", "3", "--json", "--timeout", "20")
-        code, _, err = finish(start("serve", f"tcp://127.0.0.1:{port}", "--synthetic", "f2:4,3,8,8;i4:4",
-                                    "--infos", "images,labels", "--single", "--count", "3", "--rate", "10",
-                                    "--report", "0.05"))
-        self.assertEqual(code, 0, err)
+        _, err = self.succeeds("serve", f"tcp://127.0.0.1:{port}", "--synthetic", "f2:4,3,8,8;i4:4",
+                               "--infos", "images,labels", "--single", "--count", "3", "--rate", "10",
+                               "--report", "0.05")
         # Not a terminal: progress comes as plain lines.
         self.assertRegex(err, r"tenbin serve: \d+ msgs, [0-9.]+ msg/s")
         self.assertNotIn("\r", err)
@@ -48,9 +46,8 @@ class Serve(CliTest):
         # report (after a moment too short to say more) gives none.
         port = free_port()
         receiver = start("recv", f"tcp://127.0.0.1:{port}", "--count", "12", "--timeout", "20")
-        code, _, err = finish(start("serve", f"tcp://127.0.0.1:{port}", "--synthetic", "f4:1000", "--count", "12",
-                                    "--rate", "20", "--report", "0.2"))
-        self.assertEqual(code, 0, err)
+        _, err = self.succeeds("serve", f"tcp://127.0.0.1:{port}", "--synthetic", "f4:1000", "--count", "12",
+                               "--rate", "20", "--report", "0.2")
         self.assertEqual(finish(receiver)[0], 0)
         lines = [line for line in err.splitlines() if " msgs, " in line]
         report = re.compile(r"^tenbin serve: (\d+) msgs, [0-9.]+ msg/s, [0-9.]+ MB/s"
@@ -133,9 +130,8 @@ class Serve(CliTest):
         self.assertIn(b"shard of 2 messages (2 members not .ten skipped)", r.stdout)
         port = free_port()
         receiver = start("recv", f"zpull://127.0.0.1:{port}", "--count", "2", "--json", "--timeout", "20")
-        code, _, err = finish(start("serve", f"zpush://127.0.0.1:{port}", "-f", shard, "--count", "2",
-                                    "--report", "0"))
-        self.assertEqual(code, 0, err)
+        self.succeeds("serve", f"zpush://127.0.0.1:{port}", "-f", shard, "--count", "2",
+                      "--report", "0")
         code, out, err = finish(receiver)
         self.assertEqual(code, 0, err)
         got = [json.loads(line)["tensors"] for line in out.splitlines()]

@@ -91,9 +91,8 @@ class Show(CliTest):
         # Received messages: a batch of NCHW images, two to a row.
         port = free_port()
         shower = start("show", f"zpull://127.0.0.1:{port}", "--out", png, "--columns", "2", "--timeout", "20")
-        code, _, err = finish(start("serve", f"zpush://127.0.0.1:{port}", "--synthetic", "x=u1:3,3,16,16",
-                                    "--count", "1", "--report", "0"))
-        self.assertEqual(code, 0, err)
+        self.succeeds("serve", f"zpush://127.0.0.1:{port}", "--synthetic", "x=u1:3,3,16,16",
+                      "--count", "1", "--report", "0")
         code, out, err = finish(shower)
         self.assertEqual(code, 0, err)
         # Two rows of cells: 64 pixels of image, three caption lines ("u1 [3, 3, 16, 16]" wraps).

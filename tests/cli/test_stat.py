@@ -45,9 +45,8 @@ class Stat(CliTest):
         std = (sum((v - mean) ** 2 for v in values) / 15) ** 0.5
         port = free_port()
         stat = start("stat", f"zpull://127.0.0.1:{port}", "--count", "3", "--json", "--timeout", "20")
-        code, _, err = finish(start("serve", f"zpush://127.0.0.1:{port}", "-f", vec("f4_matrix.ten"),
-                                    "--count", "3", "--report", "0"))
-        self.assertEqual(code, 0, err)
+        self.succeeds("serve", f"zpush://127.0.0.1:{port}", "-f", vec("f4_matrix.ten"),
+                      "--count", "3", "--report", "0")
         code, out, err = finish(stat)
         self.assertEqual(code, 0, err)
         result = json.loads(out)
@@ -62,9 +61,8 @@ class Stat(CliTest):
     def test_stat_of_synthetic_data_stays_in_range_and_table_is_readable(self):
         port = free_port()
         stat = start("stat", f"zsub://127.0.0.1:{port}", "--count", "4", "--timeout", "20")
-        code, _, err = finish(start("serve", f"zpub://127.0.0.1:{port}", "--synthetic", "a=f4:500;b=u1:300",
-                                    "--count", "40", "--rate", "40", "--delay", "0.3", "--report", "0"))
-        self.assertEqual(code, 0, err)
+        self.succeeds("serve", f"zpub://127.0.0.1:{port}", "--synthetic", "a=f4:500;b=u1:300",
+                      "--count", "40", "--rate", "40", "--delay", "0.3", "--report", "0")
         code, out, err = finish(stat)
         self.assertEqual(code, 0, err)
         rows = {line.split()[1]: line.split() for line in out.splitlines()[2:]}
@@ -78,9 +76,8 @@ class Stat(CliTest):
         port = free_port()
         stat = start("stat", f"zpull://127.0.0.1:{port}", "--count", str(count), "--timeout", "20", *args)
         sources = [a for f in files for a in ("-f", vec(f))]
-        code, _, err = finish(start("serve", f"zpush://127.0.0.1:{port}", *sources, "--count", str(count),
-                                    "--report", "0"))
-        self.assertEqual(code, 0, err)
+        self.succeeds("serve", f"zpush://127.0.0.1:{port}", *sources, "--count", str(count),
+                      "--report", "0")
         code, out, err = finish(stat)
         self.assertEqual(code, 0, err)
         return out
@@ -137,9 +134,8 @@ class Stat(CliTest):
         port = free_port()
         stat = start("stat", f"zpull://127.0.0.1:{port}", "--count", "3", "--timeout", "20")
         for spec, count in (("input=f4:2,3;target=i4:2", "2"), ("input=f4:2,3,4;target=i2:5", "1")):
-            code, _, err = finish(start("serve", f"zpush://127.0.0.1:{port}", "--synthetic", spec, "--count", count,
-                                        "--report", "0"))
-            self.assertEqual(code, 0, err)
+            self.succeeds("serve", f"zpush://127.0.0.1:{port}", "--synthetic", spec, "--count", count,
+                          "--report", "0")
         code, out, err = finish(stat)
         self.assertEqual(code, 0, err)
         lines = out.splitlines()
@@ -170,9 +166,8 @@ class Stat(CliTest):
     def test_stat_prints_what_it_has_when_interrupted(self):
         port = free_port()
         stat = start("stat", f"zpull://127.0.0.1:{port}", "--count", "1000", "--json", "--timeout", "0")
-        code, _, err = finish(start("serve", f"zpush://127.0.0.1:{port}", "-f", vec("f4_matrix.ten"),
-                                    "--count", "3", "--report", "0"))
-        self.assertEqual(code, 0, err)
+        self.succeeds("serve", f"zpush://127.0.0.1:{port}", "-f", vec("f4_matrix.ten"),
+                      "--count", "3", "--report", "0")
         time.sleep(1)  # the three are received (stat waits for more)
         stat.send_signal(2)  # SIGINT, as Ctrl-C
         code, out, err = finish(stat)
