@@ -80,15 +80,17 @@ class Sockets(CliTest):
         png = self.path("shown.png")
         receivers = {"recv": ["--json"], "monitor": ["--json", "--interval", "10"], "stat": ["--json"],
                      "show": ["--out", png, "--max-images", "100"]}
-        for command, args in receivers.items():
-            for sig, status in ((signal.SIGINT, 130), (signal.SIGTERM, 143)):
+        for sig, status in ((signal.SIGINT, 130), (signal.SIGTERM, 143)):
+            running = {}
+            for command, args in receivers.items():  # side by side: one wait for all
+                port = free_port()
+                running[command] = start(command, f"zpull://127.0.0.1:{port}", "-n", "0", "--timeout", "0", *args)
+                self.addCleanup(running[command].kill)  # should a check fail before its signal
+                self.succeeds("serve", f"zpush://127.0.0.1:{port}", "--synthetic", "u1:8,8", "-n", "3",
+                              "--report", "0")
+            time.sleep(0.5)  # the three are in; each receiver waits for more
+            for command, receiver in running.items():
                 with self.subTest(command=command, signal=sig.name):
-                    port = free_port()
-                    receiver = start(command, f"zpull://127.0.0.1:{port}", "-n", "0", "--timeout", "0", *args)
-                    code, _, err = finish(start("serve", f"zpush://127.0.0.1:{port}", "--synthetic", "u1:8,8",
-                                                "-n", "3", "--report", "0"))
-                    self.assertEqual(code, 0, err)
-                    time.sleep(0.5)  # the three are in; the receiver waits for more
                     self.assertIsNone(receiver.poll(), "-n 0 stopped by itself")
                     receiver.send_signal(sig)
                     code, out, err = finish(receiver, timeout=10)
