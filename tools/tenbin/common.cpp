@@ -421,6 +421,10 @@ std::string seconds_text(double seconds) {
     return out + " s";
 }
 
+bool about_one_message(const tenbin::error& e) noexcept {
+    return e.code() != errc::io_error && e.code() != errc::closed && e.code() != errc::bad_argument;
+}
+
 void check_tensorcom_flag(const std::vector<tensor>& tensors, const std::string& where) {
     try {
         check_tensorcom(tensors);

@@ -150,6 +150,12 @@ int timeout_ms(double seconds);
 /// no trailing zeros), for every message that names one.
 std::string seconds_text(double seconds);
 
+/// Whether `e`, thrown by a receive, is about one message (malformed, over
+/// --max-bytes, ...), which a receiver reports before going on with the
+/// next, rather than about the socket (closed, refused by the system),
+/// which ends the command.
+bool about_one_message(const tenbin::error& e) noexcept;
+
 /// Throws bad_argument, naming `where` and --tensorcom, when a Python
 /// tensorcom receiver could not decode `tensors` (tenbin::check_tensorcom).
 void check_tensorcom_flag(const std::vector<tensor>& tensors, const std::string& where);

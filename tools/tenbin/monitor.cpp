@@ -93,6 +93,7 @@ int run_monitor(const monitor_cli_options& opt) {
                 last_arrival = clock::now();
             }
         } catch (const error& e) {
+            if (!about_one_message(e)) throw;
             ++malformed;
             std::cerr << (live ? "\n" : "") << "tenbin monitor: error: " << name(e.code()) << ": "
                       << cli_text(e.what()) << "\n";

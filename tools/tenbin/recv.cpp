@@ -90,6 +90,10 @@ int run_recv(const recv_cli_options& opt) {
         try {
             m = receive_until(conn, deadline_in(opt.timeout));
         } catch (const tenbin::error& e) {
+            if (!about_one_message(e)) {
+                save();  // what arrived before the socket failed is kept
+                throw;
+            }
             // The connection drained the message: report it, answer it (a
             // ROUTER finds its envelope in the error) and go on with the next.
             ++malformed;

@@ -128,6 +128,7 @@ int run_stat(const stat_cli_options& opt) {
             const auto limit = deadline_in(opt.timeout);
             batch = receive_until(conn, limit ? std::optional(*limit - (clock::now() - last_good)) : std::nullopt);
         } catch (const error& e) {
+            if (!about_one_message(e)) throw;
             ++malformed;
             std::cerr << "tenbin stat: error: " << name(e.code()) << ": " << cli_text(e.what()) << "\n";
             continue;
