@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <map>
 #include <iostream>
 
 namespace tenbin::cli {
@@ -100,6 +101,20 @@ void add_socket_choice(CLI::App& app, socket_choice& choice, std::vector<std::st
                    "binds; without it, any client holding a key pair gets in")
         ->type_name("DIR")
         ->group(security);
+    app.add_flag("--acked", choice.acked,
+                 "Acknowledged delivery (zpush and zpull URLs, both sides): a batch goes only to a\n"
+                 "receiver with credit, and a dead receiver's unacknowledged batches go to others");
+    if (receiving) {
+        app.add_option("--credit", choice.credit, "With --acked: batches taken and not yet acknowledged at most")
+            ->check(positive)
+            ->capture_default_str();
+        app.add_option("--ack", choice.ack,
+                       "With --acked: acknowledge a batch when it is taken (on-take) or when it has been\n"
+                       "handled (on-release: printed, saved, counted)")
+            ->transform(CLI::CheckedTransformer(
+                std::map<std::string, ack_mode>{{"on-take", ack_mode::on_take}, {"on-release", ack_mode::on_release}}))
+            ->default_str("on-release");
+    }
     if (receiving)
         app.add_option("--max-bytes", choice.max_bytes,
                        "Tensor bytes one message may carry (e.g. 64MiB; k, M, G are powers of 1024);\n"
@@ -130,6 +145,9 @@ connection_options connection_options_for(const socket_choice& choice, const std
     if (choice.connect) co.bind = false;
     if (choice.heartbeat_ms > 0) co.heartbeat = std::chrono::milliseconds(choice.heartbeat_ms);
     if (choice.receiving) co.decode.limits.max_bytes = choice.max_bytes;
+    co.acked = choice.acked;
+    co.credit = choice.credit;
+    co.ack = choice.ack;
     return co;
 }
 
@@ -216,7 +234,9 @@ std::optional<std::chrono::steady_clock::time_point> deadline_in(double seconds)
 namespace {
 
 // Waits in slices of at most interrupt_poll, each as `option` of the socket,
-// until `attempt` succeeds, the deadline passes or a signal comes.
+// until `attempt` succeeds, the deadline passes or a signal comes. An acked
+// connection's socket belongs to its thread: there every wait is the
+// connection's own timeouts, interrupt_poll (open_connection).
 template <class Option, class Attempt>
 auto in_slices(connection& conn, Option option, std::optional<std::chrono::steady_clock::time_point> deadline,
                Attempt attempt) -> decltype(attempt()) {
@@ -229,7 +249,7 @@ auto in_slices(connection& conn, Option option, std::optional<std::chrono::stead
             if (left.count() <= 0) return {};
             slice = std::min(slice, left);
         }
-        conn.socket().set(option, static_cast<int>(slice.count()));
+        if (!conn.options().acked) conn.socket().set(option, static_cast<int>(slice.count()));
         if (auto done = attempt()) return done;
     }
 }
@@ -237,11 +257,20 @@ auto in_slices(connection& conn, Option option, std::optional<std::chrono::stead
 }  // namespace
 
 std::optional<message> receive_until(connection& conn, std::optional<std::chrono::steady_clock::time_point> deadline) {
-    return in_slices(conn, zmq::sockopt::rcvtimeo, deadline, [&] { return conn.recv_message(); });
+    std::optional<message> m;
+    in_slices(conn, zmq::sockopt::rcvtimeo, deadline, [&] {
+        m = conn.recv_message();
+        return m || conn.epoch_ended() || conn.stream_ended();
+    });
+    return m;
 }
 
 bool send_until(connection& conn, tensor_span tensors, std::optional<std::chrono::steady_clock::time_point> deadline) {
     return in_slices(conn, zmq::sockopt::sndtimeo, deadline, [&] { return conn.send(tensors); });
+}
+
+bool end_until(connection& conn, bool stream, std::optional<std::chrono::steady_clock::time_point> deadline) {
+    return in_slices(conn, zmq::sockopt::sndtimeo, deadline, [&] { return stream ? conn.end_stream() : conn.end_epoch(); });
 }
 
 bool reply_until(connection& conn, const message& to, tensor_span tensors,

@@ -28,6 +28,11 @@ struct socket_choice {
     /// CURVE: this side's secret certificate, the server's public one, a
     /// folder of allowed clients' public ones (empty: not given).
     std::string curve_cert, curve_server, curve_allow;
+    /// Acknowledged delivery (--acked; connection_options::acked), and a
+    /// receiving command's --credit and --ack.
+    bool acked = false;
+    std::size_t credit = connection_options{}.credit;
+    ack_mode ack = connection_options{}.ack;
 
     // What the command can do (set by add_socket_choice):
     std::string command;  ///< "tenbin recv", for messages
@@ -39,8 +44,8 @@ struct socket_choice {
 /// Records what the command can do in `choice` (the socket kinds it allows,
 /// the kind a plain endpoint gets without --socket, whether it receives) and
 /// adds --socket (one of `kinds`), --bind, --connect, --heartbeat-ms and
-/// --curve-cert, --curve-server, --curve-allow; a receiving command also
-/// gets --max-bytes.
+/// --curve-cert, --curve-server, --curve-allow, --acked; a receiving command
+/// also gets --max-bytes, --credit and --ack.
 void add_socket_choice(CLI::App& app, socket_choice& choice, std::vector<std::string> kinds,
                        tenbin::socket_kind plain_default, bool receiving);
 
@@ -52,7 +57,7 @@ bool is_plain_endpoint(const std::string& url);
 /// connects ..." for a command's help footer, ending with a line break.
 std::string plain_endpoint_note(const socket_choice& choice);
 
-/// connection_options with kind, bind, heartbeats and limits set from
+/// connection_options with kind, bind, heartbeats, limits and acked delivery set from
 /// `choice`: when `url` is a
 /// plain endpoint and no --socket was given, the kind is the command's
 /// default; a plain endpoint binds as tensorcom would for the kind, and so
@@ -91,12 +96,17 @@ std::optional<std::chrono::steady_clock::time_point> deadline_in(double seconds)
 
 /// The next message on a connection from open_connection, waiting until
 /// `deadline` (none: for ever) or a signal (see interrupt.hpp): nothing when
-/// either comes first. Throws as connection::recv_message does.
+/// either comes first, or when an epoch or the stream ended (see
+/// connection::epoch_ended, stream_ended). Throws as connection::recv_message
+/// does.
 std::optional<message> receive_until(connection& conn, std::optional<std::chrono::steady_clock::time_point> deadline);
 /// Sends `tensors` on a connection from open_connection, waiting as
 /// receive_until does; false when the deadline or a signal came first
 /// (nothing was sent). Throws as connection::send does.
 bool send_until(connection& conn, tensor_span tensors, std::optional<std::chrono::steady_clock::time_point> deadline);
+/// Ends the epoch (or with `stream`, the stream) as connection::end_epoch
+/// (end_stream) does, waiting as send_until does.
+bool end_until(connection& conn, bool stream, std::optional<std::chrono::steady_clock::time_point> deadline);
 /// Answers `to` as connection::reply does, waiting as send_until does.
 bool reply_until(connection& conn, const message& to, tensor_span tensors,
                  std::optional<std::chrono::steady_clock::time_point> deadline);
