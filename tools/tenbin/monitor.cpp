@@ -35,6 +35,13 @@ std::string layout(const std::vector<tensor>& tensors) {
     return out.str();
 }
 
+// "epoch 2 (2 ended, 0 gaps, 0 duplicates)": where a numbered stream is.
+std::string epoch_text(const connection& conn) {
+    const stream_counters c = conn.stream_stats();
+    return "epoch " + std::to_string(conn.epoch()) + " (" + std::to_string(c.epochs) + " ended, " +
+           std::to_string(c.gaps) + " gaps, " + std::to_string(c.duplicates) + " duplicates)";
+}
+
 int run_monitor(const monitor_cli_options& opt) {
     using clock = std::chrono::steady_clock;
     connection_options co = connection_options_for(opt.socket, opt.urls.front());
@@ -45,6 +52,7 @@ int run_monitor(const monitor_cli_options& opt) {
     std::size_t total = 0, window_messages = 0, malformed = 0;
     std::uint64_t window_bytes = 0;
     std::vector<tensor> last;
+    bool numbered = false;  // a message with a position came: epochs are shown
     auto window_start = clock::now(), last_arrival = clock::now();
 
     auto report = [&](bool final) {
@@ -57,6 +65,13 @@ int run_monitor(const monitor_cli_options& opt) {
             j["mbps"] = mbps;
             j["malformed"] = malformed;
             j["refused"] = conn.refused_handshakes();
+            if (numbered) {
+                const stream_counters c = conn.stream_stats();
+                j["epoch"] = conn.epoch();
+                j["epochs"] = c.epochs;
+                j["gaps"] = c.gaps;
+                j["duplicates"] = c.duplicates;
+            }
             nlohmann::ordered_json ts = nlohmann::ordered_json::array();
             for (const tensor& t : last)
                 ts.push_back({{"info", t.info()}, {"dtype", std::string(code(t.dtype()))}, {"shape", t.shape()}});
@@ -69,6 +84,7 @@ int run_monitor(const monitor_cli_options& opt) {
             std::cout << (live ? "\r" : "") << head << "  " << layout(last)
                       << (malformed ? "  (" + std::to_string(malformed) + " malformed)" : "")
                       << (refused ? "  (" + std::to_string(refused) + " refused handshakes)" : "")
+                      << (numbered ? "  " + epoch_text(conn) : "")
                       << (live ? (final ? "\x1b[K\n" : "\x1b[K") : "\n") << std::flush;
         }
         window_start = clock::now();
@@ -89,9 +105,14 @@ int run_monitor(const monitor_cli_options& opt) {
                 ++total;
                 ++window_messages;
                 for (const tensor& t : batch->tensors) window_bytes += t.nbytes();
+                numbered = numbered || batch->position.has_value();
                 last = std::move(batch->tensors);
                 last_arrival = clock::now();
+            } else if (conn.epoch_ended() && !opt.json) {
+                std::cout << (live ? "\r\x1b[K" : "") << "epoch " << conn.epoch() - 1 << " ended: " << epoch_text(conn)
+                          << "\n" << std::flush;
             }
+            if (conn.stream_ended()) break;
         } catch (const error& e) {
             if (!about_one_message(e)) throw;
             ++malformed;
@@ -136,10 +157,13 @@ subcommand add_monitor(CLI::App& parent) {
         "{\"messages\", \"rate\", \"mbps\", \"malformed\", \"refused\", \"tensors\"}. A malformed\n"
         "message is reported on stderr and not counted. With --curve-cert, handshakes\n"
         "refused (a peer without keys, with a wrong server key, not allowed) are\n"
-        "counted (\"refused\") and described on stderr.\n" +
+        "counted (\"refused\") and described on stderr. A numbered stream (tenbin serve\n"
+        "--producer or --epochs) adds its epoch, the epochs ended and the batches lost\n"
+        "(gaps) and received twice (duplicates): \"epoch\", \"epochs\", \"gaps\",\n"
+        "\"duplicates\"; each epoch's end is a line of its own; the stream's end stops it.\n" +
         plain_endpoint_note(opt->socket) +
         "Ctrl-C (SIGINT) or SIGTERM stops it, with a last report.\n"
-        "Exit status: 0 --count messages arrived, 1 error (refused endpoint, ...),\n"
+        "Exit status: 0 --count messages arrived (or the stream ended), 1 error (refused endpoint, ...),\n"
         "2 nothing arrived for --timeout seconds, 3 --count arrived but some were\n"
         "malformed, 64 wrong options or arguments (bad URL, ...), 130 interrupted\n"
         "(SIGINT), 143 terminated (SIGTERM).\n"

@@ -133,6 +133,8 @@ int run_stat(const stat_cli_options& opt) {
             std::cerr << "tenbin stat: error: " << name(e.code()) << ": " << cli_text(e.what()) << "\n";
             continue;
         }
+        if (!batch && conn.stream_ended()) break;
+        if (!batch && conn.epoch_ended()) continue;
         if (!batch) {
             if (interrupted()) break;
             std::cerr << "tenbin stat: error: timeout: " << received << of_count << " messages within "
