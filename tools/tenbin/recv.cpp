@@ -245,7 +245,7 @@ subcommand add_recv(CLI::App& parent) {
         "Examples:\n"
         "  tenbin recv 'tcp://*:5555' -n 100 --json                 (PULL binds)\n"
         "  tenbin recv zpull://*:7880 -n 1000 --save recorded.tar   (record a stream)\n"
-        "  tenbin recv zpull://localhost:7880 --acked --epochs 3 --state s.json --json\n"
+        "  tenbin recv zrpull://feeder:7880 --acked --epochs 3 --state s.json --json\n"
         "  tenbin recv tcp://localhost:5556 --socket sub --timeout 0   (SUB connects)");
     return {app, [opt] { return run_recv(*opt); }};
 }

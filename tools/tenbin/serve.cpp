@@ -258,8 +258,8 @@ int run_serve(const serve_cli_options& opt) {
     const interrupt_catcher catcher;
     // The audience asked for replaces the guess of a delay.
     sleep_unless_interrupted(opt.delay.value_or(pub && opt.wait_for == 0 ? 1.0 : 0.0));
-    const auto timed_out = [&](const std::string& what) {
-        std::cerr << "tenbin serve: error: timeout: " << what << " within " << seconds_text(opt.timeout)
+    const auto timed_out = [&](const std::string& what, const std::string& why = {}) {
+        std::cerr << "tenbin serve: error: timeout: " << what << " within " << seconds_text(opt.timeout) << why
                   << plain_endpoint_hint({opt.url}, conn.endpoints()) << "\n";
         return exit_timeout;
     };
@@ -299,7 +299,7 @@ int run_serve(const serve_cli_options& opt) {
         if (!send_until(conn, batches[in_epoch % batches.size()], deadline_in(opt.timeout))) {
             if (interrupted()) break;
             report.finish(conn.stats(), audience(conn, pub));
-            return timed_out("message " + std::to_string(sent + 1) + " could not be sent" +
+            return timed_out("message " + std::to_string(sent + 1) + " could not be sent",
                              (pub && opt.wait_for ? " (" + std::to_string(conn.subscribers()) + " of " +
                                                         std::to_string(opt.wait_for) + " subscribers came)"
                                                   : std::string(" (no receiver?)")));
@@ -311,6 +311,18 @@ int run_serve(const serve_cli_options& opt) {
     if (!interrupted() && numbered && !end_until(conn, true, deadline_in(opt.timeout)) && !interrupted()) {
         report.finish(conn.stats(), audience(conn, pub));
         return timed_out("the end of the stream could not be sent");
+    }
+    // Acked: done when every batch was acknowledged, not when it was queued.
+    if (opt.socket.acked && !interrupted()) {
+        const auto deadline = deadline_in(opt.timeout);
+        while (conn.delivery_stats().acknowledged < sent && !interrupted()) {
+            if (deadline && std::chrono::steady_clock::now() >= *deadline) {
+                report.finish(conn.stats(), audience(conn, pub));
+                return timed_out(std::to_string(conn.delivery_stats().acknowledged) + " of " + std::to_string(sent) +
+                                 " messages were acknowledged");
+            }
+            sleep_unless_interrupted(0.05);
+        }
     }
     report.finish(conn.stats(), audience(conn, pub));
     if (interrupted()) {
@@ -388,7 +400,7 @@ subcommand add_serve(CLI::App& parent) {
         "  tenbin serve zpush://localhost:7880 -f a.ten -f b.ten --rate 100   (PUSH connects)\n"
         "  tenbin serve zpub://*:7881 --synthetic 'x=f2:64,3,224,224;y=i4:64'   (PUB binds)\n"
         "  tenbin serve tcp://localhost:5555 --synthetic f4:1000 -n 10          (PUSH connects)\n"
-        "  tenbin serve zpush://localhost:7880 --file shard.tar --epochs 3 --producer a --acked");
+        "  tenbin serve 'zrpush://*:7880' --file shard.tar --epochs 3 --producer a --acked");
     return {app, [opt] { return run_serve(*opt); }};
 }
 

@@ -102,8 +102,9 @@ void add_socket_choice(CLI::App& app, socket_choice& choice, std::vector<std::st
         ->type_name("DIR")
         ->group(security);
     app.add_flag("--acked", choice.acked,
-                 "Acknowledged delivery (zpush and zpull URLs, both sides): a batch goes only to a\n"
-                 "receiver with credit, and a dead receiver's unacknowledged batches go to others");
+                 "Acknowledged delivery (both sides; the producer binds, as zrpush and zrpull\n"
+                 "URLs say): a batch goes only to a receiver with credit, and a dead receiver's\n"
+                 "unacknowledged batches go to others");
     if (receiving) {
         app.add_option("--credit", choice.credit, "With --acked: batches taken and not yet acknowledged at most")
             ->check(positive)
