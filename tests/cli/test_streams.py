@@ -138,11 +138,14 @@ class Streams(CliTest):
         # What the killed one took and never acknowledged went to the survivor.
         self.assertLess(len(killed) + len(survivor), count + 2 + 1)
 
-    def test_acked_serve_fails_while_what_it_sent_is_unacknowledged(self):
+    def test_acked_serve_and_send_fail_while_what_they_sent_is_unacknowledged(self):
         r = run("serve", f"zrpush://127.0.0.1:{free_port()}", "--acked", "--synthetic", "f4:2", "-n", "2",
                 "--timeout", "1", "--report", "0")
         self.assertEqual(self.error(r, status=2).group("cls"), "timeout")
         self.assertIn(b"0 of 2 messages were acknowledged", r.stderr)
+        r = run("send", f"zrpush://127.0.0.1:{free_port()}", "--acked", "--file", vec(MEMBERS[0]), "--timeout", "1")
+        self.assertEqual(self.error(r, status=2).group("cls"), "timeout")
+        self.assertIn(b"0 of 1 messages were acknowledged", r.stderr)
 
     def test_wait_for_holds_the_first_message_until_the_subscribers_came(self):
         port = free_port()

@@ -100,6 +100,13 @@ int run_send(const send_cli_options& opt) {
                       << (opt.single ? "single-part" : "multipart") << ", " << tensors.size()
                       << (tensors.size() == 1 ? " tensor)" : " tensors)") << std::endl;
     }
+    if (opt.socket.acked && !interrupted() && !acknowledged_until(conn, sent, deadline_in(opt.timeout)) &&
+        !interrupted()) {
+        std::cerr << where << ": error: " << name(errc::timeout) << ": " << conn.delivery_stats().acknowledged
+                  << " of " << sent << " messages were acknowledged within " << seconds_text(opt.timeout)
+                  << std::endl;
+        return exit_timeout;
+    }
     if (interrupted()) {
         // Those queued still get --linger to leave, as the connection closes.
         std::cerr << where << ": interrupted after " << sent << " messages (" << interrupting_signal() << ")"

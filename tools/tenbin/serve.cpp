@@ -313,16 +313,10 @@ int run_serve(const serve_cli_options& opt) {
         return timed_out("the end of the stream could not be sent");
     }
     // Acked: done when every batch was acknowledged, not when it was queued.
-    if (opt.socket.acked && !interrupted()) {
-        const auto deadline = deadline_in(opt.timeout);
-        while (conn.delivery_stats().acknowledged < sent && !interrupted()) {
-            if (deadline && std::chrono::steady_clock::now() >= *deadline) {
-                report.finish(conn.stats(), audience(conn, pub));
-                return timed_out(std::to_string(conn.delivery_stats().acknowledged) + " of " + std::to_string(sent) +
-                                 " messages were acknowledged");
-            }
-            sleep_unless_interrupted(0.05);
-        }
+    if (opt.socket.acked && !acknowledged_until(conn, sent, deadline_in(opt.timeout)) && !interrupted()) {
+        report.finish(conn.stats(), audience(conn, pub));
+        return timed_out(std::to_string(conn.delivery_stats().acknowledged) + " of " + std::to_string(sent) +
+                         " messages were acknowledged");
     }
     report.finish(conn.stats(), audience(conn, pub));
     if (interrupted()) {

@@ -4,8 +4,8 @@
 
 #include <algorithm>
 #include <cctype>
-#include <map>
 #include <iostream>
+#include <map>
 
 namespace tenbin::cli {
 
@@ -271,7 +271,17 @@ bool send_until(connection& conn, tensor_span tensors, std::optional<std::chrono
 }
 
 bool end_until(connection& conn, bool stream, std::optional<std::chrono::steady_clock::time_point> deadline) {
-    return in_slices(conn, zmq::sockopt::sndtimeo, deadline, [&] { return stream ? conn.end_stream() : conn.end_epoch(); });
+    return in_slices(conn, zmq::sockopt::sndtimeo, deadline,
+                     [&] { return stream ? conn.end_stream() : conn.end_epoch(); });
+}
+
+bool acknowledged_until(const connection& conn, std::uint64_t sent,
+                        std::optional<std::chrono::steady_clock::time_point> deadline) {
+    while (conn.delivery_stats().acknowledged < sent) {
+        if (interrupted() || (deadline && std::chrono::steady_clock::now() >= *deadline)) return false;
+        sleep_unless_interrupted(0.05);
+    }
+    return true;
 }
 
 bool reply_until(connection& conn, const message& to, tensor_span tensors,

@@ -107,6 +107,11 @@ bool send_until(connection& conn, tensor_span tensors, std::optional<std::chrono
 /// Ends the epoch (or with `stream`, the stream) as connection::end_epoch
 /// (end_stream) does, waiting as send_until does.
 bool end_until(connection& conn, bool stream, std::optional<std::chrono::steady_clock::time_point> deadline);
+/// An acked connection: waits until its consumers acknowledged `sent`
+/// batches (a queued batch is no delivered one), as receive_until waits;
+/// false when the deadline or a signal came first.
+bool acknowledged_until(const connection& conn, std::uint64_t sent,
+                        std::optional<std::chrono::steady_clock::time_point> deadline);
 /// Answers `to` as connection::reply does, waiting as send_until does.
 bool reply_until(connection& conn, const message& to, tensor_span tensors,
                  std::optional<std::chrono::steady_clock::time_point> deadline);
