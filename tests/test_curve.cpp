@@ -7,9 +7,12 @@
 #include <tenbin/connect.hpp>
 #include <tenbin/security.hpp>
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <cstdio>
 #include <fstream>
 #include <mutex>
 #include <set>
@@ -149,14 +152,18 @@ TEST_CASE("certificates are written as pyzmq writes them and read back") {
     }
 }
 
-TEST_CASE("a secret certificate readable by others is refused") {
+TEST_CASE("a secret certificate readable or writable by others is refused") {
     const test_support::temp_dir dir("tenbin-curve");
     const certificate_files files = create_certificates(dir.path(), "me");
-    for (mode_t mode : {0640, 0604, 0644}) {
+    // Written by others is as bad as read: they could put their own key in it.
+    for (mode_t mode : {0640, 0604, 0644, 0602, 0620, 0660, 0610}) {
         CAPTURE(mode);
         fs::permissions(files.secret_file, static_cast<fs::perms>(mode), fs::perm_options::replace);
         const std::string text = error_text([&] { load_secret_certificate(files.secret_file); });
         CHECK(text.starts_with("bad_certificate: " + files.secret_file.string()));
+        char shown[16];
+        std::snprintf(shown, sizeof shown, "mode is %04o", static_cast<unsigned>(mode));
+        CHECK_MESSAGE(text.find(shown) != std::string::npos, text);
         CHECK(text.find("chmod 600") != std::string::npos);
         // Its public key is no secret.
         CHECK(load_public_certificate(files.secret_file).size() == 40);
@@ -178,6 +185,10 @@ TEST_CASE("malformed certificates give the file and line") {
     const std::vector<bad_case> cases = {
         {"a short key", "metadata\ncurve\n    public-key = \"abc\"\n", ":3: public-key is not a CURVE key"},
         {"a key outside Z85", "curve\n    public-key = \"" + std::string(40, ',') + "\"\n", ":2: public-key"},
+        // Z85's alphabet, but "#####" stands for 85^5 - 1, over 2^32 - 1: libzmq
+        // refused it only when the socket was set up, as "Invalid argument".
+        {"a key out of Z85's range", "curve\n    public-key = \"" + k.public_key.substr(0, 35) + "#####\"\n",
+         ":2: public-key is not a CURVE key: characters 36 to 40 encode a value over 2^32 - 1"},
         {"an open quote", "# c\ncurve\n    public-key = \"" + k.public_key + "\n", ":3: a quoted value has no closing"},
         {"a stray line", "curve\n    public-key = \"" + k.public_key + "\"\n!!! not zpl\n", ":3: expected a section"},
         {"a key twice", "curve\n    public-key = \"" + k.public_key + "\"\n    public-key = \"" + k.public_key + "\"\n",
@@ -218,6 +229,39 @@ TEST_CASE("malformed certificates give the file and line") {
     }
 }
 
+TEST_CASE("a FIFO as a certificate, or in the allow-list folder, is refused without waiting for a writer") {
+    const test_support::temp_dir dir("tenbin-curve");
+    const fs::path fifo = dir / "peer.key";
+    REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+    // Opening it to read would wait for a writer: one comes after two
+    // seconds, so that a reader stuck there ends (and the check fails).
+    std::atomic<bool> done{false};
+    std::thread watchdog([&] {
+        for (int i = 0; i < 200 && !done; ++i) std::this_thread::sleep_for(10ms);
+        if (done) return;
+        const int fd = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK);
+        if (fd >= 0) ::close(fd);
+    });
+    const auto start = std::chrono::steady_clock::now();
+    const std::string one = error_text([&] { load_public_certificate(fifo); });
+    const std::string folder = error_text([&] { load_public_certificates(dir.path()); });
+    const std::string secret = error_text([&] { load_secret_certificate(fifo); });
+    const auto took = std::chrono::steady_clock::now() - start;
+    done = true;
+    watchdog.join();
+    CHECK(took < 1s);
+    for (const std::string& text : {one, folder, secret}) {
+        CHECK_MESSAGE(text.starts_with("bad_certificate: " + fifo.string() + ": is a FIFO, not a regular file"), text);
+    }
+}
+
+TEST_CASE("CURVE on inproc is refused: libzmq would ignore the keys") {
+    CHECK_NOTHROW(check_curve_address("tcp://127.0.0.1:5555"));
+    CHECK_NOTHROW(check_curve_address("ipc:///tmp/x"));
+    const std::string text = error_text([] { check_curve_address("inproc://feed"); });
+    CHECK(text.starts_with("bad_argument: CURVE cannot secure inproc://feed"));
+}
+
 TEST_CASE("bad CURVE settings are refused before anything binds") {
     const curve_keys server = generate_curve_keys(), client = generate_curve_keys();
     connection_options co;
@@ -230,6 +274,10 @@ TEST_CASE("bad CURVE settings are refused before anything binds") {
         CHECK(error_class([&] { connection c("zpull://127.0.0.1:*", co); }) == "bad_argument");
         co.curve = client_side(client, std::string(40, ' '));
         CHECK(error_class([&] { connection c("zpush://127.0.0.1:1", co); }) == "bad_argument");
+        // Z85's alphabet, a value out of its range: once an io_error from libzmq.
+        co.curve = client_side(client, std::string(40, '#'));
+        CHECK(error_text([&] { connection c("zpush://127.0.0.1:1", co); })
+                  .starts_with("bad_argument: curve_options::server_key is not a CURVE key: characters 1 to 5"));
     }
     SUBCASE("a secret key of another pair") {
         co.curve = server_side({server.public_key, client.secret_key});

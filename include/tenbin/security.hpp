@@ -42,6 +42,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 TENBIN_API_BEGIN
@@ -101,6 +102,13 @@ namespace detail {
 struct curve_watch;
 }
 
+/// Throws errc::bad_argument when CURVE cannot secure `address`: an
+/// inproc:// endpoint, whose peers libzmq joins without any handshake, so
+/// that keys there would be ignored without a word (inproc stays inside the
+/// process; use ipc:// or tcp:// where CURVE is wanted). enable_curve cannot
+/// see the addresses a socket will take: check them with this.
+void check_curve_address(std::string_view address);
+
 /// What enable_curve leaves running for one socket: the watch on its
 /// handshakes (a monitor thread) and its place in the context's ZAP handler.
 /// Keep it alive while the socket is in use, and destroy it before the
@@ -133,7 +141,8 @@ private:
 
 /// Turns CURVE on for a socket of the caller's (for zsend_*/zrecv_* users),
 /// as connection_options::curve does for a connection: call it before the
-/// socket binds (role server) or connects (role client). A server with
+/// socket binds (role server) or connects (role client), never on inproc
+/// (see check_curve_address). A server with
 /// `allowed_clients` joins the ZAP handler of `context`, which must be the
 /// socket's. Returns the guard that counts refused handshakes.
 /// Throws errc::unsupported without CURVE in libzmq; bad_argument for a key
@@ -166,10 +175,11 @@ certificate_files write_certificates(const std::filesystem::path& dir, const std
 certificate_files create_certificates(const std::filesystem::path& dir, const std::string& name);
 
 /// The key pair of a secret certificate (NAME.key_secret). Throws
-/// errc::bad_certificate when the file can be read by group or others
-/// (chmod 600 it), holds no secret key (a public certificate), or is
-/// malformed (the message names the file and line); io_error when it
-/// cannot be read.
+/// errc::bad_certificate when group or others have any right to the file
+/// (read or write: chmod 600 it), it is no regular file (a FIFO or device
+/// is never opened), holds no secret key (a public certificate), or is
+/// malformed, a key out of Z85's range included (the message names the file
+/// and line); io_error when it cannot be read.
 curve_keys load_secret_certificate(const std::filesystem::path& file);
 
 /// The public key of a certificate (NAME.key, or a NAME.key_secret, whose

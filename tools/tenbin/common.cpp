@@ -17,12 +17,15 @@
 #include <cerrno>
 #include <climits>
 #include <cmath>
+#include <cstdio>
+#include <cstring>
 #include <exception>
 #include <filesystem>
 #include <iostream>
 #include <system_error>
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 namespace tenbin::cli {
@@ -245,6 +248,15 @@ private:
     bytes_view first_;  // what is left of them
 };
 
+// Whether `head` starts a zstd stream: a zstd frame, or a skippable frame
+// (magic 0x184D2A50 to 0x184D2A5F, little-endian), which pzstd writes first.
+bool zstd_start(bytes_view head) {
+    if (head.size() < 4) return false;
+    const auto b = [&](std::size_t i) { return std::to_integer<unsigned>(head[i]); };
+    const bool skippable = (b(0) & 0xf0) == 0x50 && b(1) == 0x2a && b(2) == 0x4d && b(3) == 0x18;
+    return skippable || (b(0) == 0x28 && b(1) == 0xb5 && b(2) == 0x2f && b(3) == 0xfd);
+}
+
 // Streams a descriptor to the end: pipes, FIFOs, character devices. A zstd
 // stream (.ten.zst piped in) is told by its magic and decompressed.
 std::vector<tensor> read_fd(int fd, const limits& lim) {
@@ -257,12 +269,7 @@ std::vector<tensor> read_fd(int fd, const limits& lim) {
         got += n;
     }
     peeked_source whole(in, bytes_view(head, got));
-    // A zstd frame, or a skippable frame (magic 0x184D2A50 to 0x184D2A5F,
-    // little-endian), which pzstd writes first.
-    constexpr std::byte zstd_magic[4]{std::byte{0x28}, std::byte{0xb5}, std::byte{0x2f}, std::byte{0xfd}};
-    const bool skippable = got == sizeof head && (head[0] & std::byte{0xf0}) == std::byte{0x50} &&
-                           head[1] == std::byte{0x2a} && head[2] == std::byte{0x4d} && head[3] == std::byte{0x18};
-    if (got == sizeof head && (skippable || std::equal(head, head + 4, zstd_magic))) {
+    if (zstd_start(bytes_view(head, got))) {
 #if TENBIN_HAS_ZSTD
         zstd_source unpacked(whole);
         return read(unpacked, {.decode = {.limits = lim}});
@@ -273,53 +280,126 @@ std::vector<tensor> read_fd(int fd, const limits& lim) {
     return read(whole, {.decode = {.limits = lim}});
 }
 
+// The format the first bytes of a file are in, as its extension; empty
+// when they say none (or cannot be read).
+std::string sniffed_format(const std::string& path) {
+    // Not opened when it is no regular file: a FIFO would block, and its
+    // bytes are read once.
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(path, ec)) return {};
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) return {};
+    unsigned char head[512] = {};
+    const ssize_t n = ::pread(fd, head, sizeof head, 0);
+    struct stat st {};
+    const bool sized = ::fstat(fd, &st) == 0;
+    ::close(fd);
+    if (n < 4 || !sized) return {};
+    const auto starts = [&](std::string_view magic) {
+        return static_cast<std::size_t>(n) >= magic.size() && std::memcmp(head, magic.data(), magic.size()) == 0;
+    };
+    if (starts("~TenBin~")) return ".ten";
+    if (starts("\x93NUMPY")) return ".npy";
+    if (starts("PK\x03\x04") || starts("PK\x05\x06")) return ".npz";
+    if (zstd_start(bytes_view(reinterpret_cast<const std::byte*>(head), static_cast<std::size_t>(n))))
+        return ".ten.zst";
+    if (n >= 262 && std::memcmp(head + 257, "ustar", 5) == 0) return ".tar";
+    // safetensors: a little-endian header length, then the JSON header.
+    std::uint64_t length = 0;
+    for (int i = 7; i >= 0 && n >= 9; --i) length = length << 8 | head[i];
+    if (n >= 9 && head[8] == '{' && length >= 2 && length <= static_cast<std::uint64_t>(st.st_size) - 8)
+        return ".safetensors";
+    return {};
+}
+
+// The format a file's name says, as its extension (".ten" for any name
+// not another format's: such files are read as .ten).
+std::string named_format(const std::string& path) {
+    if (is_shard(path)) return ".tar";
+    switch (format_of(path).value_or(file_format::ten)) {
+    case file_format::npy: return ".npy";
+    case file_format::npz: return ".npz";
+    case file_format::safetensors: return ".safetensors";
+    case file_format::ten: break;
+    }
+    return path.ends_with(".zst") ? ".ten.zst" : ".ten";
+}
+
 }  // namespace
+
+void rethrow_with_format_hint(const std::string& path) {
+    try {
+        throw;
+    } catch (const usage_error&) {
+        throw;
+    } catch (const tenbin::error& e) {
+        const std::string looks = path == "-" ? std::string() : sniffed_format(path);
+        if (looks.empty() || looks == named_format(path)) throw;
+        throw tenbin::error(e.code(), std::string(e.what()) + "; this looks like a " + looks +
+                                          " file, whatever its name says (rename it to read it as one)");
+    }
+}
 
 std::vector<tensor> load_message(const std::string& path, const limits& lim) {
     if (path == "-") return read_fd(STDIN_FILENO, lim);
-    // Their names need not fit a tenbin info: say what to do, not bad_magic.
-    if (const auto f = format_of(path); f && *f != file_format::ten)
-        throw usage_error("'" + path + "' is not a .ten file; messages are sent from .ten or .ten.zst files "
-                          "(tenbin convert makes one, checking the names fit)");
-
-    std::error_code ec;
-    const auto st = std::filesystem::status(path, ec);
-    if (std::filesystem::is_directory(st)) throw_io(path, "is a directory");
-    if (!ec && std::filesystem::exists(st) && !std::filesystem::is_regular_file(st)) {
-        // Not mappable: read it as a stream.
-        const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-        if (fd < 0) throw_io(path, std::generic_category().message(errno));
-        struct closer {
-            int fd;
-            ~closer() { ::close(fd); }
-        } guard{fd};
-        return read_fd(fd, lim);
+    try {
+        std::error_code ec;
+        const auto st = std::filesystem::status(path, ec);
+        if (std::filesystem::is_directory(st)) throw_io(path, "is a directory");
+        if (!ec && std::filesystem::exists(st) && !std::filesystem::is_regular_file(st)) {
+            // Not mappable: read it as a stream.
+            const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+            if (fd < 0) throw_io(path, std::generic_category().message(errno));
+            struct closer {
+                int fd;
+                ~closer() { ::close(fd); }
+            } guard{fd};
+            return read_fd(fd, lim);
+        }
+        file_options opt;
+        opt.nocheck = true;  // .ten, .bin or anything else: the layout is the same
+        opt.decode.limits = lim;
+        return load_mmap(path, opt);
+    } catch (const tenbin::error&) {
+        rethrow_with_format_hint(path);
     }
-    file_options opt;
-    opt.nocheck = true;  // .ten, .bin or anything else: the layout is the same
-    opt.decode.limits = lim;
-    return load_mmap(path, opt);
 }
 
 std::vector<std::vector<tensor>> load_messages(const std::string& path, std::vector<std::string>* names) {
     std::vector<std::vector<tensor>> out;
-    if (!is_shard(path)) {
-        out.push_back(load_message(path));
-        if (names) names->push_back(path);
+    if (is_shard(path)) {
+        for (shard_message& m : read_shard(path)) {
+            out.push_back(std::move(m.tensors));
+            if (names) names->push_back(path + ":" + m.name);
+        }
+        if (out.empty()) throw tenbin::error(errc::bad_argument, path + ": the shard holds no .ten member");
         return out;
     }
-    for (shard_message& m : read_shard(path)) {
-        out.push_back(std::move(m.tensors));
-        if (names) names->push_back(path + ":" + m.name);
+    if (const auto f = format_of(path); f && *f != file_format::ten) {
+        // Names become infos, as in a .ten file; one that cannot is refused,
+        // never cut.
+        const named_file file = load_named(path);
+        try {
+            out.push_back(to_tensors(file.tensors));
+        } catch (const tenbin::error& e) {
+            throw tenbin::error(e.code(), path + ": " + e.what() + " (tenbin convert " + path +
+                                              " OUT.ten --infos short gives it a short one)");
+        }
+    } else {
+        out.push_back(load_message(path));
     }
-    if (out.empty()) throw tenbin::error(errc::bad_argument, path + ": the shard holds no .ten member");
+    if (names) names->push_back(path);
     return out;
 }
 
 named_file load_named(const std::string& path, const limits& lim) {
-    if (format_of(path) != file_format::safetensors) return {tenbin::load_any(path, {.limits = lim}), {}};
-    safetensors_contents st = load_safetensors_with_metadata(path, {.limits = lim});
-    return {std::move(st.tensors), std::move(st.metadata)};
+    try {
+        if (format_of(path) != file_format::safetensors) return {tenbin::load_any(path, {.limits = lim}), {}};
+        safetensors_contents st = load_safetensors_with_metadata(path, {.limits = lim});
+        return {std::move(st.tensors), std::move(st.metadata)};
+    } catch (const tenbin::error&) {
+        rethrow_with_format_hint(path);
+    }
 }
 
 // ---- ZeroMQ sockets -----------------------------------------------------------
@@ -328,6 +408,21 @@ int timeout_ms(double seconds) {
     if (!(seconds > 0)) return -1;
     const double ms = std::ceil(seconds * 1000.0);
     return ms >= static_cast<double>(INT_MAX) ? -1 : static_cast<int>(ms);
+}
+
+std::string seconds_text(double seconds) {
+    char text[64];
+    std::snprintf(text, sizeof text, "%.6f", seconds);
+    std::string out = text;
+    if (out.find('.') != std::string::npos) {
+        out.erase(out.find_last_not_of('0') + 1);
+        if (out.back() == '.') out.pop_back();
+    }
+    return out + " s";
+}
+
+bool about_one_message(const tenbin::error& e) noexcept {
+    return e.code() != errc::io_error && e.code() != errc::closed && e.code() != errc::bad_argument;
 }
 
 void check_tensorcom_flag(const std::vector<tensor>& tensors, const std::string& where) {

@@ -117,15 +117,22 @@ std::string printable(std::string_view text);
 // ---- loading ----------------------------------------------------------------
 
 /// The tensors of a .ten file or single-part buffer under any name (mapped,
-/// no copy); "-" reads standard input as a stream. Throws tenbin::error, a
-/// usage_error for a name of another format (.npy, .npz, .safetensors).
+/// no copy); "-" reads standard input as a stream. Throws tenbin::error.
 /// `lim` bounds what the file may make the tool allocate (--max-bytes).
 std::vector<tensor> load_message(const std::string& path, const limits& lim = {});
 
 /// The messages a file holds: each .ten member of a .tar shard, in order
-/// (see shard.hpp), or the one message of any other file (load_message). With
-/// `names`, one name per message: "FILE:MEMBER" for a shard, FILE otherwise.
+/// (see shard.hpp), the tensors of a .npy, .npz or .safetensors file (their
+/// names as infos: one too long is refused, saying how to shorten it), or the
+/// one message of any other file (load_message). With `names`, one name per
+/// message: "FILE:MEMBER" for a shard, FILE otherwise.
 std::vector<std::vector<tensor>> load_messages(const std::string& path, std::vector<std::string>* names = nullptr);
+
+/// Call inside a catch block: rethrows the exception being handled, a
+/// tenbin::error (not a usage_error) with "; this looks like a .npz file"
+/// added when the first bytes of `path` are another format's than its name
+/// says.
+[[noreturn]] void rethrow_with_format_hint(const std::string& path);
 
 /// A file of a format `tenbin::format_of` knows: its named tensors, and a
 /// .safetensors file's __metadata__ (empty for the other formats).
@@ -138,6 +145,16 @@ named_file load_named(const std::string& path, const limits& lim = {});
 
 /// Seconds as ZeroMQ milliseconds; 0 (or less) means "wait forever" (-1).
 int timeout_ms(double seconds);
+
+/// A duration as people write it: "2 s", "0.5 s", "0.0001 s" (no exponent,
+/// no trailing zeros), for every message that names one.
+std::string seconds_text(double seconds);
+
+/// Whether `e`, thrown by a receive, is about one message (malformed, over
+/// --max-bytes, ...), which a receiver reports before going on with the
+/// next, rather than about the socket (closed, refused by the system),
+/// which ends the command.
+bool about_one_message(const tenbin::error& e) noexcept;
 
 /// Throws bad_argument, naming `where` and --tensorcom, when a Python
 /// tensorcom receiver could not decode `tensors` (tenbin::check_tensorcom).

@@ -4,34 +4,70 @@
 
 #include <tenbin/config.hpp>
 
+#include <algorithm>
+#include <cctype>
 #include <exception>
 #include <iostream>
-#include <sstream>
+#include <span>
 #include <string>
 #include <vector>
 
 namespace {
 
-// After CLI11's "The following arguments were not expected: --cont": the
-// option of the chosen command closest to each unexpected one.
-void suggest_options(CLI::App& app, const CLI::ParseError& e) {
-    const auto chosen = app.get_subcommands();
-    if (chosen.empty() || !dynamic_cast<const CLI::ExtrasError*>(&e)) return;
-    const CLI::App* command = chosen.front();
+// Each word of `args` (what follows the command) that looks like an option
+// the command does not have, with the option closest to it: after any usage
+// error, so that a required option mistyped ("--fiel" for --file) is named
+// beside CLI11's "--file is required".
+void suggest_options(const CLI::App& command, std::span<char* const> args) {
     std::vector<std::string> names;
-    for (const CLI::Option* o : command->get_options()) {
+    for (const CLI::Option* o : command.get_options()) {
         for (const auto& l : o->get_lnames()) names.push_back("--" + l);
         for (const auto& s : o->get_snames()) names.push_back("-" + s);
     }
-    std::string text = e.what();
-    const std::size_t colon = text.find(": ");
-    std::istringstream words(colon == std::string::npos ? std::string() : text.substr(colon + 2));
-    for (std::string word; words >> word;) {
-        if (!word.starts_with("--")) continue;
-        word = word.substr(0, word.find('='));
+    for (std::string_view arg : args) {
+        if (arg == "--") break;  // operands follow
+        if (!arg.starts_with("--")) continue;
+        const std::string word(arg.substr(0, arg.find('=')));
+        if (std::find(names.begin(), names.end(), word) != names.end()) continue;
         if (const std::string guess = tenbin::cli::closest(word, names); !guess.empty())
-            std::cerr << "tenbin " << command->get_name() << ": " << word << ": did you mean " << guess << "?\n";
+            std::cerr << "tenbin " << command.get_name() << ": " << word << ": did you mean " << guess << "?\n";
     }
+}
+
+// The commands `word` (which names none) was likely meant to be: itself in
+// lowercase, tensorcom's name for one (tensormon), the commands it begins
+// ("s": send, serve, stat, show) or begins with ("statistics"), or the
+// closest by spelling ("recieve"); none when nothing is close.
+std::vector<std::string> commands_meant(std::string_view word, const std::vector<std::string>& names) {
+    static const std::pair<std::string_view, std::string_view> aliases[] = {
+        {"receive", "recv"}, {"tensormon", "monitor"}, {"tensorstat", "stat"}, {"tensorshow", "show"},
+    };
+    std::string lower(word);
+    for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    const auto has = [&](std::string_view name) { return std::find(names.begin(), names.end(), name) != names.end(); };
+    if (has(lower)) return {lower};
+    std::vector<std::string> begun, beginning;
+    for (const std::string& name : names) {
+        if (name.starts_with(lower)) begun.push_back(name);
+        if (lower.starts_with(name) && name.size() >= 3) beginning.push_back(name);
+    }
+    if (!begun.empty()) return begun;
+    if (!beginning.empty()) return beginning;
+    std::vector<std::string> spellings = names;
+    for (const auto& [alias, name] : aliases) spellings.emplace_back(alias);
+    const std::string guess = tenbin::cli::closest(lower, spellings);
+    for (const auto& [alias, name] : aliases)
+        if (guess == alias) return {std::string(name)};
+    if (guess.empty()) return {};
+    return {guess};
+}
+
+// "'a'", "'a' or 'b'", "'a', 'b' or 'c'".
+std::string either(const std::vector<std::string>& words) {
+    std::string out;
+    for (std::size_t i = 0; i < words.size(); ++i)
+        out += (i == 0 ? "" : i + 1 == words.size() ? " or " : ", ") + ("'" + words[i] + "'");
+    return out;
 }
 
 }  // namespace
@@ -82,8 +118,8 @@ int main(int argc, char** argv) {
                 std::vector<std::string> names;
                 for (const auto& command : commands) names.push_back(command.app->get_name());
                 std::cerr << "tenbin: error: unknown command '" << first << "'";
-                if (const std::string guess = closest(first, names); !guess.empty())
-                    std::cerr << "; did you mean '" << guess << "'? The commands are";
+                if (const std::vector<std::string> meant = commands_meant(first, names); !meant.empty())
+                    std::cerr << "; did you mean " << either(meant) << "? The commands are";
                 else
                     std::cerr << "; the commands are";
                 for (const auto& name : names) std::cerr << ' ' << name;
@@ -97,7 +133,8 @@ int main(int argc, char** argv) {
         // one code scripts can tell from a failed run, not CLI11's several
         // (105 and up).
         const int status = app.exit(e) == 0 ? exit_ok : exit_usage;
-        if (status != exit_ok) suggest_options(app, e);
+        if (const auto chosen = app.get_subcommands(); status != exit_ok && !chosen.empty())
+            suggest_options(*chosen.front(), std::span<char* const>(argv, static_cast<std::size_t>(argc)).subspan(2));
         return status;
     }
 

@@ -1,5 +1,6 @@
 // tenbin monitor: watch a stream of tensor messages (tensorcom's tensormon).
 #include "common.hpp"
+#include "interrupt.hpp"
 #include "sockets.hpp"
 
 #include <tenbin/connect.hpp>
@@ -34,20 +35,24 @@ std::string layout(const std::vector<tensor>& tensors) {
     return out.str();
 }
 
+// "epoch 2 (2 ended, 0 gaps, 0 duplicates)": where a numbered stream is.
+std::string epoch_text(const connection& conn) {
+    const stream_counters c = conn.stream_stats();
+    return "epoch " + std::to_string(conn.epoch()) + " (" + std::to_string(c.epochs) + " ended, " +
+           std::to_string(c.gaps) + " gaps, " + std::to_string(c.duplicates) + " duplicates)";
+}
+
 int run_monitor(const monitor_cli_options& opt) {
     using clock = std::chrono::steady_clock;
     connection_options co = connection_options_for(opt.socket, opt.urls.front());
     co.allow64 = true;
-    // Wake at least once per interval to report, even when nothing comes,
-    // and in time for --timeout.
-    const double wake = opt.timeout > 0 ? std::min(opt.interval, opt.timeout) : opt.interval;
-    co.recv_timeout = std::chrono::milliseconds(std::max(10, timeout_ms(wake)));
     connection conn = open_connection(opt.socket, opt.urls, co, "tenbin monitor");
 
     const bool live = !opt.json && ::isatty(STDOUT_FILENO) == 1;
     std::size_t total = 0, window_messages = 0, malformed = 0;
     std::uint64_t window_bytes = 0;
     std::vector<tensor> last;
+    bool numbered = false;  // a message with a position came: epochs are shown
     auto window_start = clock::now(), last_arrival = clock::now();
 
     auto report = [&](bool final) {
@@ -60,6 +65,13 @@ int run_monitor(const monitor_cli_options& opt) {
             j["mbps"] = mbps;
             j["malformed"] = malformed;
             j["refused"] = conn.refused_handshakes();
+            if (numbered) {
+                const stream_counters c = conn.stream_stats();
+                j["epoch"] = conn.epoch();
+                j["epochs"] = c.epochs;
+                j["gaps"] = c.gaps;
+                j["duplicates"] = c.duplicates;
+            }
             nlohmann::ordered_json ts = nlohmann::ordered_json::array();
             for (const tensor& t : last)
                 ts.push_back({{"info", t.info()}, {"dtype", std::string(code(t.dtype()))}, {"shape", t.shape()}});
@@ -72,6 +84,7 @@ int run_monitor(const monitor_cli_options& opt) {
             std::cout << (live ? "\r" : "") << head << "  " << layout(last)
                       << (malformed ? "  (" + std::to_string(malformed) + " malformed)" : "")
                       << (refused ? "  (" + std::to_string(refused) + " refused handshakes)" : "")
+                      << (numbered ? "  " + epoch_text(conn) : "")
                       << (live ? (final ? "\x1b[K\n" : "\x1b[K") : "\n") << std::flush;
         }
         window_start = clock::now();
@@ -79,29 +92,43 @@ int run_monitor(const monitor_cli_options& opt) {
         window_bytes = 0;
     };
 
-    while (opt.count == 0 || total < opt.count) {
+    const auto interval = std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(opt.interval));
+    const interrupt_catcher catcher;
+    while ((opt.count == 0 || total < opt.count) && !interrupted()) {
         try {
-            if (auto batch = conn.recv()) {
+            // Awake at least once per interval to report, even when nothing
+            // comes, and in time for --timeout.
+            auto wake = window_start + interval;
+            if (const auto limit = deadline_in(opt.timeout))
+                wake = std::min(wake, *limit - (clock::now() - last_arrival));
+            if (auto batch = receive_until(conn, wake)) {
                 ++total;
                 ++window_messages;
-                for (const tensor& t : *batch) window_bytes += t.nbytes();
-                last = std::move(*batch);
+                for (const tensor& t : batch->tensors) window_bytes += t.nbytes();
+                numbered = numbered || batch->position.has_value();
+                last = std::move(batch->tensors);
                 last_arrival = clock::now();
+            } else if (conn.epoch_ended() && !opt.json) {
+                std::cout << (live ? "\r\x1b[K" : "") << "epoch " << conn.epoch() - 1 << " ended: " << epoch_text(conn)
+                          << "\n" << std::flush;
             }
+            if (conn.stream_ended()) break;
         } catch (const error& e) {
+            if (!about_one_message(e)) throw;
             ++malformed;
             std::cerr << (live ? "\n" : "") << "tenbin monitor: error: " << name(e.code()) << ": "
                       << cli_text(e.what()) << "\n";
         }
         if (clock::now() - window_start >= std::chrono::duration<double>(opt.interval)) report(false);
-        if (opt.timeout > 0 && clock::now() - last_arrival > std::chrono::duration<double>(opt.timeout)) {
+        if (opt.timeout > 0 && clock::now() - last_arrival >= std::chrono::duration<double>(opt.timeout)) {
             report(true);
-            std::cerr << "tenbin monitor: error: timeout: nothing for " << opt.timeout << " s"
+            std::cerr << "tenbin monitor: error: timeout: nothing for " << seconds_text(opt.timeout)
                       << plain_endpoint_hint(opt.urls, conn.endpoints()) << "\n";
             return exit_timeout;
         }
     }
     report(true);
+    if (interrupted()) return interrupted_status();
     return malformed ? exit_malformed : exit_ok;
 }
 
@@ -114,7 +141,7 @@ subcommand add_monitor(CLI::App& parent) {
     app->add_option("URL", opt->urls,
                     "tensorcom URLs or ZeroMQ endpoints (one socket on all; braces expand;\n"
                     "see --socket); default: tensormon's zsub://127.0.0.1:7880");
-    app->add_option("--count,-n", opt->count, "Stop after this many messages (0: until interrupted)")
+    app->add_option("--count,-n", opt->count, "Stop after this many messages; 0: until interrupted")
         ->check(nonnegative)
         ->capture_default_str();
     app->add_flag("--json", opt->json, "One JSON line per interval");
@@ -130,11 +157,16 @@ subcommand add_monitor(CLI::App& parent) {
         "{\"messages\", \"rate\", \"mbps\", \"malformed\", \"refused\", \"tensors\"}. A malformed\n"
         "message is reported on stderr and not counted. With --curve-cert, handshakes\n"
         "refused (a peer without keys, with a wrong server key, not allowed) are\n"
-        "counted (\"refused\") and described on stderr.\n" +
+        "counted (\"refused\") and described on stderr. A numbered stream (tenbin serve\n"
+        "--producer or --epochs) adds its epoch, the epochs ended and the batches lost\n"
+        "(gaps) and received twice (duplicates): \"epoch\", \"epochs\", \"gaps\",\n"
+        "\"duplicates\"; each epoch's end is a line of its own; the stream's end stops it.\n" +
         plain_endpoint_note(opt->socket) +
-        "Exit status: 0 --count messages arrived, 1 error (refused endpoint, ...),\n"
+        "Ctrl-C (SIGINT) or SIGTERM stops it, with a last report.\n"
+        "Exit status: 0 --count messages arrived (or the stream ended), 1 error (refused endpoint, ...),\n"
         "2 nothing arrived for --timeout seconds, 3 --count arrived but some were\n"
-        "malformed, 64 wrong options or arguments (bad URL, ...).\n"
+        "malformed, 64 wrong options or arguments (bad URL, ...), 130 interrupted\n"
+        "(SIGINT), 143 terminated (SIGTERM).\n"
         "Examples:\n"
         "  tenbin monitor zsub://localhost:7881                      (SUB connects)\n"
         "  tenbin monitor 'zsub://trainer:78{80..83}' --interval 5 --json\n"

@@ -3,9 +3,10 @@
 // log file) a plain line is printed at each interval.
 #pragma once
 
-#include <tenbin/connect.hpp>
+#include <tenbin/statistics.hpp>
 
 #include <chrono>
+#include <cstdint>
 #include <string>
 
 namespace tenbin::cli {
@@ -14,9 +15,13 @@ class progress {
 public:
     /// Reports to stderr every `interval_seconds` (never when 0 or less).
     progress(std::string label, double interval_seconds);
-    /// Prints `s` (and `extra`) when the interval has passed since the last report.
+    /// Prints `s` (and `extra`) when the interval has passed since the last
+    /// report: the counts, the rates since the start, and the rates over the
+    /// time since the last report ("last 5 s"), counted, never read off the
+    /// spacing of a few messages.
     void update(const statistics& s, const std::string& extra = {});
-    /// Ends the live line with a final report.
+    /// Ends the live line with a final report: the counts and the rates since
+    /// the start (the time since the last report may be too short to say more).
     void finish(const statistics& s, const std::string& extra = {});
 
 private:
@@ -27,6 +32,9 @@ private:
     std::chrono::steady_clock::time_point next_;
     bool live_;
     bool printed_live_ = false;
+    // Where the last report left the counts.
+    std::chrono::steady_clock::time_point since_;
+    std::uint64_t messages_ = 0, bytes_ = 0;
 };
 
 }  // namespace tenbin::cli

@@ -1,18 +1,16 @@
 // tenbin send: the tensors of a file as ZeroMQ messages.
 #include "common.hpp"
+#include "interrupt.hpp"
 #include "sockets.hpp"
 
-#include <tenbin/zmq.hpp>
+#include <tenbin/connection.hpp>
 
 #include <algorithm>
 #include <chrono>
-#include <climits>
-#include <optional>
 #include <iostream>
 #include <memory>
-#include <sstream>
+#include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 namespace tenbin::cli {
@@ -31,23 +29,6 @@ struct send_cli_options {
     bool tensorcom = false;
 };
 
-// "1.5 s", or "ever" for no limit, for messages.
-std::string seconds_text(double seconds) {
-    if (timeout_ms(seconds) < 0) return "ever";
-    std::ostringstream s;
-    s << seconds << " s";
-    return s.str();
-}
-
-// Reads and discards one whole reply (a REQ socket must before sending again).
-bool await_reply(zmq::socket_t& socket) {
-    zmq::message_t part;
-    do {
-        if (!socket.recv(part)) return false;
-    } while (part.more());
-    return true;
-}
-
 int run_send(const send_cli_options& opt) {
     // One message, or a recorded shard's messages in order.
     std::vector<std::vector<tensor>> messages;
@@ -63,76 +44,74 @@ int run_send(const send_cli_options& opt) {
         for (std::size_t m = 0; m < messages.size(); ++m) check_tensorcom_flag(messages[m], sources[m]);
 
     const auto endpoints = resolve_endpoints(opt.socket, {opt.url});
-    const tenbin::socket_kind kind = endpoints.front().kind;
-    const bool is_req = kind == tenbin::socket_kind::req;
-    const double delay = opt.delay.value_or(kind == tenbin::socket_kind::pub ? 1.0 : 0.0);
+    const socket_kind kind = endpoints.front().kind;
+    const bool is_req = kind == socket_kind::req;
+    if (endpoints.front().shm && opt.single)
+        throw usage_error("--single has no +shm form: shared memory replaces the data frames");
+    connection_options co = connection_options_for(opt.socket, opt.url);
+    co.multipart = !opt.single;
+    co.allow64 = true;  // the file's tensors as they are
+    // Queued messages get this long to leave at exit.
+    co.linger = std::chrono::milliseconds(static_cast<std::int64_t>(std::min(opt.linger * 1000.0, 1e12)));
+    // With no receiver, sending times out (status 2) instead of queueing a
+    // message that is dropped at exit; not for REQ, where a reply that
+    // arrives just before the peer disconnects could be dropped (and a REQ
+    // with no peer times out on the reply anyway).
+    co.immediate = !is_req;
+    connection conn = open_connection(opt.socket, {opt.url}, co, "tenbin send");
 
-    // +shm: the bytes go through a connection's shared-memory pool.
-    std::optional<connection> shm;
-    if (endpoints.front().shm) {
-        if (kind != tenbin::socket_kind::push && kind != tenbin::socket_kind::pub && kind != tenbin::socket_kind::pair)
-            throw usage_error("+shm sends from push, pub or pair sockets");
-        if (opt.single) throw usage_error("--single has no +shm form: shared memory replaces the data frames");
-        connection_options co = connection_options_for(opt.socket, opt.url);
-        co.allow64 = true;  // the file's tensors as they are, as the plain path sends them
-        co.linger = std::chrono::milliseconds(static_cast<std::int64_t>(opt.linger * 1000.0));
-        if (const int ms = timeout_ms(opt.timeout); ms >= 0) co.send_timeout = std::chrono::milliseconds(ms);
-        shm.emplace(open_connection(opt.socket, {opt.url}, co, "tenbin send"));
-    }
-
-    zmq::context_t context;
-    // Before the socket: it outlives the socket, whose lingering messages
-    // stay under its allow-list to the end.
-    curve_guard curve;
-    zmq::socket_t socket = bounded_socket(context, zmq_socket_type(kind));  // REQ receives replies
-    // Finite linger: queued messages get this long to leave at exit.
-    socket.set(zmq::sockopt::linger,
-               static_cast<int>(std::min(opt.linger * 1000.0, static_cast<double>(INT_MAX))));
-    socket.set(zmq::sockopt::sndtimeo, timeout_ms(opt.timeout));
-    // Queue only to finished connections: with no receiver, sending times out
-    // (status 2) instead of queueing a message that is dropped at exit. Not
-    // for REQ: with ZMQ_IMMEDIATE a reply that arrives just before the peer
-    // disconnects can be dropped, and a REQ with no peer times out on the
-    // reply anyway.
-    if (!is_req) socket.set(zmq::sockopt::immediate, true);
-    if (is_req) socket.set(zmq::sockopt::rcvtimeo, timeout_ms(opt.timeout));
-    if (!shm) {
-        curve = secure(context, socket, opt.socket, endpoints, "tenbin send");
-        attach(socket, opt.socket, endpoints, "tenbin send");
-    }
-
-    if (delay > 0) std::this_thread::sleep_for(std::chrono::duration<double>(delay));
-
-    // A zpub URL's #topic goes in front of every message, as a connection's does.
-    const std::string& topic = endpoints.front().topic;
-    const zmq::const_buffer topic_frame(topic.data(), topic.size());
-    send_options so;
-    if (kind == tenbin::socket_kind::pub && !topic.empty()) so.envelope = {&topic_frame, 1};
+    const interrupt_catcher catcher;
+    sleep_unless_interrupted(opt.delay.value_or(kind == socket_kind::pub ? 1.0 : 0.0));
 
     const char* where = "tenbin send";
-    const std::size_t total = opt.count * messages.size();
-    for (std::size_t i = 0; i < total; ++i) {
+    const std::size_t total = opt.count * messages.size();  // 0: until interrupted
+    const auto numbered = [&](std::size_t i) {
+        return "message " + std::to_string(i + 1) + (total ? " of " + std::to_string(total) : std::string());
+    };
+    std::size_t sent = 0;
+    for (; (total == 0 || sent < total) && !interrupted(); ++sent) {
+        const std::size_t i = sent;
         const std::vector<tensor>& tensors = messages[i % messages.size()];
-        const bool sent = shm          ? shm->send(tensors)
-                          : opt.single ? zsend_single(socket, tensors, so)
-                                       : zsend_multipart(socket, tensors, so);
-        if (!sent) {
-            std::cerr << where << ": error: " << name(errc::timeout) << ": message " << i + 1
-                      << " of " << total << " could not be sent within "
-                      << seconds_text(opt.timeout) << " (is a receiver there?)"
-                      << plain_endpoint_hint({opt.url}, endpoints) << std::endl;
+        if (!send_until(conn, tensors, deadline_in(opt.timeout))) {
+            if (interrupted()) break;
+            std::cerr << where << ": error: " << name(errc::timeout) << ": " << numbered(i)
+                      << " could not be sent within " << seconds_text(opt.timeout) << " (is a receiver there?)"
+                      << plain_endpoint_hint({opt.url}, conn.endpoints()) << std::endl;
             return exit_timeout;
         }
-        if (is_req && !await_reply(socket)) {
-            std::cerr << where << ": error: " << name(errc::timeout) << ": no reply to message "
-                      << i + 1 << " of " << total << " within " << seconds_text(opt.timeout)
-                      << std::endl;
-            return exit_timeout;
+        if (is_req) {
+            // A REQ socket must take the whole reply before sending again;
+            // whatever it holds.
+            bool replied = false;
+            try {
+                replied = receive_until(conn, deadline_in(opt.timeout)).has_value();
+            } catch (const tenbin::error&) {
+                replied = true;  // not tensors, but a reply (drained)
+            }
+            if (!replied) {
+                if (interrupted()) break;
+                std::cerr << where << ": error: " << name(errc::timeout) << ": no reply to " << numbered(i)
+                          << " within " << seconds_text(opt.timeout) << std::endl;
+                return exit_timeout;
+            }
         }
         if (opt.verbose)
-            std::cerr << where << ": sent message " << i + 1 << " of " << total << " ("
+            std::cerr << where << ": sent " << numbered(i) << " ("
                       << (opt.single ? "single-part" : "multipart") << ", " << tensors.size()
                       << (tensors.size() == 1 ? " tensor)" : " tensors)") << std::endl;
+    }
+    if (opt.socket.acked && !interrupted() && !acknowledged_until(conn, sent, deadline_in(opt.timeout)) &&
+        !interrupted()) {
+        std::cerr << where << ": error: " << name(errc::timeout) << ": " << conn.delivery_stats().acknowledged
+                  << " of " << sent << " messages were acknowledged within " << seconds_text(opt.timeout)
+                  << std::endl;
+        return exit_timeout;
+    }
+    if (interrupted()) {
+        // Those queued still get --linger to leave, as the connection closes.
+        std::cerr << where << ": interrupted after " << sent << " messages (" << interrupting_signal() << ")"
+                  << std::endl;
+        return interrupted_status();
     }
     return exit_ok;
 }
@@ -147,11 +126,13 @@ subcommand add_send(CLI::App& parent) {
                     "tcp://localhost:5555 or ipc:///tmp/t.sock (see --socket)")
         ->required();
     app->add_option("-f,--file", opt->file,
-                    "File whose tensors make the message ('-' = stdin: .ten, or .ten.zst by its magic);\n"
-                    "a .tar shard (tenbin recv --save) replays its messages in order")
+                    "File whose tensors make the message: .ten, .ten.zst, .npy, .npz or .safetensors\n"
+                    "(names become infos), '-' = stdin (.ten, or .ten.zst by its magic); a .tar\n"
+                    "shard (tenbin recv --save) replays its messages in order")
         ->required();
-    app->add_option("-n,--count", opt->count, "How many times to send the message (or the shard's messages)")
-        ->check(positive)
+    app->add_option("-n,--count", opt->count,
+                    "How many times to send the message (or the shard's messages); 0: until interrupted")
+        ->check(nonnegative)
         ->capture_default_str();
     app->add_flag("--single", opt->single,
                   "Send one frame holding the chunked buffer instead of a multipart message");
@@ -182,9 +163,12 @@ subcommand add_send(CLI::App& parent) {
         "message. At exit, queued messages get --linger seconds to leave. For\n"
         "generated tensors, or batches at a rate, use tenbin serve --synthetic.\n" +
         plain_endpoint_note(opt->socket) +
+        "Ctrl-C (SIGINT) or SIGTERM stops it between messages; those queued still get\n"
+        "--linger seconds.\n"
         "Exit status: 0 sent, 1 error (unreadable file, refused endpoint, ...),\n"
         "2 timed out (no receiver took a message within --timeout, or no reply),\n"
-        "64 wrong options or arguments (bad URL, ...).\n"
+        "64 wrong options or arguments (bad URL, ...), 130 interrupted (SIGINT),\n"
+        "143 terminated (SIGTERM).\n"
         "Examples:\n"
         "  tenbin send tcp://localhost:5555 -f batch.ten -n 100     (PUSH connects)\n"
         "  tenbin send 'tcp://*:5556' --socket pub -f batch.ten     (PUB binds)\n"

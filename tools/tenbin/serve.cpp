@@ -1,5 +1,6 @@
 // tenbin serve: send batches, from .ten files or made up, at a given rate.
 #include "common.hpp"
+#include "interrupt.hpp"
 #include "progress.hpp"
 #include "sockets.hpp"
 
@@ -29,7 +30,30 @@ struct serve_cli_options {
     double timeout = 30;
     double report = 5;
     bool tensorcom = false;
+    std::size_t epochs = 0;  // 0: no epochs
+    std::string producer;
+    std::size_t wait_for = 0;
 };
+
+// For progress reports: who takes the batches, when serve can tell.
+std::string audience(connection& conn, bool pub) {
+    if (conn.options().acked) {
+        const std::vector<consumer_info> cs = conn.consumers();
+        std::size_t in_flight = 0;
+        std::uint64_t redelivered = 0;
+        for (const consumer_info& c : cs) {
+            in_flight += c.in_flight;
+            redelivered += c.redelivered;
+        }
+        return std::to_string(cs.size()) + (cs.size() == 1 ? " consumer" : " consumers") + " (" +
+               std::to_string(in_flight) + " in flight, " + std::to_string(redelivered) + " redelivered)";
+    }
+    if (pub && conn.options().wait_for > 0) {
+        const std::size_t n = conn.subscribers();
+        return std::to_string(n) + (n == 1 ? " subscriber" : " subscribers");
+    }
+    return {};
+}
 
 std::vector<std::string> split(const std::string& text, char sep) {
     std::vector<std::string> out;
@@ -213,34 +237,92 @@ int run_serve(const serve_cli_options& opt) {
         for (std::size_t b = 0; b < batches.size(); ++b)
             check_tensorcom_flag(batches[b], sources[b]);
 
+    const bool numbered = opt.epochs > 0 || !opt.producer.empty() || opt.socket.acked;
+    if (numbered && opt.tensorcom)
+        throw usage_error("--tensorcom: a numbered stream (--epochs, --producer, --acked) ends with marks "
+                          "without tensors, which a Python tensorcom receiver cannot take");
+
     connection_options co = connection_options_for(opt.socket, opt.url);
     co.multipart = !opt.single;
     co.allow64 = true;  // the files or specs say what to send
     if (!infos.empty()) co.infos = infos;
-    co.send_timeout = std::chrono::milliseconds(std::max(0, timeout_ms(opt.timeout)));
-    if (timeout_ms(opt.timeout) < 0) co.send_timeout.reset();
+    co.producer = opt.producer;
+    co.stream = numbered;
+    const auto kind = resolve_endpoints(opt.socket, {opt.url}).front().kind;
+    const bool pub = kind == tenbin::socket_kind::pub;
+    if (opt.wait_for > 0 && !pub && !opt.socket.acked)
+        throw usage_error("--wait-for waits for subscribers (a pub socket) or acked consumers (--acked)");
+    if (pub) co.wait_for = opt.wait_for;
     connection conn = open_connection(opt.socket, {opt.url}, co, "tenbin serve");
 
-    const bool pub = conn.endpoints().front().kind == tenbin::socket_kind::pub;
-    const double delay = opt.delay.value_or(pub ? 1.0 : 0.0);
-    if (delay > 0) std::this_thread::sleep_for(std::chrono::duration<double>(delay));
+    const interrupt_catcher catcher;
+    // The audience asked for replaces the guess of a delay.
+    sleep_unless_interrupted(opt.delay.value_or(pub && opt.wait_for == 0 ? 1.0 : 0.0));
+    const auto timed_out = [&](const std::string& what, const std::string& why = {}) {
+        std::cerr << "tenbin serve: error: timeout: " << what << " within " << seconds_text(opt.timeout) << why
+                  << plain_endpoint_hint({opt.url}, conn.endpoints()) << "\n";
+        return exit_timeout;
+    };
+    if (opt.socket.acked && opt.wait_for > 0) {  // a pub connection waits itself, at its first send
+        const auto deadline = deadline_in(opt.timeout);
+        while (conn.consumers().size() < opt.wait_for && !interrupted()) {
+            if (deadline && std::chrono::steady_clock::now() >= *deadline)
+                return timed_out(std::to_string(conn.consumers().size()) + " of " + std::to_string(opt.wait_for) +
+                                 " consumers came");
+            sleep_unless_interrupted(0.05);
+        }
+    }
 
     progress report("tenbin serve", opt.report);
     const auto start = std::chrono::steady_clock::now();
-    for (std::size_t i = 0; opt.count == 0 || i < opt.count; ++i) {
-        if (opt.rate > 0)  // paced against the start: no drift over long runs
-            std::this_thread::sleep_until(start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                                      std::chrono::duration<double>(static_cast<double>(i) / opt.rate)));
-        if (!conn.send(batches[i % batches.size()])) {
-            report.finish(conn.stats());
-            std::cerr << "tenbin serve: error: timeout: message " << i + 1 << " could not be sent within "
-                      << opt.timeout << " s (no receiver?)" << plain_endpoint_hint({opt.url}, conn.endpoints())
-                      << "\n";
-            return exit_timeout;
+    // An epoch is one pass over the batches, or --count messages.
+    const std::size_t per_epoch = opt.epochs ? (opt.count ? opt.count : batches.size()) : opt.count;
+    std::size_t sent = 0, epoch = 0, in_epoch = 0;
+    while (!interrupted()) {
+        if (per_epoch && in_epoch == per_epoch) {
+            // The stream's end ends the last epoch too.
+            if (!opt.epochs || epoch + 1 == opt.epochs) break;
+            if (!end_until(conn, false, deadline_in(opt.timeout))) {
+                if (interrupted()) break;
+                report.finish(conn.stats(), audience(conn, pub));
+                return timed_out("the end of epoch " + std::to_string(epoch) + " could not be sent");
+            }
+            in_epoch = 0;
+            ++epoch;
         }
-        report.update(conn.stats());
+        if (opt.rate > 0) {  // paced against the start: no drift over long runs
+            const auto due = start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                         std::chrono::duration<double>(static_cast<double>(sent) / opt.rate));
+            sleep_unless_interrupted(std::chrono::duration<double>(due - std::chrono::steady_clock::now()).count());
+            if (interrupted()) break;
+        }
+        if (!send_until(conn, batches[in_epoch % batches.size()], deadline_in(opt.timeout))) {
+            if (interrupted()) break;
+            report.finish(conn.stats(), audience(conn, pub));
+            return timed_out("message " + std::to_string(sent + 1) + " could not be sent",
+                             (pub && opt.wait_for ? " (" + std::to_string(conn.subscribers()) + " of " +
+                                                        std::to_string(opt.wait_for) + " subscribers came)"
+                                                  : std::string(" (no receiver?)")));
+        }
+        ++sent;
+        ++in_epoch;
+        report.update(conn.stats(), audience(conn, pub));
     }
-    report.finish(conn.stats());
+    if (!interrupted() && numbered && !end_until(conn, true, deadline_in(opt.timeout)) && !interrupted()) {
+        report.finish(conn.stats(), audience(conn, pub));
+        return timed_out("the end of the stream could not be sent");
+    }
+    // Acked: done when every batch was acknowledged, not when it was queued.
+    if (opt.socket.acked && !acknowledged_until(conn, sent, deadline_in(opt.timeout)) && !interrupted()) {
+        report.finish(conn.stats(), audience(conn, pub));
+        return timed_out(std::to_string(conn.delivery_stats().acknowledged) + " of " + std::to_string(sent) +
+                         " messages were acknowledged");
+    }
+    report.finish(conn.stats(), audience(conn, pub));
+    if (interrupted()) {
+        std::cerr << "tenbin serve: interrupted after " << sent << " messages (" << interrupting_signal() << ")\n";
+        return interrupted_status();
+    }
     return exit_ok;
 }
 
@@ -255,14 +337,15 @@ subcommand add_serve(CLI::App& parent) {
                     "(see --socket)")
         ->required();
     app->add_option("--file,-f", opt->files,
-                    "A .ten file to send (repeat for several; sent in turn), or a .tar shard\n"
+                    "A file whose tensors make a batch (repeat for several; sent in turn): .ten,\n"
+                    ".ten.zst, .npy, .npz or .safetensors (names become infos), or a .tar shard\n"
                     "(tenbin recv --save) whose messages are sent in order");
     app->add_option("--synthetic", opt->synthetic,
                     "Made-up batches, e.g. \"f2:256,3,224,224;i4:256\": [NAME=]DTYPE:DIMS[:LO..HI] per\n"
                     "tensor; DTYPE a code or NumPy name (float16, int32, ...); no DIMS (\"f4:\") is a\n"
                     "scalar; values uniform in [LO, HI) for floats (default 0..1), LO..HI inclusive\n"
                     "for integers (default: every value), e.g. \"y=int32:256:0..999\"");
-    app->add_option("--count,-n", opt->count, "Messages to send (0: until interrupted)")
+    app->add_option("--count,-n", opt->count, "Messages to send; 0: until interrupted")
         ->check(nonnegative)
         ->capture_default_str();
     app->add_option("--rate", opt->rate, "Messages per second (0: as fast as possible)")
@@ -280,19 +363,38 @@ subcommand add_serve(CLI::App& parent) {
         ->capture_default_str();
     app->add_flag("--tensorcom", opt->tensorcom,
                   "Refuse to send what a Python tensorcom receiver cannot decode (u4, rank-0 tensors)");
+    app->add_option("--epochs", opt->epochs,
+                    "Send the batches this many times (0: until interrupted), each pass an epoch\n"
+                    "ended by an end mark (with --count: --count messages per epoch); a numbered\n"
+                    "stream, ended at the end")
+        ->check(nonnegative);
+    app->add_option("--producer", opt->producer,
+                    "Number the messages as the producer NAME, stable across restarts (1 to 64\n"
+                    "printable ASCII characters), so that receivers know its epochs, drop what they\n"
+                    "had and count what they missed; the stream is ended at the end")
+        ->type_name("NAME");
+    app->add_option("--wait-for", opt->wait_for,
+                    "Before the first message, wait (at most --timeout) until this many subscribers\n"
+                    "(pub) or consumers (--acked) joined")
+        ->type_name("K")
+        ->check(nonnegative);
     add_socket_choice(*app, opt->socket, {"push", "pub", "dealer", "pair"}, tenbin::socket_kind::push, false);
     app->footer(
         "Sends the batches in turn, each --file's tensors and (with --synthetic) two\n"
         "made-up batches of that layout, --count messages in all, paced to --rate\n"
-        "messages per second. Progress goes to stderr every --report seconds.\n" +
+        "messages per second. Progress goes to stderr every --report seconds (with\n"
+        "--acked, the consumers; with --wait-for on pub, the subscribers).\n" +
         plain_endpoint_note(opt->socket) +
+        "Ctrl-C (SIGINT) or SIGTERM stops it between messages, with a last report.\n"
         "Exit status: 0 sent, 1 error (unreadable file, refused endpoint, ...),\n"
         "2 timed out (no receiver took a message within --timeout), 64 wrong options\n"
-        "or arguments (bad URL, bad --synthetic, nothing to send).\n"
+        "or arguments (bad URL, bad --synthetic, nothing to send), 130 interrupted\n"
+        "(SIGINT), 143 terminated (SIGTERM).\n"
         "Examples:\n"
         "  tenbin serve zpush://localhost:7880 -f a.ten -f b.ten --rate 100   (PUSH connects)\n"
         "  tenbin serve zpub://*:7881 --synthetic 'x=f2:64,3,224,224;y=i4:64'   (PUB binds)\n"
-        "  tenbin serve tcp://localhost:5555 --synthetic f4:1000 -n 10          (PUSH connects)");
+        "  tenbin serve tcp://localhost:5555 --synthetic f4:1000 -n 10          (PUSH connects)\n"
+        "  tenbin serve 'zrpush://*:7880' --file shard.tar --epochs 3 --producer a --acked");
     return {app, [opt] { return run_serve(*opt); }};
 }
 

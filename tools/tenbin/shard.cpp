@@ -1,13 +1,20 @@
 // tenbin tool: webdataset shards of messages (see shard.hpp).
 #include "shard.hpp"
+#include "common.hpp"
 
 #include <tenbin/io.hpp>
 
 #include <algorithm>
 #include <array>
 #include <cstdio>
+#include <cerrno>
 #include <cstring>
-#include <filesystem>
+#include <ctime>
+#include <utility>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 namespace tenbin::cli {
 
@@ -74,21 +81,58 @@ std::string field_text(const unsigned char* field, std::size_t width) {
 
 bool is_shard(std::string_view path) { return path.size() > 4 && path.ends_with(".tar"); }
 
-shard_writer::shard_writer(std::string path) : path_(std::move(path)), part_(path_ + ".part") {
-    out_.open(part_, std::ios::binary | std::ios::trunc);
-    if (!out_) fail(errc::io_error, part_ + ": cannot create");
+namespace {
+
+// "a FIFO", "a symbolic link", ...: what a file that is no regular file is.
+std::string kind_of(mode_t mode) {
+    if (S_ISFIFO(mode)) return "a FIFO";
+    if (S_ISLNK(mode)) return "a symbolic link";
+    if (S_ISDIR(mode)) return "a directory";
+    if (S_ISCHR(mode) || S_ISBLK(mode)) return "a device";
+    if (S_ISSOCK(mode)) return "a socket";
+    return "no regular file";
+}
+
+// Refuses a target that is there and is no regular file (looked at, not
+// followed or opened).
+void check_target(const std::string& path, bool replace) {
+    struct stat st {};
+    if (::lstat(path.c_str(), &st) != 0) {
+        if (errno == ENOENT) return;
+        fail(errc::io_error, path + ": " + std::strerror(errno));
+    }
+    if (!S_ISREG(st.st_mode))
+        fail(errc::bad_argument, "'" + path + "' is " + kind_of(st.st_mode) +
+                                     ", not a regular file: a shard is never written over one");
+    if (!replace) fail(errc::bad_argument, "'" + path + "' exists; use --force to replace it");
+}
+
+}  // namespace
+
+shard_writer::shard_writer(std::string path, bool replace)
+    : path_(std::move(path)), part_(path_ + ".part"), replace_(replace) {
+    check_target(path_, replace_);
+    // Exclusive, and not through a link: a second recorder on this path, or
+    // a link planted here, is refused, never mixed in or followed.
+    fd_ = ::open(part_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd_ < 0 && errno == EEXIST)
+        fail(errc::io_error, part_ + " exists: another tenbin recv --save is recording to " + path_ +
+                                 " (or one was killed; remove it)");
+    if (fd_ < 0) fail(errc::io_error, part_ + ": cannot create: " + std::strerror(errno));
 }
 
 shard_writer::~shard_writer() {
-    if (done_) return;
-    out_.close();
-    std::error_code ignored;
-    std::filesystem::remove(part_, ignored);
+    if (fd_ >= 0) ::close(fd_);
+    if (!done_) ::unlink(part_.c_str());
 }
 
 void shard_writer::put(const char* data, std::size_t size) {
-    out_.write(data, static_cast<std::streamsize>(size));
-    if (!out_) fail(errc::io_error, part_ + ": write failed");
+    for (std::size_t done = 0; done < size;) {
+        const ssize_t n = ::write(fd_, data + done, size - done);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) fail(errc::io_error, part_ + ": write failed: " + std::strerror(errno));
+        done += static_cast<std::size_t>(n);
+    }
     written_ += size;
 }
 
@@ -104,7 +148,8 @@ void shard_writer::add(tensor_span tensors) {
     // A frame is below 2 GiB; 11 octal digits hold 8 GiB.
     if (bytes.size() >> 33) fail(errc::bad_argument, "message " + std::to_string(count_) + " is too large for ustar");
     put_octal(h.data() + size_at, size_size, bytes.size());
-    put_octal(h.data() + mtime_at, 12, 0);
+    // The time it was recorded, as tar(1) dates a member by its file.
+    put_octal(h.data() + mtime_at, 12, static_cast<std::uint64_t>(std::max<std::time_t>(0, std::time(nullptr))));
     h[type_at] = '0';
     std::memcpy(h.data() + magic_at, "ustar\0" "00", 8);
     // Six octal digits, a NUL and a space, as POSIX has it.
@@ -123,15 +168,22 @@ void shard_writer::finish() {
     put(zeros.data(), block);
     put(zeros.data(), block);
     while (written_ % record) put(zeros.data(), block);
-    out_.close();
-    if (!out_) fail(errc::io_error, part_ + ": closing failed");
-    std::error_code ec;
-    std::filesystem::rename(part_, path_, ec);
-    if (ec) fail(errc::io_error, path_ + ": " + ec.message());
+    const int fd = std::exchange(fd_, -1);
+    if (::close(fd) != 0) fail(errc::io_error, part_ + ": closing failed: " + std::strerror(errno));
+    // What the target became while recording is looked at again; without
+    // --force, one that appeared is not replaced.
+    if (replace_) check_target(path_, true);
+    if (::renameat2(AT_FDCWD, part_.c_str(), AT_FDCWD, path_.c_str(), replace_ ? 0 : RENAME_NOREPLACE) != 0) {
+        const int err = errno;
+        done_ = true;  // the recording stays where it is
+        fail(errc::io_error, path_ + ": " + std::strerror(err) + "; the recording stays in " + part_);
+    }
     done_ = true;
 }
 
-std::vector<shard_message> read_shard(const std::string& path, std::size_t* skipped) {
+namespace {
+
+std::vector<shard_message> read_members(const std::string& path, std::size_t* skipped) {
     const buffer file = map_file(path);
     const auto* bytes = reinterpret_cast<const unsigned char*>(file.data());
     const std::size_t size = file.size();
@@ -174,6 +226,16 @@ std::vector<shard_message> read_shard(const std::string& path, std::size_t* skip
     }
     if (skipped) *skipped = others;
     return out;
+}
+
+}  // namespace
+
+std::vector<shard_message> read_shard(const std::string& path, std::size_t* skipped) {
+    try {
+        return read_members(path, skipped);
+    } catch (const tenbin::error&) {
+        rethrow_with_format_hint(path);
+    }
 }
 
 }  // namespace tenbin::cli

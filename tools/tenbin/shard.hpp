@@ -11,7 +11,6 @@
 #include <tenbin/core.hpp>
 
 #include <cstdint>
-#include <fstream>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -22,20 +21,30 @@ namespace tenbin::cli {
 bool is_shard(std::string_view path);
 
 /// Writes a shard member by member. The file appears under its name only
-/// when finish() succeeds (written beside it, then renamed); a writer
-/// destroyed before that removes what it wrote.
+/// when finish() succeeds (written beside it as PATH.part, then renamed); a
+/// writer destroyed before that removes what it wrote.
+///
+/// It trusts no path around it: PATH.part is created exclusively and never
+/// through a symbolic link, so a second writer on the same path (or a link
+/// planted there) is refused rather than mixed in or followed; PATH must be
+/// a regular file or nothing (a FIFO, a device, a directory or a symbolic
+/// link is never replaced).
 class shard_writer {
 public:
-    /// Opens `path` + ".part" for writing. Throws io_error.
-    explicit shard_writer(std::string path);
+    /// Creates PATH.part. Throws bad_argument when PATH is no regular file,
+    /// or exists and `replace` is false; io_error when PATH.part exists
+    /// (another writer's, or a killed one's) or cannot be created.
+    shard_writer(std::string path, bool replace);
     ~shard_writer();
     shard_writer(const shard_writer&) = delete;
     shard_writer& operator=(const shard_writer&) = delete;
 
     /// Adds `tensors` as the member KEY.ten, KEY the message's number in six
-    /// digits (000000, 000001, ...). Throws io_error.
+    /// digits (000000, 000001, ...), dated now. Throws io_error.
     void add(tensor_span tensors);
-    /// Ends the archive and renames it into place. Throws io_error.
+    /// Ends the archive and renames it into place (replacing PATH only when
+    /// allowed, and never if it became something else than a regular file).
+    /// Throws io_error, leaving PATH.part.
     void finish();
     /// Members written so far.
     std::size_t members() const noexcept { return count_; }
@@ -44,7 +53,8 @@ private:
     void put(const char* data, std::size_t size);
 
     std::string path_, part_;
-    std::ofstream out_;
+    bool replace_;
+    int fd_ = -1;
     std::size_t count_ = 0;
     std::uint64_t written_ = 0;
     bool done_ = false;

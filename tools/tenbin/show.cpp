@@ -1,6 +1,7 @@
 // tenbin show: the image-like tensors of a file or of received messages as
 // a grid of pictures in a PNG, captioned (tensorcom's tensorshow).
 #include "common.hpp"
+#include "interrupt.hpp"
 #include "sockets.hpp"
 
 #include <tenbin/connect.hpp>
@@ -11,7 +12,6 @@
 
 #include <algorithm>
 #include <array>
-#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -33,8 +33,8 @@ struct show_cli_options {
     socket_choice socket;
 };
 
-// ---- a 5x7 bitmap font: digits, capitals (lowercase is drawn as them) and
-// the punctuation of captions; each row's low 5 bits, leftmost highest.
+// ---- a 5x7 bitmap font: digits, letters of both cases and the punctuation
+// of captions; each row's low 5 bits, leftmost highest.
 struct glyph {
     char c;
     std::array<std::uint8_t, 7> rows;
@@ -58,18 +58,42 @@ constexpr glyph font[] = {
     {'U', {0x11, 0x11, 0x11, 0x11, 0x11, 0x11, 0x0E}}, {'V', {0x11, 0x11, 0x11, 0x11, 0x11, 0x0A, 0x04}},
     {'W', {0x11, 0x11, 0x11, 0x15, 0x15, 0x15, 0x0A}}, {'X', {0x11, 0x11, 0x0A, 0x04, 0x0A, 0x11, 0x11}},
     {'Y', {0x11, 0x11, 0x11, 0x0A, 0x04, 0x04, 0x04}}, {'Z', {0x1F, 0x01, 0x02, 0x04, 0x08, 0x10, 0x1F}},
+    {'a', {0x00, 0x00, 0x0E, 0x01, 0x0F, 0x11, 0x0F}}, {'b', {0x10, 0x10, 0x16, 0x19, 0x11, 0x11, 0x1E}},
+    {'c', {0x00, 0x00, 0x0E, 0x10, 0x10, 0x11, 0x0E}}, {'d', {0x01, 0x01, 0x0D, 0x13, 0x11, 0x11, 0x0F}},
+    {'e', {0x00, 0x00, 0x0E, 0x11, 0x1F, 0x10, 0x0E}}, {'f', {0x06, 0x09, 0x08, 0x1C, 0x08, 0x08, 0x08}},
+    {'g', {0x00, 0x0F, 0x11, 0x11, 0x0F, 0x01, 0x0E}}, {'h', {0x10, 0x10, 0x16, 0x19, 0x11, 0x11, 0x11}},
+    {'i', {0x04, 0x00, 0x0C, 0x04, 0x04, 0x04, 0x0E}}, {'j', {0x02, 0x00, 0x06, 0x02, 0x02, 0x12, 0x0C}},
+    {'k', {0x10, 0x10, 0x12, 0x14, 0x18, 0x14, 0x12}}, {'l', {0x0C, 0x04, 0x04, 0x04, 0x04, 0x04, 0x0E}},
+    {'m', {0x00, 0x00, 0x1A, 0x15, 0x15, 0x11, 0x11}}, {'n', {0x00, 0x00, 0x16, 0x19, 0x11, 0x11, 0x11}},
+    {'o', {0x00, 0x00, 0x0E, 0x11, 0x11, 0x11, 0x0E}}, {'p', {0x00, 0x1E, 0x11, 0x11, 0x1E, 0x10, 0x10}},
+    {'q', {0x00, 0x0F, 0x11, 0x11, 0x0F, 0x01, 0x01}}, {'r', {0x00, 0x00, 0x16, 0x19, 0x10, 0x10, 0x10}},
+    {'s', {0x00, 0x00, 0x0E, 0x10, 0x0E, 0x01, 0x1E}}, {'t', {0x08, 0x08, 0x1C, 0x08, 0x08, 0x09, 0x06}},
+    {'u', {0x00, 0x00, 0x11, 0x11, 0x11, 0x13, 0x0D}}, {'v', {0x00, 0x00, 0x11, 0x11, 0x11, 0x0A, 0x04}},
+    {'w', {0x00, 0x00, 0x11, 0x11, 0x15, 0x15, 0x0A}}, {'x', {0x00, 0x00, 0x11, 0x0A, 0x04, 0x0A, 0x11}},
+    {'y', {0x00, 0x11, 0x11, 0x11, 0x0F, 0x01, 0x0E}}, {'z', {0x00, 0x00, 0x1F, 0x02, 0x04, 0x08, 0x1F}},
     {' ', {0, 0, 0, 0, 0, 0, 0}},                      {'[', {0x0E, 0x08, 0x08, 0x08, 0x08, 0x08, 0x0E}},
     {']', {0x0E, 0x02, 0x02, 0x02, 0x02, 0x02, 0x0E}}, {',', {0, 0, 0, 0, 0x0C, 0x04, 0x08}},
     {'.', {0, 0, 0, 0, 0, 0x0C, 0x0C}},                {'-', {0, 0, 0, 0x1F, 0, 0, 0}},
     {'_', {0, 0, 0, 0, 0, 0, 0x1F}},                   {'#', {0x0A, 0x0A, 0x1F, 0x0A, 0x1F, 0x0A, 0x0A}},
     {':', {0, 0x0C, 0x0C, 0, 0x0C, 0x0C, 0}},          {'=', {0, 0, 0x1F, 0, 0x1F, 0, 0}},
     {'(', {0x02, 0x04, 0x08, 0x08, 0x08, 0x04, 0x02}}, {')', {0x08, 0x04, 0x02, 0x02, 0x02, 0x04, 0x08}},
-    {'/', {0, 0x01, 0x02, 0x04, 0x08, 0x10, 0}},
+    {'/', {0, 0x01, 0x02, 0x04, 0x08, 0x10, 0}},       {'\\', {0, 0x10, 0x08, 0x04, 0x02, 0x01, 0}},
+    {'+', {0, 0x04, 0x04, 0x1F, 0x04, 0x04, 0}},       {'*', {0, 0x04, 0x15, 0x0E, 0x15, 0x04, 0}},
+    {'!', {0x04, 0x04, 0x04, 0x04, 0x04, 0, 0x04}},    {'?', {0x0E, 0x11, 0x01, 0x02, 0x04, 0, 0x04}},
+    {'\'', {0x04, 0x04, 0x08, 0, 0, 0, 0}},            {'"', {0x0A, 0x0A, 0, 0, 0, 0, 0}},
+    {';', {0, 0x0C, 0x0C, 0, 0x0C, 0x04, 0x08}},       {'<', {0x02, 0x04, 0x08, 0x10, 0x08, 0x04, 0x02}},
+    {'>', {0x08, 0x04, 0x02, 0x01, 0x02, 0x04, 0x08}}, {'%', {0x18, 0x19, 0x02, 0x04, 0x08, 0x13, 0x03}},
+    {'&', {0x0C, 0x12, 0x14, 0x08, 0x15, 0x12, 0x0D}}, {'@', {0x0E, 0x11, 0x17, 0x15, 0x17, 0x10, 0x0F}},
+    {'~', {0, 0, 0x08, 0x15, 0x02, 0, 0}},             {'|', {0x04, 0x04, 0x04, 0x04, 0x04, 0x04, 0x04}},
+    {'{', {0x02, 0x04, 0x04, 0x08, 0x04, 0x04, 0x02}}, {'}', {0x08, 0x04, 0x04, 0x02, 0x04, 0x04, 0x08}},
+    {'$', {0x04, 0x0F, 0x14, 0x0E, 0x05, 0x1E, 0x04}}, {'^', {0x04, 0x0A, 0x11, 0, 0, 0, 0}},
+    {'`', {0x08, 0x04, 0x02, 0, 0, 0, 0}},
 };
-constexpr std::array<std::uint8_t, 7> unknown_glyph{0x0E, 0x11, 0x01, 0x02, 0x04, 0, 0x04};  // '?'
+// Anything else (a byte of UTF-8, a control character): a box.
+constexpr std::array<std::uint8_t, 7> unknown_glyph{0x1F, 0x11, 0x11, 0x11, 0x11, 0x11, 0x1F};
 
-// Layout, in pixels: a character cell, caption lines, the gap between cells.
-constexpr std::size_t char_w = 6, line_h = 9, caption_lines = 2, pad = 4, min_cell_w = 16 * char_w;
+// Layout, in pixels: a character cell, a caption line, the gap between cells.
+constexpr std::size_t char_w = 6, line_h = 9, pad = 4, min_cell_w = 16 * char_w;
 // Small images are enlarged to about this many pixels a side.
 constexpr std::size_t target_side = 64;
 // No picture larger than this a side.
@@ -86,10 +110,10 @@ struct canvas {
         p[1] = g;
         p[2] = b;
     }
-    // `text` from (x, y), cut to `max_chars`.
-    void write(std::size_t x, std::size_t y, std::string_view text, std::size_t max_chars) {
-        for (std::size_t i = 0; i < text.size() && i < max_chars; ++i) {
-            const char c = static_cast<char>(std::toupper(static_cast<unsigned char>(text[i])));
+    // `text` from (x, y), as it is.
+    void write(std::size_t x, std::size_t y, std::string_view text) {
+        for (std::size_t i = 0; i < text.size(); ++i) {
+            const char c = text[i];
             const auto* g = std::find_if(std::begin(font), std::end(font), [&](const glyph& f) { return f.c == c; });
             const auto& rows = g != std::end(font) ? g->rows : unknown_glyph;
             for (std::size_t r = 0; r < 7; ++r)
@@ -105,8 +129,24 @@ struct picture {
     std::size_t first = 0;           // element index of pixel (0, 0), channel 0
     std::size_t h = 0, w = 0, c = 1;  // c: 1, 3 or 4
     std::size_t sy = 0, sx = 0, sc = 0;  // element strides
-    std::string caption[caption_lines];
+    std::string caption[2];  // where it is and its info; dtype and shape
 };
+
+// `text` in lines of at most `width` characters, each broken after the last
+// space that fits (a shape's ", ") or, with none, cut: nothing is left out.
+std::vector<std::string> wrapped(std::string_view text, std::size_t width) {
+    std::vector<std::string> lines;
+    while (text.size() > width) {
+        std::size_t cut = text.rfind(' ', width);
+        cut = cut == std::string_view::npos || cut == 0 ? width : cut + 1;
+        std::string_view line = text.substr(0, cut);
+        while (!line.empty() && line.back() == ' ') line.remove_suffix(1);
+        lines.emplace_back(line);
+        text.remove_prefix(cut);
+    }
+    lines.emplace_back(text);
+    return lines;
+}
 
 double value_at(const tensor& t, std::size_t i) {
     const std::byte* p = t.data().data() + i * itemsize(t.dtype());
@@ -133,13 +173,14 @@ double value_at(const tensor& t, std::size_t i) {
 
 bool is_channels(std::int64_t d) { return d == 1 || d == 3 || d == 4; }
 
-// The pictures in `t` (none if it is not image-like): H x W, H x W x C,
-// C x H x W, N x H x W x C, N x C x H x W; channels last wins a tie.
-std::vector<picture> pictures_of(const tensor& t, const std::string& where) {
+// Whether `t` is image-like: H x W, H x W x C, C x H x W, N x H x W x C,
+// N x C x H x W (channels last wins a tie). If so, adds its first `wanted`
+// pictures to `out`, and nothing for the items past them: a batch of
+// millions costs what the pictures drawn cost.
+bool pictures_of(const tensor& t, const std::string& where, std::size_t wanted, std::vector<picture>& out) {
     const bool pixels = t.dtype() == dtype::u1 || is_float(t.dtype());
     const shape_t& s = t.shape();
-    std::vector<picture> out;
-    if (!pixels || s.size() < 2 || s.size() > 4 || t.count() == 0) return out;
+    if (!pixels || s.size() < 2 || s.size() > 4 || t.count() == 0) return false;
     std::size_t n = 1;
     picture p;
     p.t = &t;
@@ -156,23 +197,23 @@ std::vector<picture> pictures_of(const tensor& t, const std::string& where) {
     } else if (s.size() == 3) {
         if (is_channels(s[2])) dims(s[0], s[1], s[2], true);
         else if (is_channels(s[0])) dims(s[1], s[2], s[0], false);
-        else return out;
+        else return false;
     } else {
         n = static_cast<std::size_t>(s[0]);
         if (is_channels(s[3])) dims(s[1], s[2], s[3], true);
         else if (is_channels(s[1])) dims(s[2], s[3], s[1], false);
-        else return out;
+        else return false;
     }
-    if (p.h > max_side || p.w > max_side) return out;
+    if (p.h > max_side || p.w > max_side) return false;
     const std::string info = t.info().empty() ? "-" : std::string(t.info());
-    for (std::size_t i = 0; i < n; ++i) {
+    for (std::size_t i = 0; i < std::min(n, wanted); ++i) {
         picture one = p;
         one.first = i * p.h * p.w * p.c;
         one.caption[0] = where + " " + info + (n > 1 ? " #" + std::to_string(i) : "");
         one.caption[1] = std::string(code(t.dtype())) + " " + shape_text(s);
-        out.push_back(one);
+        out.push_back(std::move(one));
     }
-    return out;
+    return true;
 }
 
 // Draws `p` at (x0, y0), each pixel `scale` x `scale`. u1 values are shown as
@@ -259,20 +300,36 @@ void write_png(const std::string& path, const canvas& c) {
 }
 #endif
 
+// The image-like items of `m` (at most `wanted`), as pictures_of counts them.
+std::size_t images_in(const std::vector<tensor>& m, std::size_t wanted) {
+    std::vector<picture> scratch;
+    for (const tensor& t : m) pictures_of(t, {}, wanted - scratch.size(), scratch);
+    return scratch.size();
+}
+
+// --count messages (0: until interrupted, or until --max-images images
+// came: later ones could not be drawn, and only messages with images are
+// kept). A signal ends the wait with what arrived.
 std::vector<std::vector<tensor>> receive(const show_cli_options& opt) {
     connection_options co = connection_options_for(opt.socket, opt.source);
     co.allow64 = true;
-    if (timeout_ms(opt.timeout) >= 0) co.recv_timeout = std::chrono::milliseconds(timeout_ms(opt.timeout));
     connection conn = open_connection(opt.socket, {opt.source}, co, "tenbin show");
     std::vector<std::vector<tensor>> out;
-    while (out.size() < opt.count) {
-        auto batch = conn.recv();
-        if (!batch)
-            throw tenbin::error(errc::timeout, "received " + std::to_string(out.size()) + " of " +
-                                                   std::to_string(opt.count) + " messages; nothing within " +
-                                                   std::to_string(opt.timeout) + " s" +
+    std::size_t received = 0, images = 0;
+    while ((opt.count ? received < opt.count : images < opt.max_images) && !interrupted()) {
+        auto batch = receive_until(conn, deadline_in(opt.timeout));
+        if (!batch) {
+            if (interrupted()) break;
+            throw tenbin::error(errc::timeout, "received " + std::to_string(received) +
+                                                   (opt.count ? " of " + std::to_string(opt.count) : std::string()) +
+                                                   " messages; nothing within " + seconds_text(opt.timeout) +
                                                    plain_endpoint_hint({opt.source}, conn.endpoints()));
-        out.push_back(std::move(*batch));
+        }
+        ++received;
+        const std::size_t more = images_in(batch->tensors, opt.max_images - std::min(images, opt.max_images));
+        if (opt.count == 0 && more == 0) continue;
+        images += more;
+        out.push_back(std::move(batch->tensors));
     }
     return out;
 }
@@ -283,6 +340,7 @@ int run_show(const show_cli_options& opt) {
 #else
     const bool url = opt.source.find("://") != std::string::npos;
     std::vector<std::vector<tensor>> messages;
+    const interrupt_catcher catcher;
     if (url) {
         try {
             messages = receive(opt);
@@ -299,10 +357,7 @@ int run_show(const show_cli_options& opt) {
     for (std::size_t m = 0; m < messages.size(); ++m)
         for (std::size_t i = 0; i < messages[m].size(); ++i) {
             const std::string where = (messages.size() > 1 ? "m" + std::to_string(m) + " " : "") + "t" + std::to_string(i);
-            auto found = pictures_of(messages[m][i], where);
-            if (found.empty()) ++others;
-            for (auto& p : found)
-                if (pics.size() < opt.max_images) pics.push_back(std::move(p));
+            if (!pictures_of(messages[m][i], where, opt.max_images - pics.size(), pics)) ++others;
         }
     if (pics.empty())
         throw tenbin::error(errc::bad_argument, opt.source + ": no image-like tensor (u1 or float; HxW, HxWxC, CxHxW, "
@@ -314,6 +369,16 @@ int run_show(const show_cli_options& opt) {
         const std::size_t scale = std::max<std::size_t>(1, target_side / std::max(p.h, p.w));
         cell_w = std::max(cell_w, p.w * scale);
         image_h = std::max(image_h, p.h * scale);
+    }
+    // Captions wrap to the cell's width (a shape is never cut), and every
+    // cell has room for the longest.
+    std::vector<std::vector<std::string>> captions;
+    std::size_t caption_lines = 0;
+    for (const picture& p : pics) {
+        std::vector<std::string>& lines = captions.emplace_back();
+        for (const std::string& text : p.caption)
+            for (std::string& line : wrapped(text, cell_w / char_w)) lines.push_back(std::move(line));
+        caption_lines = std::max(caption_lines, lines.size());
     }
     const std::size_t cell_h = image_h + caption_lines * line_h;
     const std::size_t columns = std::min(pics.size(), opt.columns);
@@ -328,15 +393,14 @@ int run_show(const show_cli_options& opt) {
         const std::size_t x0 = pad + (k % columns) * (cell_w + pad), y0 = pad + (k / columns) * (cell_h + pad);
         const std::size_t scale = std::max<std::size_t>(1, target_side / std::max(p.h, p.w));
         draw(c, p, x0, y0, scale);
-        for (std::size_t l = 0; l < caption_lines; ++l)
-            c.write(x0, y0 + image_h + l * line_h + 1, p.caption[l], cell_w / char_w);
+        for (std::size_t l = 0; l < captions[k].size(); ++l) c.write(x0, y0 + image_h + l * line_h + 1, captions[k][l]);
     }
     write_png(opt.out, c);
     std::cout << opt.out << ": " << pics.size() << (pics.size() == 1 ? " image, " : " images, ") << width << " x "
               << height << " pixels";
     if (others) std::cout << " (" << others << " tensors not image-like skipped)";
     std::cout << '\n';
-    return exit_ok;
+    return interrupted() ? interrupted_status() : exit_ok;
 #endif
 }
 
@@ -347,10 +411,15 @@ subcommand add_show(CLI::App& parent) {
     CLI::App* app = parent.add_subcommand(
         "show", "Draw the image-like tensors of a file or of received messages into a PNG (tensorshow)");
     app->add_option("SOURCE", opt->source,
-                    "A .ten file (or .tar shard), or a tensorcom URL / ZeroMQ endpoint to receive from")
+                    "A file (.ten, .npy, .npz, .safetensors, or a .tar shard), or a tensorcom URL /\n"
+                    "ZeroMQ endpoint to receive from")
         ->required();
     app->add_option("-o,--out", opt->out, "The PNG file to write")->required();
-    app->add_option("-n,--count", opt->count, "Messages to receive from a URL")->check(positive)->capture_default_str();
+    app->add_option("-n,--count", opt->count,
+                    "Messages to receive from a URL; 0: until interrupted, or until --max-images\n"
+                    "images came")
+        ->check(nonnegative)
+        ->capture_default_str();
     app->add_option("--columns", opt->columns, "Images per row of the grid")->check(positive)->capture_default_str();
     app->add_option("--max-images", opt->max_images, "Draw at most this many images")
         ->check(positive)
@@ -364,12 +433,15 @@ subcommand add_show(CLI::App& parent) {
         "CxHxW, NxHxWxC or NxCxHxW with C = 1, 3 or 4 (channels last when both fit;\n"
         "alpha is ignored). Each image is a cell of the grid, enlarged to about 64\n"
         "pixels a side when smaller, captioned with where it is (message m, tensor t,\n"
-        "batch item #), its info, dtype and shape. u1 values are drawn as they are;\n"
-        "floats in [0, 1] scaled to 0..255, other floats stretched from their minimum\n"
-        "to their maximum. Other tensors are skipped.\n" +
+        "batch item #), its info, dtype and shape (wrapped to the cell, never cut).\n"
+        "Only the images drawn are read: --max-images bounds the work. u1 values are\n"
+        "drawn as they are; floats in [0, 1] scaled to 0..255, other floats stretched\n"
+        "from their minimum to their maximum. Other tensors are skipped.\n" +
         plain_endpoint_note(opt->socket) +
+        "Ctrl-C (SIGINT) or SIGTERM stops receiving: what arrived is drawn.\n"
         "Exit status: 0 written, 1 error (nothing image-like, unreadable file, ...),\n"
-        "2 timed out waiting for a message, 64 wrong options or arguments.\n"
+        "2 timed out waiting for a message, 64 wrong options or arguments,\n"
+        "130 interrupted (SIGINT), 143 terminated (SIGTERM).\n"
         "Examples:\n"
         "  tenbin show batch.ten --out batch.png\n"
         "  tenbin show zsub://localhost:7880 -n 4 --out stream.png   (SUB connects)");

@@ -1,9 +1,11 @@
 #include "sockets.hpp"
 #include "common.hpp"
+#include "interrupt.hpp"
 
 #include <algorithm>
 #include <cctype>
 #include <iostream>
+#include <map>
 
 namespace tenbin::cli {
 
@@ -15,11 +17,11 @@ std::string upper(std::string_view text) {
     return out;
 }
 
-// "a", "a and b", "a, b and c".
-std::string listed(const std::vector<std::string>& words) {
+// "a", "a and b", "a, b and c" (or "a, b or c").
+std::string listed(const std::vector<std::string>& words, std::string_view last = "and") {
     std::string out;
     for (std::size_t i = 0; i < words.size(); ++i)
-        out += (i == 0 ? "" : i + 1 == words.size() ? " and " : ", ") + words[i];
+        out += (i == 0 ? "" : i + 1 == words.size() ? " " + std::string(last) + " " : ", ") + words[i];
     return out;
 }
 
@@ -61,6 +63,7 @@ bool is_plain_endpoint(const std::string& url) {
 
 void add_socket_choice(CLI::App& app, socket_choice& choice, std::vector<std::string> kinds,
                        tenbin::socket_kind plain_default, bool receiving) {
+    choice.command = "tenbin " + app.get_name();
     choice.kinds = std::move(kinds);
     choice.plain_default = plain_default;
     choice.receiving = receiving;
@@ -95,9 +98,24 @@ void add_socket_choice(CLI::App& app, socket_choice& choice, std::vector<std::st
         ->group(security);
     app.add_option("--curve-allow", choice.curve_allow,
                    "A folder of clients' public certificates (*.key) allowed in, for a side that\n"
-                   "binds; without it any client holding a key pair is")
+                   "binds; without it, any client holding a key pair gets in")
         ->type_name("DIR")
         ->group(security);
+    app.add_flag("--acked", choice.acked,
+                 "Acknowledged delivery (both sides; the producer binds, as zrpush and zrpull\n"
+                 "URLs say): a batch goes only to a receiver with credit, and a dead receiver's\n"
+                 "unacknowledged batches go to others");
+    if (receiving) {
+        app.add_option("--credit", choice.credit, "With --acked: batches taken and not yet acknowledged at most")
+            ->check(positive)
+            ->capture_default_str();
+        app.add_option("--ack", choice.ack,
+                       "With --acked: acknowledge a batch when it is taken (on-take) or when it has been\n"
+                       "handled (on-release: printed, saved, counted)")
+            ->transform(CLI::CheckedTransformer(
+                std::map<std::string, ack_mode>{{"on-take", ack_mode::on_take}, {"on-release", ack_mode::on_release}}))
+            ->default_str("on-release");
+    }
     if (receiving)
         app.add_option("--max-bytes", choice.max_bytes,
                        "Tensor bytes one message may carry (e.g. 64MiB; k, M, G are powers of 1024);\n"
@@ -128,6 +146,9 @@ connection_options connection_options_for(const socket_choice& choice, const std
     if (choice.connect) co.bind = false;
     if (choice.heartbeat_ms > 0) co.heartbeat = std::chrono::milliseconds(choice.heartbeat_ms);
     if (choice.receiving) co.decode.limits.max_bytes = choice.max_bytes;
+    co.acked = choice.acked;
+    co.credit = choice.credit;
+    co.ack = choice.ack;
     return co;
 }
 
@@ -136,7 +157,8 @@ std::vector<endpoint> resolve_endpoints(const socket_choice& choice, const std::
     std::vector<endpoint> eps = parse_urls(urls, {.kind = co.kind, .bind = co.bind});
     const std::string kind(name(eps.front().kind));
     if (std::find(choice.kinds.begin(), choice.kinds.end(), kind) == choice.kinds.end())
-        throw error(errc::bad_url, "'" + urls.front() + "' makes a " + kind + " socket, which cannot do this");
+        throw error(errc::bad_url, "'" + urls.front() + "' makes a " + kind + " socket, which " + choice.command +
+                                       " cannot use; it takes " + listed(choice.kinds, "or") + " sockets");
     return eps;
 }
 
@@ -149,22 +171,19 @@ std::string plain_endpoint_hint(const std::vector<std::string>& urls, const std:
            " (see --socket, --bind, --connect)";
 }
 
-void attach(zmq::socket_t& socket, const socket_choice& choice, const std::vector<endpoint>& endpoints,
-            const std::string& who) {
-    if (choice.heartbeat_ms > 0) set_heartbeat(socket, std::chrono::milliseconds(choice.heartbeat_ms));
-    for (const endpoint& ep : endpoints) {
-        const std::string where = tenbin::attach(socket, ep);
-        if (ep.bind && ep.address.find('*') != std::string::npos)
-            std::cerr << who << ": bound to " << where << std::endl;
-    }
-}
-
 std::optional<curve_options> curve_for(const socket_choice& choice, const std::vector<endpoint>& endpoints,
                                        const std::string& who, std::shared_ptr<std::atomic<std::uint64_t>> refused) {
     if (choice.curve_cert.empty()) {
         if (!choice.curve_server.empty() || !choice.curve_allow.empty())
             throw usage_error("--curve-server and --curve-allow need --curve-cert (this side's secret certificate)");
         return std::nullopt;
+    }
+    for (const endpoint& ep : endpoints) {
+        try {
+            check_curve_address(ep.address);
+        } catch (const error& e) {
+            throw usage_error(e.what());
+        }
     }
     const bool binds = std::any_of(endpoints.begin(), endpoints.end(), [](const endpoint& e) { return e.bind; });
     const bool connects = std::any_of(endpoints.begin(), endpoints.end(), [](const endpoint& e) { return !e.bind; });
@@ -193,22 +212,81 @@ std::optional<curve_options> curve_for(const socket_choice& choice, const std::v
     return opt;
 }
 
-curve_guard secure(zmq::context_t& context, zmq::socket_t& socket, const socket_choice& choice,
-                   const std::vector<endpoint>& endpoints, const std::string& who) {
-    const std::optional<curve_options> opt = curve_for(choice, endpoints, who);
-    if (!opt) return {};
-    return enable_curve(context, socket, *opt, endpoints.front().bind ? curve_role::server : curve_role::client);
-}
-
 connection open_connection(const socket_choice& choice, const std::vector<std::string>& urls,
                            const connection_options& co, const std::string& who) {
     const std::vector<endpoint> eps = resolve_endpoints(choice, urls);  // throws for a kind the command cannot use
-    connection_options with_curve = co;
-    if (!with_curve.curve) with_curve.curve = curve_for(choice, eps, who);
-    connection conn(urls, with_curve);
-    for (const endpoint& ep : conn.endpoints())
-        if (ep.bind) std::cerr << who << ": " << name(ep.kind) << " bound to " << ep.address << "\n";
+    connection_options sliced = co;
+    if (!sliced.curve) sliced.curve = curve_for(choice, eps, who);
+    sliced.recv_timeout = sliced.send_timeout = interrupt_poll;
+    connection conn(urls, sliced);
+    for (std::size_t i = 0; i < conn.endpoints().size() && i < eps.size(); ++i) {
+        const endpoint& ep = conn.endpoints()[i];
+        if (ep.bind && ep.address != eps[i].address)
+            std::cerr << who << ": " << name(ep.kind) << " bound to " << ep.address << "\n";
+    }
     return conn;
+}
+
+std::optional<std::chrono::steady_clock::time_point> deadline_in(double seconds) {
+    if (timeout_ms(seconds) < 0) return std::nullopt;
+    return std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms(seconds));
+}
+
+namespace {
+
+// Waits in slices of at most interrupt_poll, each as `option` of the socket,
+// until `attempt` succeeds, the deadline passes or a signal comes. An acked
+// connection's socket belongs to its thread: there every wait is the
+// connection's own timeouts, interrupt_poll (open_connection).
+template <class Option, class Attempt>
+auto in_slices(connection& conn, Option option, std::optional<std::chrono::steady_clock::time_point> deadline,
+               Attempt attempt) -> decltype(attempt()) {
+    using namespace std::chrono;
+    for (;;) {
+        if (interrupted()) return {};
+        milliseconds slice = interrupt_poll;
+        if (deadline) {
+            const auto left = duration_cast<milliseconds>(*deadline - steady_clock::now());
+            if (left.count() <= 0) return {};
+            slice = std::min(slice, left);
+        }
+        if (!conn.options().acked) conn.socket().set(option, static_cast<int>(slice.count()));
+        if (auto done = attempt()) return done;
+    }
+}
+
+}  // namespace
+
+std::optional<message> receive_until(connection& conn, std::optional<std::chrono::steady_clock::time_point> deadline) {
+    std::optional<message> m;
+    in_slices(conn, zmq::sockopt::rcvtimeo, deadline, [&] {
+        m = conn.recv_message();
+        return m || conn.epoch_ended() || conn.stream_ended();
+    });
+    return m;
+}
+
+bool send_until(connection& conn, tensor_span tensors, std::optional<std::chrono::steady_clock::time_point> deadline) {
+    return in_slices(conn, zmq::sockopt::sndtimeo, deadline, [&] { return conn.send(tensors); });
+}
+
+bool end_until(connection& conn, bool stream, std::optional<std::chrono::steady_clock::time_point> deadline) {
+    return in_slices(conn, zmq::sockopt::sndtimeo, deadline,
+                     [&] { return stream ? conn.end_stream() : conn.end_epoch(); });
+}
+
+bool acknowledged_until(const connection& conn, std::uint64_t sent,
+                        std::optional<std::chrono::steady_clock::time_point> deadline) {
+    while (conn.delivery_stats().acknowledged < sent) {
+        if (interrupted() || (deadline && std::chrono::steady_clock::now() >= *deadline)) return false;
+        sleep_unless_interrupted(0.05);
+    }
+    return true;
+}
+
+bool reply_until(connection& conn, const message& to, tensor_span tensors,
+                 std::optional<std::chrono::steady_clock::time_point> deadline) {
+    return in_slices(conn, zmq::sockopt::sndtimeo, deadline, [&] { return conn.reply(to, tensors); });
 }
 
 }  // namespace tenbin::cli

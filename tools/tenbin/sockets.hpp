@@ -9,6 +9,7 @@
 #include <CLI/CLI.hpp>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -27,8 +28,14 @@ struct socket_choice {
     /// CURVE: this side's secret certificate, the server's public one, a
     /// folder of allowed clients' public ones (empty: not given).
     std::string curve_cert, curve_server, curve_allow;
+    /// Acknowledged delivery (--acked; connection_options::acked), and a
+    /// receiving command's --credit and --ack.
+    bool acked = false;
+    std::size_t credit = connection_options{}.credit;
+    ack_mode ack = connection_options{}.ack;
 
     // What the command can do (set by add_socket_choice):
+    std::string command;  ///< "tenbin recv", for messages
     std::vector<std::string> kinds;  ///< the socket kinds it allows
     tenbin::socket_kind plain_default = tenbin::socket_kind::push;  ///< a plain endpoint's kind
     bool receiving = false;  ///< it receives (else it sends)
@@ -37,8 +44,8 @@ struct socket_choice {
 /// Records what the command can do in `choice` (the socket kinds it allows,
 /// the kind a plain endpoint gets without --socket, whether it receives) and
 /// adds --socket (one of `kinds`), --bind, --connect, --heartbeat-ms and
-/// --curve-cert, --curve-server, --curve-allow; a receiving command also
-/// gets --max-bytes.
+/// --curve-cert, --curve-server, --curve-allow, --acked; a receiving command
+/// also gets --max-bytes, --credit and --ack.
 void add_socket_choice(CLI::App& app, socket_choice& choice, std::vector<std::string> kinds,
                        tenbin::socket_kind plain_default, bool receiving);
 
@@ -50,7 +57,7 @@ bool is_plain_endpoint(const std::string& url);
 /// connects ..." for a command's help footer, ending with a line break.
 std::string plain_endpoint_note(const socket_choice& choice);
 
-/// connection_options with kind, bind, heartbeats and limits set from
+/// connection_options with kind, bind, heartbeats, limits and acked delivery set from
 /// `choice`: when `url` is a
 /// plain endpoint and no --socket was given, the kind is the command's
 /// default; a plain endpoint binds as tensorcom would for the kind, and so
@@ -66,12 +73,6 @@ std::vector<endpoint> resolve_endpoints(const socket_choice& choice, const std::
 /// endpoint's defaults are easy to mismatch; empty for tensorcom URLs.
 std::string plain_endpoint_hint(const std::vector<std::string>& urls, const std::vector<endpoint>& endpoints);
 
-/// Sets the chosen heartbeats on `socket`, then binds or connects it to
-/// each endpoint; a refused address is bad_url (malformed) or io_error (in
-/// use, unreachable). A wildcard bind's actual endpoint is printed on stderr.
-void attach(zmq::socket_t& socket, const socket_choice& choice, const std::vector<endpoint>& endpoints,
-            const std::string& who);
-
 /// The CURVE settings --curve-cert, --curve-server and --curve-allow give
 /// for a socket on `endpoints` (nothing without --curve-cert): certificates
 /// loaded, refused handshakes reported on stderr as `who` (the first, the
@@ -81,16 +82,38 @@ std::optional<curve_options> curve_for(const socket_choice& choice, const std::v
                                        const std::string& who,
                                        std::shared_ptr<std::atomic<std::uint64_t>> refused = nullptr);
 
-/// CURVE on a socket of the command's own (send, recv), as curve_for says;
-/// call before attach. The guard must outlive the socket's use.
-curve_guard secure(zmq::context_t& context, zmq::socket_t& socket, const socket_choice& choice,
-                   const std::vector<endpoint>& endpoints, const std::string& who);
-
 /// The connection for `urls` with `co` (connection_options_for's, with the
 /// command's own settings added): the kind checked as resolve_endpoints
-/// does, each endpoint it bound reported on stderr as `who`, CURVE as
-/// curve_for gives it unless `co` has its own.
+/// does, each bind whose address ZeroMQ completed (a '*' host, port 0)
+/// reported on stderr as `who`, CURVE as curve_for gives it unless `co` has
+/// its own. Its receives and sends wait interrupt_poll at a time, for the
+/// functions below; `co`'s timeouts are not used.
 connection open_connection(const socket_choice& choice, const std::vector<std::string>& urls,
                            const connection_options& co, const std::string& who);
+
+/// When a wait of `seconds` from now ends; nothing for 0 (no end).
+std::optional<std::chrono::steady_clock::time_point> deadline_in(double seconds);
+
+/// The next message on a connection from open_connection, waiting until
+/// `deadline` (none: for ever) or a signal (see interrupt.hpp): nothing when
+/// either comes first, or when an epoch or the stream ended (see
+/// connection::epoch_ended, stream_ended). Throws as connection::recv_message
+/// does.
+std::optional<message> receive_until(connection& conn, std::optional<std::chrono::steady_clock::time_point> deadline);
+/// Sends `tensors` on a connection from open_connection, waiting as
+/// receive_until does; false when the deadline or a signal came first
+/// (nothing was sent). Throws as connection::send does.
+bool send_until(connection& conn, tensor_span tensors, std::optional<std::chrono::steady_clock::time_point> deadline);
+/// Ends the epoch (or with `stream`, the stream) as connection::end_epoch
+/// (end_stream) does, waiting as send_until does.
+bool end_until(connection& conn, bool stream, std::optional<std::chrono::steady_clock::time_point> deadline);
+/// An acked connection: waits until its consumers acknowledged `sent`
+/// batches (a queued batch is no delivered one), as receive_until waits;
+/// false when the deadline or a signal came first.
+bool acknowledged_until(const connection& conn, std::uint64_t sent,
+                        std::optional<std::chrono::steady_clock::time_point> deadline);
+/// Answers `to` as connection::reply does, waiting as send_until does.
+bool reply_until(connection& conn, const message& to, tensor_span tensors,
+                 std::optional<std::chrono::steady_clock::time_point> deadline);
 
 }  // namespace tenbin::cli

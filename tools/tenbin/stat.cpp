@@ -1,6 +1,7 @@
 // tenbin stat: per-tensor statistics over a number of messages
 // (tensorcom's tensorstat).
 #include "common.hpp"
+#include "interrupt.hpp"
 #include "progress.hpp"
 #include "sockets.hpp"
 
@@ -9,7 +10,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <iostream>
@@ -107,33 +107,9 @@ struct layout_hash {
     }
 };
 
-// Set by SIGINT (Ctrl-C): the loop below stops and prints what it has.
-volatile std::sig_atomic_t interrupted = 0;
-extern "C" void on_interrupt(int) { interrupted = 1; }
-
-// Catches SIGINT while alive; the previous action comes back after.
-struct interrupt_catcher {
-    struct sigaction previous {};
-    interrupt_catcher() {
-        interrupted = 0;
-        struct sigaction sa {};
-        sa.sa_handler = on_interrupt;
-        sigemptyset(&sa.sa_mask);
-        ::sigaction(SIGINT, &sa, &previous);
-    }
-    ~interrupt_catcher() { ::sigaction(SIGINT, &previous, nullptr); }
-    interrupt_catcher(const interrupt_catcher&) = delete;
-    interrupt_catcher& operator=(const interrupt_catcher&) = delete;
-};
-
-// How often the receive loop looks at the flag: a signal does not end a
-// ZeroMQ wait (libzmq retries on EINTR).
-constexpr std::chrono::milliseconds interrupt_poll{100};
-
 int run_stat(const stat_cli_options& opt) {
     connection_options co = connection_options_for(opt.socket, opt.urls.front());
     co.allow64 = true;
-    if (timeout_ms(opt.timeout) >= 0) co.recv_timeout = std::chrono::milliseconds(timeout_ms(opt.timeout));
     connection conn = open_connection(opt.socket, opt.urls, co, "tenbin stat");
 
     std::vector<summary> stats;
@@ -143,34 +119,32 @@ int run_stat(const stat_cli_options& opt) {
     // The timeout runs from the last good message: a peer sending only
     // malformed ones must not keep stat waiting for ever.
     using clock = std::chrono::steady_clock;
-    const std::chrono::milliseconds limit(timeout_ms(opt.timeout));
     auto last_good = clock::now();
     const interrupt_catcher catcher;
-    while (received < opt.count && !interrupted) {
-        std::optional<std::vector<tensor>> batch;
-        const auto left = limit - std::chrono::duration_cast<std::chrono::milliseconds>(clock::now() - last_good);
-        const bool timed = limit.count() >= 0;
-        if (!timed || left.count() > 0) {
-            const auto slice = timed ? std::min(left, interrupt_poll) : interrupt_poll;
-            conn.socket().set(zmq::sockopt::rcvtimeo, static_cast<int>(slice.count()));
-            try {
-                batch = conn.recv();
-            } catch (const error& e) {
-                ++malformed;
-                std::cerr << "tenbin stat: error: " << name(e.code()) << ": " << cli_text(e.what()) << "\n";
-                continue;
-            }
-            if (!batch) continue;  // the slice ended: look at the flag and the clock again
+    const std::string of_count = opt.count ? " of " + std::to_string(opt.count) : std::string();
+    while ((opt.count == 0 || received < opt.count) && !interrupted()) {
+        std::optional<message> batch;
+        try {
+            const auto limit = deadline_in(opt.timeout);
+            batch = receive_until(conn, limit ? std::optional(*limit - (clock::now() - last_good)) : std::nullopt);
+        } catch (const error& e) {
+            if (!about_one_message(e)) throw;
+            ++malformed;
+            std::cerr << "tenbin stat: error: " << name(e.code()) << ": " << cli_text(e.what()) << "\n";
+            continue;
         }
+        if (!batch && conn.stream_ended()) break;
+        if (!batch && conn.epoch_ended()) continue;
         if (!batch) {
-            std::cerr << "tenbin stat: error: timeout: " << received << " of " << opt.count << " messages within "
-                      << opt.timeout << " s" << plain_endpoint_hint(opt.urls, conn.endpoints()) << "\n";
+            if (interrupted()) break;
+            std::cerr << "tenbin stat: error: timeout: " << received << of_count << " messages within "
+                      << seconds_text(opt.timeout) << plain_endpoint_hint(opt.urls, conn.endpoints()) << "\n";
             return exit_timeout;
         }
         last_good = clock::now();
         ++received;
-        for (std::size_t i = 0; i < batch->size(); ++i) {
-            const tensor& t = (*batch)[i];
+        for (std::size_t i = 0; i < batch->tensors.size(); ++i) {
+            const tensor& t = batch->tensors[i];
             layout key{i, std::string(t.info()), t.dtype(), t.shape()};
             auto [row, added] = rows.try_emplace(std::move(key), stats.size());
             if (added) {  // a new layout: a row of its own, in first-seen order
@@ -187,13 +161,14 @@ int run_stat(const stat_cli_options& opt) {
         report.update(conn.stats());
     }
     report.finish(conn.stats());
-    if (interrupted)
-        std::cerr << "tenbin stat: interrupted after " << received << " of " << opt.count << " messages\n";
+    if (interrupted())
+        std::cerr << "tenbin stat: interrupted after " << received << of_count << " messages ("
+                  << interrupting_signal() << ")\n";
 
     if (opt.json) {
         nlohmann::ordered_json j;
         j["messages"] = received;
-        if (interrupted) j["interrupted"] = true;
+        if (interrupted()) j["interrupted"] = true;
         nlohmann::ordered_json ts = nlohmann::ordered_json::array();
         for (const summary& s : stats) {
             nlohmann::ordered_json o{{"index", s.index}, {"info", s.info},         {"dtype", std::string(code(s.type))},
@@ -222,7 +197,7 @@ int run_stat(const stat_cli_options& opt) {
                         static_cast<unsigned long long>(s.messages), nans.c_str());
         }
     }
-    if (interrupted) return exit_interrupted;
+    if (interrupted()) return interrupted_status();
     return malformed ? exit_malformed : exit_ok;
 }
 
@@ -235,7 +210,9 @@ subcommand add_stat(CLI::App& parent) {
     app->add_option("URL", opt->urls,
                     "tensorcom URLs or ZeroMQ endpoints (one socket on all; braces expand;\n"
                     "see --socket); default: tensormon's zsub://127.0.0.1:7880");
-    app->add_option("--count,-n", opt->count, "Messages to take")->check(positive)->capture_default_str();
+    app->add_option("--count,-n", opt->count, "Messages to take; 0: until interrupted")
+        ->check(nonnegative)
+        ->capture_default_str();
     app->add_flag("--json", opt->json, "Print the result as one JSON line");
     app->add_option("--timeout", opt->timeout, "Seconds to wait for each good message, malformed ones aside (0: forever);\nexit 2 after")
         ->check(nonnegative)
@@ -253,11 +230,12 @@ subcommand add_stat(CLI::App& parent) {
         "'-' and its JSON has no min, max, mean and std. A malformed message is\n"
         "reported on stderr and not counted.\n" +
         plain_endpoint_note(opt->socket) +
-        "Ctrl-C (SIGINT) stops it early: the summary of the messages taken so far is\n"
-        "printed (JSON: \"interrupted\": true) and the exit status is 130.\n"
+        "Ctrl-C (SIGINT) or SIGTERM stops it early: the summary of the messages taken\n"
+        "so far is printed (JSON: \"interrupted\": true) and the exit status is 130\n"
+        "(143 for SIGTERM).\n"
         "Exit status: 0 all arrived, 1 error (refused endpoint, ...), 2 timed out\n"
         "waiting for a message, 3 all arrived but some were malformed, 64 wrong\n"
-        "options or arguments (bad URL, ...), 130 interrupted.\n"
+        "options or arguments (bad URL, ...), 130 interrupted, 143 terminated.\n"
         "Examples:\n"
         "  tenbin stat zsub://localhost:7881 -n 100                  (SUB connects)\n"
         "  tenbin stat 'zsub://trainer:78{80..83}' --json\n"
