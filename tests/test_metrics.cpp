@@ -1,10 +1,12 @@
-// Metrics: the set and its text format, the instruments.
+// Metrics: the set and its text format, the instruments, what connections
+// and loaders count.
 #include "support.hpp"
+#include "zmq_fixture.hpp"
 
 #include "metrics/instruments.hpp"
 
 #include <doctest/doctest.h>
-#include <tenbin/metrics.hpp>
+#include <tenbin/connect.hpp>
 
 #include <cstdio>
 #include <fstream>
@@ -14,8 +16,32 @@
 
 using namespace tenbin;
 using namespace std::chrono_literals;
+using test_support::error_class;
+using test_support::eventually;
+using test_zmq::bounded_options;
 
 namespace {
+
+tensor floats(std::int64_t n) {
+    return tensor::from_vector(std::vector<float>(static_cast<std::size_t>(n), 1.5f), {n}, "x");
+}
+
+double value_of(const metrics_source& s, std::string_view name, const metric_labels& labels = {}) {
+    metric_set set;
+    s.collect(set);
+    const auto v = set.value(name, labels);
+    REQUIRE_MESSAGE(v, "no series ", name);
+    return *v;
+}
+
+// A histogram's observations and sum, as a scrape reads them.
+std::pair<std::uint64_t, double> histogram_of(const metrics_source& s, std::string_view name) {
+    metric_set set;
+    s.collect(set);
+    const metric_sample* h = set.histogram(name);
+    REQUIRE_MESSAGE(h, "no histogram ", name);
+    return {h->buckets.back(), h->sum};
+}
 
 // What `promtool check metrics` says of `text`: nothing when it passes,
 // nullopt when promtool is not installed.
@@ -125,4 +151,215 @@ TEST_CASE("a wait that gives nothing is added to the next one that gives a batch
     CHECK(b.back() == 2);
     CHECK(w.histogram().sum() == doctest::Approx(0.25));
     CHECK(b.front() == 1);  // the batch that was there
+}
+
+TEST_CASE("a connection counts the messages and bytes it sends and receives, and times both once asked") {
+    const std::string address = test_zmq::bind_address(test_zmq::transport::inproc);
+    connection_options ro = bounded_options();
+    ro.name = "input";
+    connection rx(address, [&] {
+        auto o = ro;
+        o.kind = socket_kind::pull;
+        o.bind = true;
+        return o;
+    }());
+    connection_options so = bounded_options();
+    so.kind = socket_kind::push;
+    so.bind = false;
+    so.name = "output";
+    connection tx(address, so);
+    const auto rxm = rx.metrics();
+    const auto txm = tx.metrics();
+    for (int i = 0; i < 10; ++i) REQUIRE(tx.send(std::vector{floats(16)}));
+    for (int i = 0; i < 10; ++i) REQUIRE(rx.recv());
+    CHECK(value_of(*txm, "tenbin_messages_sent_total", {{"connection", "output"}}) == 10);
+    CHECK(value_of(*txm, "tenbin_bytes_sent_total") == 640);
+    CHECK(value_of(*rxm, "tenbin_messages_received_total", {{"connection", "input"}, {"endpoint", address}}) == 10);
+    CHECK(value_of(*rxm, "tenbin_bytes_received_total") == 640);
+    CHECK(histogram_of(*txm, "tenbin_send_duration_seconds").first == 10);
+    CHECK(histogram_of(*rxm, "tenbin_receive_wait_seconds").first == 10);
+    // Each side shows its own families only.
+    metric_set set;
+    txm->collect(set);
+    CHECK(!set.find("tenbin_messages_received_total"));
+    CHECK(!set.find("tenbin_peers"));  // not counted unless asked
+    // A receive that times out gives nothing to count yet.
+    rx.close();
+}
+
+TEST_CASE("malformed messages are counted by their error class, and the connection goes on") {
+    connection_options o = bounded_options(2s);
+    o.kind = socket_kind::pull;
+    o.bind = true;
+    connection rx("tcp://127.0.0.1:*", o);
+    zmq::context_t ctx;
+    zmq::socket_t raw(ctx, zmq::socket_type::push);
+    raw.set(zmq::sockopt::linger, 0);
+    raw.connect(rx.endpoints().at(0).address);
+    raw.send(zmq::buffer(std::string_view("not tenbin at all")), zmq::send_flags::none);
+    std::string code;
+    try {
+        (void)rx.recv();
+        FAIL("a malformed message was taken");
+    } catch (const error& e) {
+        code = std::string(name(e.code()));
+    }
+    const std::vector<tensor> ok{floats(4)};
+    REQUIRE(zsend_multipart(raw, ok));
+    REQUIRE(rx.recv());
+    const auto m = rx.metrics();
+    CHECK(value_of(*m, "tenbin_malformed_messages_total", {{"error", code}}) == 1);
+    CHECK(value_of(*m, "tenbin_messages_received_total") == 1);
+}
+
+TEST_CASE("a numbered stream's gaps, epochs and delivery latency reach the consumer's metrics") {
+    const std::string address = test_zmq::bind_address(test_zmq::transport::inproc);
+    connection_options ro = bounded_options();
+    ro.kind = socket_kind::pull;
+    ro.bind = true;
+    connection rx(address, ro);
+    const auto m = rx.metrics();
+    connection_options so = bounded_options();
+    so.kind = socket_kind::push;
+    so.bind = false;
+    so.producer = "p";
+    connection tx(address, so);
+    REQUIRE(tx.send(std::vector{floats(2)}));  // seq 0
+    tx.seek(0, 2);                              // seq 1 never sent
+    REQUIRE(tx.send(std::vector{floats(2)}));
+    REQUIRE(tx.end_epoch());
+    int batches = 0;
+    for (auto& b : rx) {
+        (void)b;
+        ++batches;
+    }
+    CHECK(batches == 2);
+    CHECK(rx.epoch_ended());
+    CHECK(value_of(*m, "tenbin_stream_gaps_total") == 1);
+    CHECK(value_of(*m, "tenbin_stream_epochs_total") == 1);
+    CHECK(value_of(*m, "tenbin_stream_epoch") == 1);
+    CHECK(value_of(*m, "tenbin_messages_received_total") == 2);  // end marks are not batches
+    CHECK(histogram_of(*m, "tenbin_delivery_latency_seconds").first == 2);
+}
+
+TEST_CASE("a loader's metrics: its queue, the consumer's wait that grows while the producer pauses, its connection's counts") {
+    loader_options lo;
+    lo.connection.name = "trainer";
+    loader l("zpull://127.0.0.1:*", lo);
+    const auto m = l.metrics();
+    connection_options so = bounded_options();
+    so.kind = socket_kind::push;
+    connection tx(l.endpoints().at(0).address, so);
+    for (int i = 0; i < 5; ++i) REQUIRE(tx.send(std::vector{floats(8)}));
+    REQUIRE(eventually([&] { return l.queued_messages() == 5; }));
+    CHECK(value_of(*m, "tenbin_queue_messages", {{"connection", "trainer"}}) == 5);
+    CHECK(value_of(*m, "tenbin_queue_bytes") == 160);
+    for (int i = 0; i < 5; ++i) REQUIRE(l.next(5s));
+    const auto before = histogram_of(*m, "tenbin_receive_wait_seconds");
+    CHECK(before.first == 5);
+    std::thread later([&] {
+        std::this_thread::sleep_for(300ms);
+        CHECK(tx.send(std::vector{floats(8)}));
+    });
+    REQUIRE(l.next(5s));
+    later.join();
+    const auto after = histogram_of(*m, "tenbin_receive_wait_seconds");
+    CHECK(after.first == 6);
+    CHECK(after.second - before.second >= 0.29);
+    CHECK(value_of(*m, "tenbin_messages_received_total") == 6);
+    CHECK(value_of(*m, "tenbin_bytes_received_total") == 192);
+    CHECK(value_of(*m, "tenbin_queue_messages") == 0);
+    // The loader's own waits and streams, not a second copy from its connection.
+    metric_set set;
+    m->collect(set);
+    CHECK(set.find("tenbin_receive_wait_seconds")->samples.size() == 1);
+    CHECK(set.find("tenbin_stream_gaps_total")->samples.size() == 1);
+    if (const auto problems = promtool_problems(to_prometheus_text(set))) CHECK_MESSAGE(problems->empty(), *problems);
+}
+
+TEST_CASE("peers are counted as they connect and leave, when asked for") {
+    connection_options ro = bounded_options();
+    ro.kind = socket_kind::pull;
+    ro.bind = true;
+    ro.count_peers = true;
+    connection rx("tcp://127.0.0.1:*", ro);
+    const auto m = rx.metrics();
+    const auto peers = [&] { return value_of(*m, "tenbin_peers"); };
+    CHECK(peers() == 0);
+    connection_options so = bounded_options();
+    so.kind = socket_kind::push;
+    std::optional<connection> a(std::in_place, rx.endpoints().at(0).address, so);
+    std::optional<connection> b(std::in_place, rx.endpoints().at(0).address, so);
+    CHECK(eventually([&] { return peers() == 2; }));
+    a.reset();
+    CHECK(eventually([&] { return peers() == 1; }));
+    b.reset();
+    CHECK(eventually([&] { return peers() == 0; }));
+}
+
+TEST_CASE("a connection's metrics outlive it with the counts it had") {
+    std::shared_ptr<const metrics_source> m;
+    {
+        connection_options so = bounded_options();
+        so.kind = socket_kind::push;
+        so.bind = true;
+        so.name = "gone";
+        connection tx(test_zmq::bind_address(test_zmq::transport::inproc), so);
+        m = tx.metrics();
+    }
+    CHECK(value_of(*m, "tenbin_messages_sent_total", {{"connection", "gone"}}) == 0);
+}
+
+TEST_CASE("a scrape on another thread reads a connection while it sends and receives") {
+    const std::string address = test_zmq::bind_address(test_zmq::transport::inproc);
+    connection_options ro = bounded_options();
+    ro.kind = socket_kind::pull;
+    ro.bind = true;
+    ro.name = "rx";
+    connection rx(address, ro);
+    connection_options so = bounded_options();
+    so.kind = socket_kind::push;
+    so.name = "tx";
+    so.producer = "p";
+    connection tx(address, so);
+    const std::vector<std::shared_ptr<const metrics_source>> sources{rx.metrics(), tx.metrics()};
+    std::atomic<bool> done{false};
+    std::size_t scrapes = 0;
+    std::thread scraper([&] {
+        while (!done) {
+            (void)to_prometheus_text(collect(sources));
+            ++scrapes;
+        }
+    });
+    std::thread sender([&] {
+        for (int i = 0; i < 2000; ++i) CHECK(tx.send(std::vector{floats(4)}));
+    });
+    for (int i = 0; i < 2000; ++i) REQUIRE(rx.recv());
+    sender.join();
+    done = true;
+    scraper.join();
+    CHECK(scrapes > 0);
+    const metric_set set = collect(sources);
+    CHECK(set.value("tenbin_messages_sent_total", {{"connection", "tx"}}) == 2000);
+    CHECK(set.value("tenbin_messages_received_total", {{"connection", "rx"}}) == 2000);
+}
+
+TEST_CASE("the docs' table lists every family tenbin exports, in order, with its type") {
+    const char* tests_dir = std::getenv("TENBIN_TESTS_DIR");
+    REQUIRE_MESSAGE(tests_dir, "TENBIN_TESTS_DIR is not set; run the tests with meson test");
+    const auto page = test_support::fs::path(tests_dir).parent_path() / "docs" / "metrics.md";
+    std::ifstream in(page);
+    REQUIRE_MESSAGE(in, "cannot read ", page.string());
+    // | `tenbin_..._total` | counter | ...
+    const std::regex row(R"(^\| `(tenbin_[a-z_]+)` \| (counter|gauge|histogram) \|)");
+    std::vector<std::string> listed;
+    for (std::string line; std::getline(in, line);) {
+        std::smatch m;
+        if (std::regex_search(line, m, row)) listed.push_back(m[1].str() + " " + m[2].str());
+    }
+    std::vector<std::string> exported;
+    for (const detail::family_spec& f : detail::all_families())
+        exported.push_back(std::string(f.name) + " " +
+                           (f.type == metric_type::counter ? "counter" : f.type == metric_type::gauge ? "gauge" : "histogram"));
+    CHECK(listed == exported);
 }

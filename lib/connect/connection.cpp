@@ -3,6 +3,7 @@
 #include "connect/connect_detail.hpp"
 #include "connect/delivery.hpp"
 #include "connect/link.hpp"
+#include "connect/peers.hpp"
 #include "connect/security_detail.hpp"
 #include "connect/stream_tracker.hpp"
 
@@ -89,6 +90,7 @@ struct connection::impl {
     // Between the two: its threads and sockets end after the socket closes
     // and before the context can terminate.
     curve_guard curve;
+    detail::peer_watch peers;  // as curve
     zmq::socket_t socket;
     connection_options opt;
     std::vector<endpoint> endpoints;
@@ -119,6 +121,15 @@ struct connection::impl {
     std::unique_ptr<detail::link> link;
     // Acked delivery: the thread that runs the socket; goes before the link.
     std::unique_ptr<detail::delivery> delivery;
+    std::shared_ptr<detail::connection_meter> meter;
+
+    // Before any part a scrape reads goes.
+    ~impl() {
+        if (meter) meter->detach();
+    }
+    // What a scrape reads of the parts (thread-safe readings only).
+    void collect(detail::metric_writer& w) const;
+    std::optional<message> take(zmq::recv_flags flags);
 
     void open_endpoints(std::vector<endpoint> eps);
     void notice(const std::string& key, const std::string& text);
@@ -330,6 +341,7 @@ connection::connection(std::shared_ptr<zmq::context_t> context, std::span<const 
         (void)encode_position(p);  // the name checked now, not at the first send
         s.numbering = std::move(p);
     }
+    s.meter = std::make_shared<detail::connection_meter>(detail::can_send(s.kind), detail::can_receive(s.kind));
     s.link = s.shm ? detail::shm_link(detail::can_send(s.kind), detail::can_receive(s.kind), shm_options_of(s.opt, s.kind))
                    : detail::plain_link(s.opt.multipart);
     if (s.opt.curve) {
@@ -337,6 +349,8 @@ connection::connection(std::shared_ptr<zmq::context_t> context, std::span<const 
         const bool connects = std::any_of(eps.begin(), eps.end(), [](const endpoint& e) { return !e.bind; });
         detail::check_curve_options(*s.opt.curve, s.serves_curve, connects);
         s.curve = detail::watch_curve(*s.context, s.socket, *s.opt.curve, s.serves_curve);
+    } else if (s.opt.count_peers) {
+        s.peers = detail::peer_watch(*s.context, s.socket, s.meter);
     }
     s.open_endpoints(std::move(eps));
     if (s.opt.acked) {
@@ -352,6 +366,27 @@ connection::connection(std::shared_ptr<zmq::context_t> context, std::span<const 
         d.connected = s.connected;
         s.delivery = detail::delivery::start(*s.context, s.socket, *s.link, std::move(d));
     }
+    std::vector<std::string> addresses;
+    for (const endpoint& ep : s.endpoints) addresses.push_back(ep.address);
+    s.meter->label(s.opt.name, addresses);
+    s.meter->attach([&s](detail::metric_writer& w) { s.collect(w); });
+}
+
+void connection::impl::collect(detail::metric_writer& w) const {
+    if (opt.curve) w.write(detail::families::curve_refused, static_cast<double>(curve.refused_handshakes()));
+    if (tensor_pool* p = link->pool()) {
+        const pool_stats ps = p->stats();
+        w.write(detail::families::shm_pool_bytes, static_cast<double>(ps.bytes));
+        w.write(detail::families::shm_pool_in_use_bytes, static_cast<double>(ps.in_use_bytes));
+        w.write(detail::families::shm_pool_limit_bytes, static_cast<double>(opt.shm_pool_bytes));
+        w.write(detail::families::shm_pool_waits, static_cast<double>(ps.waits));
+    }
+}
+
+std::shared_ptr<const metrics_source> connection::metrics() const {
+    if (!s_) throw error(errc::bad_argument, "cannot read metrics: the connection was moved from");
+    s_->meter->time();
+    return s_->meter;
 }
 
 void connection::add(std::string_view url) { add(std::vector<std::string>{std::string(url)}); }
@@ -491,6 +526,7 @@ bool connection::impl::send(tensor_span tensors, std::span<const zmq::const_buff
         numbering->sent_ns = detail::realtime_ns();
         so.position = &*numbering;
     }
+    detail::send_timer timer(*meter);
     const bool sent = delivery ? delivery->send(tensors, *numbering, opt.send_timeout)
                                : socket_call("send", [&] { return link->send(socket, tensors, so, opt.send_timeout); });
     if (sent) {
@@ -507,6 +543,7 @@ bool connection::impl::send(tensor_span tensors, std::span<const zmq::const_buff
             }
             retained.emplace_back(std::move(kept), *numbering);
         }
+        meter->sent(bytes);
         if (numbering) ++numbering->seq;
     }
     return sent;
@@ -634,14 +671,24 @@ std::optional<std::vector<tensor>> connection::recv() {
 
 std::optional<std::vector<tensor>> connection::try_recv() {
     if (!s_) throw error(errc::bad_argument, "cannot receive: the connection is closed (or moved from)");
-    std::optional<message> m = s_->next(zmq::recv_flags::dontwait);
+    std::optional<message> m = s_->take(zmq::recv_flags::dontwait);
     if (!m) return std::nullopt;
     return std::move(m->tensors);
 }
 
 std::optional<message> connection::recv_message() {
     if (!s_) throw error(errc::bad_argument, "cannot receive: the connection is closed (or moved from)");
-    return s_->next(zmq::recv_flags::none);
+    return s_->take(zmq::recv_flags::none);
+}
+
+// next() as the consumer sees it, for the metrics: its wait timed, the
+// streams' counts published.
+std::optional<message> connection::impl::take(zmq::recv_flags flags) {
+    detail::wait_timer wait(*meter);
+    std::optional<message> m = next(flags);
+    if (m) wait.got();
+    if (tracker) meter->streams(tracker->counters(), consumer_epoch);
+    return m;
 }
 
 namespace {
@@ -750,7 +797,10 @@ std::optional<detail::tracked> connection::impl::receive_tracked(zmq::recv_flags
     check_open("receive");
     std::optional<detail::tracked> t =
         delivery->receive(flags == zmq::recv_flags::dontwait ? std::optional(std::chrono::milliseconds(0)) : opt.recv_timeout);
-    if (t) stats.add(t->bytes);
+    if (t) {
+        stats.add(t->bytes);
+        meter->received(t->bytes, t->position ? &*t->position : nullptr);
+    }
     return t;
 }
 
@@ -761,6 +811,7 @@ std::optional<detail::tracked> detail::connection_access::receive(connection& c,
 void detail::connection_access::seed(connection& c, const stream_state& s) {
     if (c.s_->delivery) c.s_->delivery->seed(s);
 }
+std::shared_ptr<detail::connection_meter> detail::connection_access::meter(connection& c) { return c.s_->meter; }
 
 void detail::connection_access::flush_acks(connection& c) {
     if (c.s_->delivery) c.s_->delivery->flush_acks();
@@ -780,6 +831,7 @@ std::optional<message> connection::impl::receive(zmq::recv_flags flags) {
     auto other_topic = [&](std::string_view frame) {
         if (frame == opt.topic) return false;
         ++other_topics;
+        meter->other_topic();
         notice("other topic", "a subscriber of topic '" + opt.topic + "' passes over messages of topic '" +
                                   std::string(frame.substr(0, 64)) + "' (and any other longer topic) that ZeroMQ's "
                                   "prefix match lets through (counted: other_topics())");
@@ -798,6 +850,10 @@ std::optional<message> connection::impl::receive(zmq::recv_flags flags) {
                 got = link->receive(socket, receiving, *m);
             } catch (const malformed_message& e) {
                 if (topic && !e.envelope().empty() && other_topic(e.envelope().front())) continue;
+                meter->refused(e.code());
+                throw;
+            } catch (const error& e) {
+                if (e.code() != errc::closed) meter->refused(e.code());
                 throw;
             }
             if (!got) {
@@ -810,6 +866,7 @@ std::optional<message> connection::impl::receive(zmq::recv_flags flags) {
             std::uint64_t bytes = 0;
             for (const tensor& t : m->tensors) bytes += t.nbytes();
             stats.add(bytes);
+            meter->received(bytes, m->position ? &*m->position : nullptr);
             return m;
         }
     });
