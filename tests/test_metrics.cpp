@@ -1,12 +1,16 @@
 // Metrics: the set and its text format, the instruments, what connections
-// and loaders count.
+// and loaders count, and the HTTP exporter.
 #include "support.hpp"
 #include "zmq_fixture.hpp"
 
+#include "exporter/address.hpp"
 #include "metrics/instruments.hpp"
 
 #include <doctest/doctest.h>
 #include <tenbin/connect.hpp>
+#if TENBIN_HAS_EXPORTER
+#include <httplib.h>
+#endif
 
 #include <cstdio>
 #include <fstream>
@@ -297,7 +301,8 @@ TEST_CASE("peers are counted as they connect and leave, when asked for") {
     CHECK(eventually([&] { return peers() == 0; }));
 }
 
-TEST_CASE("a connection's metrics outlive it with the counts it had") {
+#if TENBIN_HAS_EXPORTER
+TEST_CASE("a connection's metrics outlive it with the counts it had; an exporter forgets a source that is gone") {
     std::shared_ptr<const metrics_source> m;
     {
         connection_options so = bounded_options();
@@ -307,8 +312,72 @@ TEST_CASE("a connection's metrics outlive it with the counts it had") {
         connection tx(test_zmq::bind_address(test_zmq::transport::inproc), so);
         m = tx.metrics();
     }
-    CHECK(value_of(*m, "tenbin_messages_sent_total", {{"connection", "gone"}}) == 0);
+    CHECK(value_of(*m, "tenbin_messages_sent_total") == 0);
+    metrics_exporter ex("127.0.0.1:0");
+    ex.add(m);
+    CHECK(ex.text().find("connection=\"gone\"") != std::string::npos);
+    m.reset();
+    CHECK(ex.text().empty());
 }
+
+TEST_CASE("a metrics exporter serves GET /metrics on loopback, refuses the rest, and waits for a scrape") {
+    connection_options so = bounded_options();
+    so.kind = socket_kind::push;
+    so.bind = true;
+    so.name = "served";
+    connection tx(test_zmq::bind_address(test_zmq::transport::inproc), so);
+    metrics_exporter ex("0", {tx.metrics()});
+    CHECK(ex.address() == "127.0.0.1:" + std::to_string(ex.port()));
+    CHECK(ex.port() > 0);
+    std::atomic<bool> scraped{false};
+    std::thread waiter([&] { scraped = ex.wait_for_scrape(10s); });
+    std::this_thread::sleep_for(50ms);
+    httplib::Client client("127.0.0.1", ex.port());
+    auto res = client.Get("/metrics");
+    waiter.join();
+    REQUIRE(res);
+    CHECK(res->status == 200);
+    CHECK(res->get_header_value("Content-Type") == prometheus_content_type);
+    CHECK(res->body == ex.text());
+    CHECK(res->body.find("tenbin_messages_sent_total{connection=\"served\"") != std::string::npos);
+    CHECK(scraped);
+    CHECK(ex.scrapes() == 1);
+    CHECK(!ex.wait_for_scrape(10ms));
+    if (const auto problems = promtool_problems(res->body)) CHECK_MESSAGE(problems->empty(), *problems);
+    auto other = client.Get("/");
+    REQUIRE(other);
+    CHECK(other->status == 404);
+    auto post = client.Post("/metrics", "x", "text/plain");
+    REQUIRE(post);
+    CHECK(post->status >= 400);
+    // The same series twice would be an invalid scrape: refused at add.
+    CHECK_THROWS_WITH_AS(ex.add(tx.metrics()), doctest::Contains("same labels"), error);
+    ex.close();
+    CHECK(!httplib::Client("127.0.0.1", ex.port()).Get("/metrics"));
+}
+
+TEST_CASE("a metrics exporter's address: HOST:PORT, [IPv6]:PORT, :PORT or PORT (loopback), and clear refusals") {
+    using detail::parse_listen_address;
+    CHECK(parse_listen_address("9464").host == "127.0.0.1");
+    CHECK(parse_listen_address(":9464").port == 9464);
+    CHECK(parse_listen_address("0.0.0.0:80").host == "0.0.0.0");
+    CHECK(parse_listen_address("[::1]:0").host == "::1");
+    CHECK(detail::format_address("::1", 5) == "[::1]:5");
+    for (const char* bad : {"", "host:", "::1:80", "x:99999", "x:-1", "x:80a", "[]:80"}) {
+        CAPTURE(bad);
+        CHECK_THROWS_WITH_AS(parse_listen_address(bad), doctest::Contains("metrics address"), error);
+    }
+    CHECK_THROWS_WITH_AS(metrics_exporter("nonexistent.invalid:0"), doctest::Contains("cannot serve metrics"), error);
+    metrics_exporter first("127.0.0.1:0");
+    const std::string in_use = "cannot serve metrics on " + first.address() + ": Address already in use";
+    CHECK_THROWS_WITH_AS(metrics_exporter(first.address()), in_use.c_str(), error);
+}
+
+#else
+TEST_CASE("a library without cpp-httplib says it has no exporter") {
+    CHECK_THROWS_WITH_AS(metrics_exporter("0"), doctest::Contains("without cpp-httplib"), error);
+}
+#endif
 
 TEST_CASE("a scrape on another thread reads a connection while it sends and receives") {
     const std::string address = test_zmq::bind_address(test_zmq::transport::inproc);

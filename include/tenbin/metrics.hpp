@@ -1,6 +1,6 @@
 // tenbin: metrics of connections and loaders (counters, gauges, histograms),
 // read from any thread while the connection works, in Prometheus' text
-// format.
+// format, and an HTTP exporter that serves them.
 //
 // A connection or loader counts as its events happen: messages and bytes,
 // errors, stream gaps, its queue (see the table in the docs' Metrics page).
@@ -17,6 +17,7 @@
 
 #include <tenbin/config.hpp>
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -115,6 +116,58 @@ std::string to_prometheus_text(const metric_set& set);
 
 /// The content type of to_prometheus_text()'s text.
 inline constexpr std::string_view prometheus_content_type = "text/plain; version=0.0.4; charset=utf-8";
+
+namespace detail {
+struct exporter_state;
+}  // namespace detail
+
+/// An HTTP server of the text format at `GET /metrics` (any other path is
+/// a 404): what Prometheus scrapes. It runs on threads of its own and
+/// reads its sources only while it answers a scrape. It keeps no source
+/// alive: the series of a connection or loader that is gone leave the
+/// scrape with it. Requests other than GET and HEAD are refused, and so is
+/// a request body.
+class metrics_exporter {
+public:
+    /// Listens on `address`: "HOST:PORT" (a name, an IPv4 address, or an
+    /// IPv6 one in brackets: "[::1]:9464"), or ":PORT" or "PORT" for the
+    /// loopback address 127.0.0.1. Port 0 takes a free one (see address()).
+    /// Anyone who can reach the address reads the metrics: bind to an
+    /// address other than loopback only where that is wanted.
+    /// Throws bad_argument for an address it cannot read, io_error when it
+    /// cannot listen there (naming the address), and unsupported when the
+    /// library was built without its HTTP library (cpp-httplib).
+    explicit metrics_exporter(std::string_view address,
+                              std::vector<std::shared_ptr<const metrics_source>> sources = {});
+    /// Stops serving (as close()).
+    ~metrics_exporter();
+    metrics_exporter(metrics_exporter&&) noexcept;
+    metrics_exporter& operator=(metrics_exporter&&) noexcept;
+    metrics_exporter(const metrics_exporter&) = delete;
+    metrics_exporter& operator=(const metrics_exporter&) = delete;
+
+    /// Serves `source`'s series too, from the next scrape on. Throws
+    /// bad_argument when one of its series has the name and labels of one
+    /// already served.
+    void add(std::shared_ptr<const metrics_source> source);
+    /// Where it listens, as "HOST:PORT" with the port it took.
+    std::string address() const;
+    /// The port it listens on.
+    int port() const;
+    /// Scrapes answered so far.
+    std::uint64_t scrapes() const;
+    /// Waits until a scrape has been answered after this call, at most
+    /// `timeout`; false when none came. For a command that ends: its last
+    /// counts are read before it goes.
+    bool wait_for_scrape(std::chrono::milliseconds timeout) const;
+    /// The text a scrape gets now.
+    std::string text() const;
+    /// Stops listening and waits for a scrape being answered to end.
+    void close();
+
+private:
+    std::unique_ptr<detail::exporter_state> s_;
+};
 
 }  // namespace tenbin
 TENBIN_API_END
