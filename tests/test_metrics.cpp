@@ -432,3 +432,86 @@ TEST_CASE("the docs' table lists every family tenbin exports, in order, with its
                            (f.type == metric_type::counter ? "counter" : f.type == metric_type::gauge ? "gauge" : "histogram"));
     CHECK(listed == exported);
 }
+
+TEST_CASE("an acked producer's metrics: its consumers' credits, batches in flight and acknowledged, by name") {
+    connection_options po = bounded_options(5s);
+    po.acked = true;
+    po.ack_heartbeat = 100ms;
+    po.name = "feeder";
+    connection producer("zrpush://127.0.0.1:*", po);
+    const auto m = producer.metrics();
+    connection_options co = po;
+    co.name = "trainer";
+    co.credit = 4;
+    connection consumer("zrpull://" + producer.endpoints().at(0).address.substr(6), co);
+    std::thread sending([&] {
+        for (int i = 0; i < 10; ++i) CHECK(producer.send(std::vector{floats(4)}));
+    });
+    const metric_labels trainer{{"connection", "feeder"}, {"consumer", "trainer"}};
+    auto series = [&](std::string_view name) {
+        metric_set set;
+        m->collect(set);
+        return set.value(name, trainer).value_or(-1);
+    };
+    // Four taken and held: the consumer's credits are spent, nothing acknowledged.
+    std::vector<std::vector<tensor>> held;
+    for (int i = 0; i < 4; ++i) held.push_back(consumer.recv().value());
+    CHECK(eventually([&] { return series("tenbin_delivery_consumer_in_flight") == 4; }));
+    CHECK(series("tenbin_delivery_consumer_credits") == 0);
+    CHECK(series("tenbin_delivery_consumer_acknowledged_total") == 0);
+    CHECK(value_of(*m, "tenbin_delivery_consumers") == 1);
+    held.clear();
+    for (int i = 0; i < 6; ++i) REQUIRE(consumer.recv());
+    sending.join();
+    CHECK(eventually([&] { return series("tenbin_delivery_consumer_acknowledged_total") == 10; }));
+    CHECK(series("tenbin_delivery_consumer_in_flight") == 0);
+    CHECK(series("tenbin_delivery_consumer_credits") == 4);
+    CHECK(series("tenbin_delivery_consumer_redelivered_total") == 0);
+    CHECK(value_of(*m, "tenbin_delivery_sent_total") == 10);
+    CHECK(value_of(*m, "tenbin_delivery_acknowledged_total") == 10);
+    CHECK(value_of(*m, "tenbin_messages_sent_total") == 10);
+    metric_set set;
+    m->collect(set);
+    if (const auto problems = promtool_problems(to_prometheus_text(set))) CHECK_MESSAGE(problems->empty(), *problems);
+}
+
+TEST_CASE("+shm metrics: the sender's pool, segments and copy-ins, the receiver's mappings") {
+    const std::string name = test_zmq::fresh_ipc_path();
+    connection_options ro = bounded_options(5s);
+    ro.name = "rx";
+    connection pull("zpull+shm://" + name, ro);
+    connection_options so = bounded_options(5s);
+    so.name = "tx";
+    so.shm_pool_bytes = 8 << 20;
+    connection push("zpush+shm://" + name, so);
+    const auto txm = push.metrics();
+    const auto rxm = pull.metrics();
+    // Two heap tensors copied in; one pool tensor sent as it is.
+    REQUIRE(push.send(std::vector{floats(1000)}));
+    REQUIRE(push.send(std::vector{floats(1000)}));
+    tensor own = push.pool().acquire(dtype::f4, {1000});
+    REQUIRE(push.send(std::vector{own}));
+    own = tensor();
+    std::vector<std::vector<tensor>> kept;
+    for (int i = 0; i < 3; ++i) kept.push_back(pull.recv().value());
+    CHECK(value_of(*txm, "tenbin_shm_copy_ins_total", {{"connection", "tx"}}) == 2);
+    CHECK(value_of(*txm, "tenbin_shm_copy_in_bytes_total") == 8000);
+    CHECK(value_of(*txm, "tenbin_shm_segments") >= 2);
+    CHECK(value_of(*txm, "tenbin_shm_pool_in_use_bytes") >= 12000);
+    CHECK(value_of(*txm, "tenbin_shm_pool_free_bytes") ==
+          value_of(*txm, "tenbin_shm_pool_limit_bytes") - value_of(*txm, "tenbin_shm_pool_in_use_bytes"));
+    CHECK(value_of(*txm, "tenbin_shm_peers") == 1);
+    CHECK(value_of(*rxm, "tenbin_shm_senders", {{"connection", "rx"}}) == 1);
+    CHECK(value_of(*rxm, "tenbin_shm_mappings") >= 2);
+    CHECK(value_of(*rxm, "tenbin_shm_mapped_bytes") >= 12000);
+    CHECK(value_of(*rxm, "tenbin_messages_received_total") == 3);
+    // Given back: the pool's memory is free again.
+    kept.clear();
+    CHECK(eventually([&] { return value_of(*txm, "tenbin_shm_pool_in_use_bytes") == 0; }));
+    CHECK(value_of(*txm, "tenbin_shm_pool_free_bytes") == 8 << 20);
+    for (const auto& m : {txm, rxm}) {
+        metric_set set;
+        m->collect(set);
+        if (const auto problems = promtool_problems(to_prometheus_text(set))) CHECK_MESSAGE(problems->empty(), *problems);
+    }
+}

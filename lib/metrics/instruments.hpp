@@ -128,6 +128,34 @@ inline constexpr family_spec stream_dropped_remainder{
     "Batches dropped so that every rank gets as many (drop_last)."};
 inline constexpr family_spec stream_padded{"tenbin_stream_padded_total", metric_type::counter,
                                            "Batches given again so that every rank gets as many."};
+inline constexpr family_spec stream_after_end{"tenbin_stream_after_end_total", metric_type::counter,
+                                              "Batches received after the stream's end, dropped."};
+inline constexpr family_spec delivery_consumers{"tenbin_delivery_consumers", metric_type::gauge,
+                                                "Consumers an acked producer knows now (alive or not yet found dead)."};
+inline constexpr family_spec consumer_credits{"tenbin_delivery_consumer_credits", metric_type::gauge,
+                                              "Batches a consumer (label consumer) would take now."};
+inline constexpr family_spec consumer_in_flight{"tenbin_delivery_consumer_in_flight", metric_type::gauge,
+                                                "Batches sent to a consumer and not acknowledged yet."};
+inline constexpr family_spec consumer_acknowledged{"tenbin_delivery_consumer_acknowledged_total", metric_type::counter,
+                                                   "Batches a consumer acknowledged."};
+inline constexpr family_spec consumer_redelivered{"tenbin_delivery_consumer_redelivered_total", metric_type::counter,
+                                                  "Batches a consumer got that another consumer had been given."};
+inline constexpr family_spec delivery_sent{"tenbin_delivery_sent_total", metric_type::counter,
+                                           "Batches an acked producer sent (redeliveries too)."};
+inline constexpr family_spec delivery_acknowledged{"tenbin_delivery_acknowledged_total", metric_type::counter,
+                                                   "Batches acknowledged."};
+inline constexpr family_spec delivery_redelivered{"tenbin_delivery_redelivered_total", metric_type::counter,
+                                                  "Batches sent again because their consumer was lost."};
+inline constexpr family_spec delivery_skipped{"tenbin_delivery_skipped_total", metric_type::counter,
+                                              "Batches not sent: a consumer reported it had them (a replaying producer)."};
+inline constexpr family_spec delivery_consumers_lost{"tenbin_delivery_consumers_lost_total", metric_type::counter,
+                                                     "Consumers found dead or gone; their batches went to others."};
+inline constexpr family_spec delivery_producers_lost{"tenbin_delivery_producers_lost_total", metric_type::counter,
+                                                     "Producers an acked consumer found dead."};
+inline constexpr family_spec delivery_bad_acks{"tenbin_delivery_bad_acks_total", metric_type::counter,
+                                               "Acknowledgements of batches never sent to their consumer, ignored."};
+inline constexpr family_spec delivery_bad_messages{"tenbin_delivery_bad_control_messages_total", metric_type::counter,
+                                                   "Malformed control messages of acked delivery, ignored."};
 inline constexpr family_spec curve_refused{"tenbin_curve_refused_handshakes_total", metric_type::counter,
                                            "CURVE handshakes refused on the socket, either side's doing."};
 inline constexpr family_spec shm_pool_bytes{"tenbin_shm_pool_bytes", metric_type::gauge,
@@ -140,6 +168,54 @@ inline constexpr family_spec shm_pool_limit_bytes{"tenbin_shm_pool_limit_bytes",
                                                   "(connection_options::shm_pool_bytes)."};
 inline constexpr family_spec shm_pool_waits{"tenbin_shm_pool_waits_total", metric_type::counter,
                                             "Sends that waited for a receiver to give back pool memory."};
+inline constexpr family_spec shm_pool_free_bytes{"tenbin_shm_pool_free_bytes", metric_type::gauge,
+                                                 "Shared memory a +shm sender's pool may still give to sends: its "
+                                                 "limit less what is in use."};
+inline constexpr family_spec shm_segments{"tenbin_shm_segments", metric_type::gauge,
+                                          "Shared-memory segments of a +shm sender's pool now (one per block)."};
+inline constexpr family_spec shm_copy_ins{"tenbin_shm_copy_ins_total", metric_type::counter,
+                                          "Messages a +shm sender copied (some of) into its pool: tensors not from "
+                                          "connection::pool()."};
+inline constexpr family_spec shm_copy_in_bytes{"tenbin_shm_copy_in_bytes_total", metric_type::counter,
+                                               "Tensor bytes those copies copied."};
+inline constexpr family_spec shm_peers{"tenbin_shm_peers", metric_type::gauge,
+                                       "Receivers on a +shm sender's side channel now."};
+inline constexpr family_spec shm_peers_refused{"tenbin_shm_peers_refused_total", metric_type::counter,
+                                               "Side-channel connections refused (past shm_max_peers, out of "
+                                               "descriptors, another user's)."};
+inline constexpr family_spec shm_leases_expired{"tenbin_shm_leases_expired_total", metric_type::counter,
+                                                "Messages given up at the end of their lease (shm_lease)."};
+inline constexpr family_spec shm_segments_retired{"tenbin_shm_segments_retired_total", metric_type::counter,
+                                                  "Segments still held by a receiver moved out of the pool."};
+inline constexpr family_spec shm_retires_failed{"tenbin_shm_retires_failed_total", metric_type::counter,
+                                                "Retires that failed (no descriptor or memory); the block stayed out "
+                                                "of the pool."};
+inline constexpr family_spec shm_blocks_pinned{"tenbin_shm_blocks_pinned", metric_type::gauge,
+                                               "Pool blocks kept out of the pool now by a failed retire."};
+inline constexpr family_spec shm_peers_cut_off{"tenbin_shm_peers_cut_off_total", metric_type::counter,
+                                               "Receivers cut off (held past shm_max_held_bytes, wrote nonsense, read "
+                                               "no replies)."};
+inline constexpr family_spec shm_laggard_drops{"tenbin_shm_laggard_drops_total", metric_type::counter,
+                                               "PUB messages given up for a subscriber that had not got to them (one "
+                                               "per subscriber and message)."};
+inline constexpr family_spec shm_senders{"tenbin_shm_senders", metric_type::gauge,
+                                         "Senders' side channels a +shm receiver has open now."};
+inline constexpr family_spec shm_mappings{"tenbin_shm_mappings", metric_type::gauge,
+                                          "Segments a +shm receiver maps now (tensors kept included)."};
+inline constexpr family_spec shm_mapped_bytes{"tenbin_shm_mapped_bytes", metric_type::gauge,
+                                              "Bytes a +shm receiver maps now."};
+inline constexpr family_spec shm_messages_skipped{"tenbin_shm_messages_skipped_total", metric_type::counter,
+                                                  "Messages their sender gave up before this receiver claimed them "
+                                                  "(a laggard, a late subscriber, a lease)."};
+inline constexpr family_spec shm_claim_timeouts{"tenbin_shm_claim_timeouts_total", metric_type::counter,
+                                                "Side channels silent past shm_claim_timeout."};
+inline constexpr family_spec shm_links_broken{"tenbin_shm_links_broken_total", metric_type::counter,
+                                              "Side channels given up (the sender closed, cut this receiver off, "
+                                              "or wrote what it may not)."};
+inline constexpr family_spec shm_refused{"tenbin_shm_refused_total", metric_type::counter,
+                                         "Messages a +shm receiver refused at a bound (shm_max_*)."};
+inline constexpr family_spec shm_senders_evicted{"tenbin_shm_senders_evicted_total", metric_type::counter,
+                                                 "Idle side channels a +shm receiver closed to make room."};
 }  // namespace families
 
 // Every family above, in the docs' order.

@@ -19,6 +19,14 @@ void write_streams(metric_writer& w, const stream_counters& c, std::uint64_t epo
     w.write(families::stream_timed_out, static_cast<double>(c.producers_timed_out));
     w.write(families::stream_dropped_remainder, static_cast<double>(c.dropped_remainder));
     w.write(families::stream_padded, static_cast<double>(c.padded));
+    w.write(families::stream_after_end, static_cast<double>(c.after_end));
+}
+
+// The fields of stream_counters and the epoch, in the order they are published.
+template <class Counters, class Epoch>
+auto stream_fields(Counters& c, Epoch& epoch) {
+    return std::array{&c.gaps,   &c.duplicates,        &c.late,   &c.epochs,    &c.producers_timed_out,
+                      &c.dropped_remainder, &c.padded, &c.after_end, &epoch};
 }
 
 }  // namespace
@@ -35,9 +43,10 @@ void connection_meter::refused(errc code) noexcept {
 }
 
 void connection_meter::streams(const stream_counters& c, std::uint64_t epoch) noexcept {
-    const std::uint64_t values[] = {c.gaps, c.duplicates,       c.late,     c.epochs, c.producers_timed_out,
-                                    c.dropped_remainder, c.padded, epoch};
-    for (std::size_t i = 0; i < streams_.size(); ++i) streams_[i].store(values[i], std::memory_order_relaxed);
+    const std::uint64_t e = epoch;
+    const auto fields = stream_fields(c, e);
+    static_assert(fields.size() == std::tuple_size_v<decltype(streams_)>);
+    for (std::size_t i = 0; i < fields.size(); ++i) streams_[i].store(*fields[i], std::memory_order_relaxed);
     streams_seen_.store(true, std::memory_order_relaxed);
 }
 
@@ -77,9 +86,8 @@ void connection_meter::write(metric_writer& w, bool consumer_side) const {
             stream_counters c;
             std::uint64_t epoch = 0;
             if (streams_seen_.load(std::memory_order_relaxed)) {
-                std::uint64_t* fields[] = {&c.gaps, &c.duplicates,        &c.late,   &c.epochs, &c.producers_timed_out,
-                                           &c.dropped_remainder, &c.padded, &epoch};
-                for (std::size_t i = 0; i < streams_.size(); ++i) *fields[i] = streams_[i].load(std::memory_order_relaxed);
+                const auto fields = stream_fields(c, epoch);
+                for (std::size_t i = 0; i < fields.size(); ++i) *fields[i] = streams_[i].load(std::memory_order_relaxed);
             }
             write_streams(w, c, epoch);
         }

@@ -88,7 +88,7 @@ private:
     std::atomic<std::int64_t> peers_{0};
     // stream_counters' fields, and the epoch, as last published.
     std::atomic<bool> streams_seen_{false};
-    std::array<std::atomic<std::uint64_t>, 8> streams_{};
+    std::array<std::atomic<std::uint64_t>, 9> streams_{};
     mutable std::mutex parts_mutex_;
     std::vector<std::function<void(metric_writer&)>> parts_;
 };
