@@ -12,11 +12,21 @@
 #include <httplib.h>
 #endif
 
+#include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <regex>
+#include <set>
 #include <sstream>
 #include <thread>
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 using namespace tenbin;
 using namespace std::chrono_literals;
@@ -60,6 +70,26 @@ std::optional<std::string> promtool_problems(const std::string& text) {
     return rc == 0 ? std::string() : "status " + std::to_string(rc) + ": " + said.str();
 }
 
+
+// The PromQL expressions of the Grafana dashboard docs/grafana/tenbin.json,
+// with its `$connection` variable as "all".
+std::vector<std::string> dashboard_queries() {
+    const char* tests_dir = std::getenv("TENBIN_TESTS_DIR");
+    REQUIRE_MESSAGE(tests_dir, "TENBIN_TESTS_DIR is not set; run the tests with meson test");
+    const auto path = test_support::fs::path(tests_dir).parent_path() / "docs" / "grafana" / "tenbin.json";
+    std::stringstream text;
+    text << std::ifstream(path).rdbuf();
+    const std::string json = text.str();
+    REQUIRE_MESSAGE(!json.empty(), "cannot read ", path.string());
+    const std::regex expr(R"re("expr": "((?:[^"\\]|\\.)*)")re");
+    std::vector<std::string> out;
+    for (auto it = std::sregex_iterator(json.begin(), json.end(), expr); it != std::sregex_iterator(); ++it) {
+        std::string q = std::regex_replace((*it)[1].str(), std::regex(R"(\\")"), "\"");
+        q = std::regex_replace(q, std::regex(R"(\$connection)"), ".*");
+        out.push_back(q);
+    }
+    return out;
+}
 }  // namespace
 
 TEST_CASE("a metric set refuses what Prometheus would: bad names, a family added twice differently, a series twice") {
@@ -514,4 +544,157 @@ TEST_CASE("+shm metrics: the sender's pool, segments and copy-ins, the receiver'
         m->collect(set);
         if (const auto problems = promtool_problems(to_prometheus_text(set))) CHECK_MESSAGE(problems->empty(), *problems);
     }
+}
+
+#if TENBIN_HAS_EXPORTER
+namespace {
+
+// A loopback TCP port nobody listened on a moment ago.
+int free_port() {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    REQUIRE(fd >= 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+    REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0);
+    ::close(fd);
+    return ntohs(a.sin_port);
+}
+
+// A Prometheus server (Debian's `prometheus`) on loopback scraping
+// `targets` every second, its data in a directory of its own; stopped
+// when this goes.
+class prometheus_server {
+public:
+    explicit prometheus_server(const std::vector<std::string>& targets) : dir_("tenbin-prometheus") {
+        std::ofstream config(dir_ / "prometheus.yml");
+        config << "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+                  "scrape_configs:\n  - job_name: tenbin\n    static_configs:\n      - targets: [";
+        for (std::size_t i = 0; i < targets.size(); ++i) config << (i ? ", '" : "'") << targets[i] << "'";
+        config << "]\n";
+        config.close();
+        port_ = free_port();
+        const std::vector<std::string> args = {
+            "prometheus", "--config.file=" + (dir_ / "prometheus.yml").string(),
+            "--storage.tsdb.path=" + (dir_ / "data").string(),
+            "--web.listen-address=127.0.0.1:" + std::to_string(port_), "--log.level=warn"};
+        std::vector<char*> argv;
+        for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+        argv.push_back(nullptr);
+        posix_spawn_file_actions_t actions;
+        posix_spawn_file_actions_init(&actions);
+        const std::string log = (dir_ / "log.txt").string();
+        posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        posix_spawn_file_actions_adddup2(&actions, 1, 2);
+        const int rc = posix_spawnp(&pid_, "prometheus", &actions, nullptr, argv.data(), environ);
+        posix_spawn_file_actions_destroy(&actions);
+        REQUIRE_MESSAGE(rc == 0, "cannot start prometheus: ", std::strerror(rc));
+    }
+    ~prometheus_server() {
+        ::kill(pid_, SIGTERM);
+        int status = 0;
+        ::waitpid(pid_, &status, 0);
+    }
+    prometheus_server(const prometheus_server&) = delete;
+    prometheus_server& operator=(const prometheus_server&) = delete;
+
+    // The value of the instant query `query` once it has one (Prometheus
+    // started, scraped, and the series is there), waiting at most
+    // `limit`; nothing past it.
+    std::optional<double> query(const std::string& q, std::chrono::seconds limit = 60s) const {
+        httplib::Client client("127.0.0.1", port_);
+        client.set_connection_timeout(1s);
+        const std::regex value(R"re("value":\[[0-9.e+]+,"([^"]+)"\])re");
+        const auto deadline = std::chrono::steady_clock::now() + limit;
+        while (std::chrono::steady_clock::now() < deadline) {
+            if (auto res = client.Get("/api/v1/query", httplib::Params{{"query", q}}, httplib::Headers{})) {
+                std::smatch m;
+                if (res->status == 200 && std::regex_search(res->body, m, value)) return std::stod(m[1].str());
+            }
+            std::this_thread::sleep_for(200ms);
+        }
+        return std::nullopt;
+    }
+    // Whether Prometheus runs `q` without an error (whatever its result).
+    bool accepts(const std::string& q) const {
+        httplib::Client client("127.0.0.1", port_);
+        auto res = client.Get("/api/v1/query", httplib::Params{{"query", q}}, httplib::Headers{});
+        return res && res->status == 200 && res->body.find(R"("status":"success")") != std::string::npos;
+    }
+    std::string log() const {
+        std::stringstream s;
+        s << std::ifstream(dir_ / "log.txt").rdbuf();
+        return s.str();
+    }
+
+private:
+    test_support::temp_dir dir_;
+    int port_ = 0;
+    pid_t pid_ = -1;
+};
+
+}  // namespace
+
+TEST_CASE("a real Prometheus server scrapes the exporter: the counts sent and received, the wait while the producer paused") {
+    if (std::system("command -v prometheus > /dev/null 2>&1") != 0) {
+        MESSAGE("prometheus is not installed (.ci/install-deps installs it): not checked");
+        return;
+    }
+    loader_options lo;
+    lo.connection.name = "trainer";
+    loader l("zpull://127.0.0.1:*", lo);
+    connection_options so = bounded_options();
+    so.kind = socket_kind::push;
+    so.name = "feeder";
+    so.producer = "feeder";
+    connection tx(l.endpoints().at(0).address, so);
+    metrics_exporter ex("127.0.0.1:0", {l.metrics(), tx.metrics()});
+    // 7 batches of 16 floats; the last after a pause of 300 ms, which the
+    // trainer spends waiting.
+    for (int i = 0; i < 6; ++i) REQUIRE(tx.send(std::vector{floats(16)}));
+    for (int i = 0; i < 6; ++i) REQUIRE(l.next(5s));
+    std::thread later([&] {
+        std::this_thread::sleep_for(300ms);
+        CHECK(tx.send(std::vector{floats(16)}));
+    });
+    REQUIRE(l.next(5s));
+    later.join();
+    if (const auto problems = promtool_problems(ex.text())) CHECK_MESSAGE(problems->empty(), *problems);
+
+    prometheus_server prometheus({ex.address()});
+    const auto sent = prometheus.query(R"(tenbin_messages_sent_total{connection="feeder"})");
+    REQUIRE_MESSAGE(sent, "Prometheus gave no value within a minute; its log:\n", prometheus.log());
+    CHECK(*sent == 7);
+    CHECK(prometheus.query(R"(tenbin_bytes_sent_total{connection="feeder"})") == 448);
+    CHECK(prometheus.query(R"(tenbin_messages_received_total{connection="trainer"})") == 7);
+    CHECK(prometheus.query(R"(tenbin_bytes_received_total{connection="trainer"})") == 448);
+    CHECK(prometheus.query(R"(tenbin_receive_wait_seconds_count{connection="trainer"})") == 7);
+    const auto waited = prometheus.query(R"(tenbin_receive_wait_seconds_sum{connection="trainer"})");
+    REQUIRE(waited);
+    CHECK(*waited >= 0.29);
+    // The histogram's buckets as Prometheus reads them: the pause is above 0.25 s.
+    CHECK(prometheus.query(R"(tenbin_receive_wait_seconds_bucket{connection="trainer",le="0.25"})") <= 6);
+    CHECK(prometheus.query(R"(up{job="tenbin"})") == 1);
+    CHECK(ex.scrapes() >= 1);
+    // Every query of the Grafana dashboard is one Prometheus takes.
+    for (const std::string& q : dashboard_queries()) CHECK_MESSAGE(prometheus.accepts(q), q);
+}
+#endif
+
+TEST_CASE("the Grafana dashboard queries only families tenbin exports") {
+    const std::vector<std::string> queries = dashboard_queries();
+    REQUIRE(queries.size() >= 10);
+    std::set<std::string> exported;
+    for (const detail::family_spec& f : detail::all_families()) exported.insert(std::string(f.name));
+    const std::regex name(R"(tenbin_[a-z_]+)");
+    for (const std::string& q : queries)
+        for (auto it = std::sregex_iterator(q.begin(), q.end(), name); it != std::sregex_iterator(); ++it) {
+            std::string n = it->str();
+            for (const std::string suffix : {"_bucket", "_sum", "_count"})
+                if (n.size() > suffix.size() && n.ends_with(suffix) && !exported.count(n))
+                    n.resize(n.size() - suffix.size());
+            CHECK_MESSAGE(exported.count(n), n, " in the dashboard's query ", q);
+        }
 }
