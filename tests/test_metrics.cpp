@@ -410,18 +410,30 @@ TEST_CASE("a library without cpp-httplib says it has no exporter") {
 #endif
 
 TEST_CASE("a scrape on another thread reads a connection while it sends and receives") {
-    const std::string address = test_zmq::bind_address(test_zmq::transport::inproc);
-    connection_options ro = bounded_options();
-    ro.kind = socket_kind::pull;
-    ro.bind = true;
+    connection_options ro = bounded_options(), so = bounded_options();
     ro.name = "rx";
-    connection rx(address, ro);
-    connection_options so = bounded_options();
-    so.kind = socket_kind::push;
     so.name = "tx";
     so.producer = "p";
-    connection tx(address, so);
-    const std::vector<std::shared_ptr<const metrics_source>> sources{rx.metrics(), tx.metrics()};
+    std::optional<connection> rx, tx;
+    SUBCASE("plain") {
+        const std::string address = test_zmq::bind_address(test_zmq::transport::inproc);
+        ro.kind = socket_kind::pull;
+        ro.bind = true;
+        so.kind = socket_kind::push;
+        rx.emplace(address, ro);
+        tx.emplace(address, so);
+    }
+    SUBCASE("+shm") {
+        const std::string path = test_zmq::fresh_ipc_path();
+        rx.emplace("zpull+shm://" + path, ro);
+        tx.emplace("zpush+shm://" + path, so);
+    }
+    SUBCASE("acked") {
+        so.acked = ro.acked = true;
+        tx.emplace("zrpush://127.0.0.1:*", so);
+        rx.emplace("zrpull://" + tx->endpoints().at(0).address.substr(6), ro);
+    }
+    const std::vector<std::shared_ptr<const metrics_source>> sources{rx->metrics(), tx->metrics()};
     std::atomic<bool> done{false};
     std::size_t scrapes = 0;
     std::thread scraper([&] {
@@ -431,9 +443,9 @@ TEST_CASE("a scrape on another thread reads a connection while it sends and rece
         }
     });
     std::thread sender([&] {
-        for (int i = 0; i < 2000; ++i) CHECK(tx.send(std::vector{floats(4)}));
+        for (int i = 0; i < 2000; ++i) CHECK(tx->send(std::vector{floats(4)}));
     });
-    for (int i = 0; i < 2000; ++i) REQUIRE(rx.recv());
+    for (int i = 0; i < 2000; ++i) REQUIRE(rx->recv());
     sender.join();
     done = true;
     scraper.join();

@@ -143,6 +143,7 @@ struct connection::impl {
     void notice(const std::string& key, const std::string& text);
     std::optional<message> receive(zmq::recv_flags flags);
     std::optional<detail::tracked> receive_tracked(zmq::recv_flags flags);
+    std::optional<detail::tracked> delivered(std::optional<std::chrono::milliseconds> wait);
     std::optional<message> next(zmq::recv_flags flags);
     void stop_delivery() {
         if (delivery) delivery->stop(opt.linger);
@@ -850,7 +851,7 @@ std::optional<message> connection::impl::next(zmq::recv_flags flags) {
                                                                   std::min(until, tick) - clock::now()));
             else if (waits)
                 wait.reset();
-            t = delivery->receive(wait);
+            t = delivered(wait);
             if (!t) {
                 if (!waits || clock::now() >= until) return std::nullopt;
                 tick_now();
@@ -887,8 +888,12 @@ std::optional<detail::tracked> connection::impl::receive_tracked(zmq::recv_flags
         return tracked_of(std::move(*m));
     }
     check_open("receive");
-    std::optional<detail::tracked> t =
-        delivery->receive(flags == zmq::recv_flags::dontwait ? std::optional(std::chrono::milliseconds(0)) : opt.recv_timeout);
+    return delivered(flags == zmq::recv_flags::dontwait ? std::optional(std::chrono::milliseconds(0)) : opt.recv_timeout);
+}
+
+// Acked consumers: the next batch the delivery thread has, counted.
+std::optional<detail::tracked> connection::impl::delivered(std::optional<std::chrono::milliseconds> wait) {
+    std::optional<detail::tracked> t = delivery->receive(wait);
     if (t) {
         stats.add(t->bytes);
         meter->received(t->bytes, t->position ? &*t->position : nullptr);
