@@ -57,10 +57,10 @@ struct metric_sample {
 struct metric_family {
     std::string name;  ///< `tenbin_...`
     std::string help;  ///< one line saying what is measured, in what unit
-    metric_type type = metric_type::counter;
+    metric_type type = metric_type::counter;  ///< what its samples measure
     /// A histogram's bucket bounds, ascending (`+Inf` implied).
     std::vector<double> bounds{};
-    std::vector<metric_sample> samples{};
+    std::vector<metric_sample> samples{};  ///< its series, in the order added
 };
 
 /// Families by name, as a scrape gathers them from one or more sources.
@@ -141,7 +141,9 @@ public:
                               std::vector<std::shared_ptr<const metrics_source>> sources = {});
     /// Stops serving (as close()).
     ~metrics_exporter();
+    /// Takes over the other's server; the other serves nothing.
     metrics_exporter(metrics_exporter&&) noexcept;
+    /// Stops this one's server (as close()) and takes over the other's.
     metrics_exporter& operator=(metrics_exporter&&) noexcept;
     metrics_exporter(const metrics_exporter&) = delete;
     metrics_exporter& operator=(const metrics_exporter&) = delete;
