@@ -5,5 +5,6 @@
 
 #include <tenbin/connection.hpp>
 #include <tenbin/loader.hpp>
+#include <tenbin/metrics.hpp>
 #include <tenbin/statistics.hpp>
 #include <tenbin/stream.hpp>

@@ -3,6 +3,7 @@
 // tensorcom's `Connection` does.
 #pragma once
 
+#include <tenbin/metrics.hpp>
 #include <tenbin/pool.hpp>
 #include <tenbin/security.hpp>
 #include <tenbin/statistics.hpp>
@@ -237,6 +238,11 @@ struct connection_options {
     /// This end's name: an acked consumer's for its producers, a label in
     /// metrics. Made up when empty.
     std::string name{};
+    /// Count the peers connected to the socket (tcp and ipc connections),
+    /// for the metrics' `tenbin_peers`: a ZeroMQ socket monitor, read on a
+    /// thread of its own. Not with `curve` (whose monitor is the socket's
+    /// one): no count then.
+    bool count_peers = false;
     /// Where the connection says, once each, what it did that the caller
     /// would not otherwise see (messages of another topic passed over, ...).
     /// Unset: written to stderr, "tenbin: " in front.
@@ -409,6 +415,10 @@ public:
     /// longer topic than this subscriber's (ZeroMQ's subscriptions match
     /// prefixes: "training" reaches a subscriber of "train").
     std::uint64_t other_topics() const noexcept;
+    /// What the connection counts and times (see metrics.hpp), readable from
+    /// any thread, also after the connection is gone (with the counts it
+    /// had). The first call turns the timings on.
+    std::shared_ptr<const metrics_source> metrics() const;
     /// The endpoints as bound or connected; a tcp bind to port 0 or '*'
     /// shows the port ZeroMQ chose.
     const std::vector<endpoint>& endpoints() const noexcept;

@@ -141,6 +141,10 @@ public:
     /// Malformed messages received so far: skipped with skip_malformed,
     /// raised from next() otherwise (thread-safe).
     std::uint64_t malformed() const;
+    /// What the loader and its connection count and time (see metrics.hpp:
+    /// its queue, the consumer's waits in next(), its streams), readable
+    /// from any thread. The first call turns the connection's timings on.
+    std::shared_ptr<const metrics_source> metrics() const;
     /// The endpoints as bound/connected (a bound `*` port resolved).
     std::vector<endpoint> endpoints() const;
     /// CURVE handshakes refused so far (see connection::refused_handshakes;

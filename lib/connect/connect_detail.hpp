@@ -15,6 +15,8 @@
 
 namespace tenbin::detail {
 
+class connection_meter;
+
 // Inproc endpoints only meet within one context, so connections and
 // loaders made without a context share a process-wide one (alive while any
 // of them is) when any of their endpoints is inproc. Others get a context
@@ -55,6 +57,7 @@ struct connection_access {
     static void seed(connection& c, const stream_state& s);
     // Acked consumers: see delivery::flush_acks (thread-safe).
     static void flush_acks(connection& c);
+    static std::shared_ptr<connection_meter> meter(connection& c);
 };
 
 inline bool can_send(socket_kind k) noexcept { return k != socket_kind::pull && k != socket_kind::sub; }

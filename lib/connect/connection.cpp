@@ -3,10 +3,13 @@
 #include "connect/connect_detail.hpp"
 #include "connect/delivery.hpp"
 #include "connect/link.hpp"
+#include "connect/peers.hpp"
 #include "connect/security_detail.hpp"
 #include "connect/stream_tracker.hpp"
 
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
@@ -14,6 +17,7 @@
 #include <cstring>
 #include <deque>
 #include <iostream>
+#include <map>
 #include <mutex>
 #include <random>
 #include <set>
@@ -89,6 +93,7 @@ struct connection::impl {
     // Between the two: its threads and sockets end after the socket closes
     // and before the context can terminate.
     curve_guard curve;
+    detail::peer_watch peers;  // as curve
     zmq::socket_t socket;
     connection_options opt;
     std::vector<endpoint> endpoints;
@@ -119,11 +124,26 @@ struct connection::impl {
     std::unique_ptr<detail::link> link;
     // Acked delivery: the thread that runs the socket; goes before the link.
     std::unique_ptr<detail::delivery> delivery;
+    std::shared_ptr<detail::connection_meter> meter;
+    // A +shm receiver's counts (detail::shm_receiver_counters) as of its last
+    // receive: they are the receiving thread's to read, a scrape reads these.
+    std::array<std::atomic<std::uint64_t>, 8> shm_received{};
+    std::atomic<bool> shm_receives{false};
+    void publish_shm_received();
+
+    // Before any part a scrape reads goes.
+    ~impl() {
+        if (meter) meter->detach();
+    }
+    // What a scrape reads of the parts (thread-safe readings only).
+    void collect(detail::metric_writer& w) const;
+    std::optional<message> take(zmq::recv_flags flags);
 
     void open_endpoints(std::vector<endpoint> eps);
     void notice(const std::string& key, const std::string& text);
     std::optional<message> receive(zmq::recv_flags flags);
     std::optional<detail::tracked> receive_tracked(zmq::recv_flags flags);
+    std::optional<detail::tracked> delivered(std::optional<std::chrono::milliseconds> wait);
     std::optional<message> next(zmq::recv_flags flags);
     void stop_delivery() {
         if (delivery) delivery->stop(opt.linger);
@@ -330,6 +350,7 @@ connection::connection(std::shared_ptr<zmq::context_t> context, std::span<const 
         (void)encode_position(p);  // the name checked now, not at the first send
         s.numbering = std::move(p);
     }
+    s.meter = std::make_shared<detail::connection_meter>(detail::can_send(s.kind), detail::can_receive(s.kind));
     s.link = s.shm ? detail::shm_link(detail::can_send(s.kind), detail::can_receive(s.kind), shm_options_of(s.opt, s.kind))
                    : detail::plain_link(s.opt.multipart);
     if (s.opt.curve) {
@@ -337,6 +358,8 @@ connection::connection(std::shared_ptr<zmq::context_t> context, std::span<const 
         const bool connects = std::any_of(eps.begin(), eps.end(), [](const endpoint& e) { return !e.bind; });
         detail::check_curve_options(*s.opt.curve, s.serves_curve, connects);
         s.curve = detail::watch_curve(*s.context, s.socket, *s.opt.curve, s.serves_curve);
+    } else if (s.opt.count_peers) {
+        s.peers = detail::peer_watch(*s.context, s.socket, s.meter);
     }
     s.open_endpoints(std::move(eps));
     if (s.opt.acked) {
@@ -352,6 +375,111 @@ connection::connection(std::shared_ptr<zmq::context_t> context, std::span<const 
         d.connected = s.connected;
         s.delivery = detail::delivery::start(*s.context, s.socket, *s.link, std::move(d));
     }
+    std::vector<std::string> addresses;
+    for (const endpoint& ep : s.endpoints) addresses.push_back(ep.address);
+    s.meter->label(s.opt.name, addresses);
+    s.meter->attach([&s](detail::metric_writer& w) { s.collect(w); });
+}
+
+namespace {
+// The fields of detail::shm_receiver_counters a scrape shows, in the order they are published.
+template <class Counters>
+auto shm_received_fields(Counters& c) {
+    return std::array{&c.senders,        &c.mappings,     &c.mapped_bytes, &c.messages_skipped,
+                      &c.claim_timeouts, &c.links_broken, &c.refused,      &c.senders_evicted};
+}
+}  // namespace
+
+void connection::impl::publish_shm_received() {
+    const std::optional<detail::shm_receiver_counters> c = link->receiver_counters();
+    if (!c) return;
+    const auto fields = shm_received_fields(*c);
+    for (std::size_t i = 0; i < fields.size(); ++i) shm_received[i].store(*fields[i], std::memory_order_relaxed);
+    shm_receives.store(true, std::memory_order_relaxed);
+}
+
+void connection::impl::collect(detail::metric_writer& w) const {
+    namespace f = detail::families;
+    auto write = [&w](const detail::family_spec& family, auto value, const metric_labels& extra = {}) {
+        w.write(family, static_cast<double>(value), extra);
+    };
+    if (opt.curve) write(f::curve_refused, curve.refused_handshakes());
+    if (tensor_pool* p = link->pool()) {
+        const pool_stats ps = p->stats();
+        write(f::shm_pool_bytes, ps.bytes);
+        write(f::shm_pool_in_use_bytes, ps.in_use_bytes);
+        write(f::shm_pool_limit_bytes, opt.shm_pool_bytes);
+        write(f::shm_pool_free_bytes, opt.shm_pool_bytes > ps.in_use_bytes ? opt.shm_pool_bytes - ps.in_use_bytes : 0);
+        write(f::shm_segments, ps.buffers);
+        write(f::shm_pool_waits, ps.waits);
+    }
+    if (const std::optional<detail::shm_sender_counters> c = link->sender_counters()) {
+        write(f::shm_copy_ins, c->copy_ins);
+        write(f::shm_copy_in_bytes, c->copy_in_bytes);
+        write(f::shm_peers, c->peers);
+        write(f::shm_peers_refused, c->peers_refused);
+        write(f::shm_leases_expired, c->leases_expired);
+        write(f::shm_segments_retired, c->segments_retired);
+        write(f::shm_retires_failed, c->retires_failed);
+        write(f::shm_blocks_pinned, c->blocks_pinned);
+        write(f::shm_peers_cut_off, c->peers_cut_off);
+        write(f::shm_laggard_drops, c->laggard_drops);
+    }
+    if (shm_receives.load(std::memory_order_relaxed)) {
+        detail::shm_receiver_counters c;
+        const auto fields = shm_received_fields(c);
+        for (std::size_t i = 0; i < fields.size(); ++i) *fields[i] = shm_received[i].load(std::memory_order_relaxed);
+        write(f::shm_senders, c.senders);
+        write(f::shm_mappings, c.mappings);
+        write(f::shm_mapped_bytes, c.mapped_bytes);
+        write(f::shm_messages_skipped, c.messages_skipped);
+        write(f::shm_claim_timeouts, c.claim_timeouts);
+        write(f::shm_links_broken, c.links_broken);
+        write(f::shm_refused, c.refused);
+        write(f::shm_senders_evicted, c.senders_evicted);
+    }
+    if (delivery) {
+        const delivery_counters d = delivery->counters();
+        write(f::delivery_sent, d.sent);
+        write(f::delivery_acknowledged, d.acknowledged);
+        write(f::delivery_redelivered, d.redelivered);
+        write(f::delivery_skipped, d.skipped);
+        write(f::delivery_consumers_lost, d.consumers_lost);
+        write(f::delivery_producers_lost, d.producers_lost);
+        write(f::delivery_bad_acks, d.bad_acks);
+        write(f::delivery_bad_messages, d.bad_messages);
+        if (detail::can_send(kind)) {
+            const std::vector<consumer_info> consumers = delivery->consumers();
+            write(f::delivery_consumers, consumers.size());
+            w.declare(f::consumer_credits);
+            w.declare(f::consumer_in_flight);
+            w.declare(f::consumer_acknowledged);
+            w.declare(f::consumer_redelivered);
+            // By name: one that restarts under its name, before the old
+            // one is found dead, is one series.
+            std::map<std::string, consumer_info> by_name;
+            for (const consumer_info& c : consumers) {
+                consumer_info& n = by_name[c.name];
+                n.credits += c.credits;
+                n.in_flight += c.in_flight;
+                n.acknowledged += c.acknowledged;
+                n.redelivered += c.redelivered;
+            }
+            for (const auto& [name, c] : by_name) {
+                const metric_labels who{{"consumer", name}};
+                write(f::consumer_credits, c.credits, who);
+                write(f::consumer_in_flight, c.in_flight, who);
+                write(f::consumer_acknowledged, c.acknowledged, who);
+                write(f::consumer_redelivered, c.redelivered, who);
+            }
+        }
+    }
+}
+
+std::shared_ptr<const metrics_source> connection::metrics() const {
+    if (!s_) throw error(errc::bad_argument, "cannot read metrics: the connection was moved from");
+    s_->meter->time();
+    return s_->meter;
 }
 
 void connection::add(std::string_view url) { add(std::vector<std::string>{std::string(url)}); }
@@ -491,6 +619,7 @@ bool connection::impl::send(tensor_span tensors, std::span<const zmq::const_buff
         numbering->sent_ns = detail::realtime_ns();
         so.position = &*numbering;
     }
+    detail::send_timer timer(*meter);
     const bool sent = delivery ? delivery->send(tensors, *numbering, opt.send_timeout)
                                : socket_call("send", [&] { return link->send(socket, tensors, so, opt.send_timeout); });
     if (sent) {
@@ -507,6 +636,7 @@ bool connection::impl::send(tensor_span tensors, std::span<const zmq::const_buff
             }
             retained.emplace_back(std::move(kept), *numbering);
         }
+        meter->sent(bytes);
         if (numbering) ++numbering->seq;
     }
     return sent;
@@ -634,14 +764,24 @@ std::optional<std::vector<tensor>> connection::recv() {
 
 std::optional<std::vector<tensor>> connection::try_recv() {
     if (!s_) throw error(errc::bad_argument, "cannot receive: the connection is closed (or moved from)");
-    std::optional<message> m = s_->next(zmq::recv_flags::dontwait);
+    std::optional<message> m = s_->take(zmq::recv_flags::dontwait);
     if (!m) return std::nullopt;
     return std::move(m->tensors);
 }
 
 std::optional<message> connection::recv_message() {
     if (!s_) throw error(errc::bad_argument, "cannot receive: the connection is closed (or moved from)");
-    return s_->next(zmq::recv_flags::none);
+    return s_->take(zmq::recv_flags::none);
+}
+
+// next() as the consumer sees it, for the metrics: its wait timed, the
+// streams' counts published.
+std::optional<message> connection::impl::take(zmq::recv_flags flags) {
+    detail::wait_timer wait(*meter);
+    std::optional<message> m = next(flags);
+    if (m) wait.got();
+    if (tracker) meter->streams(tracker->counters(), consumer_epoch);
+    return m;
 }
 
 namespace {
@@ -711,7 +851,7 @@ std::optional<message> connection::impl::next(zmq::recv_flags flags) {
                                                                   std::min(until, tick) - clock::now()));
             else if (waits)
                 wait.reset();
-            t = delivery->receive(wait);
+            t = delivered(wait);
             if (!t) {
                 if (!waits || clock::now() >= until) return std::nullopt;
                 tick_now();
@@ -748,9 +888,16 @@ std::optional<detail::tracked> connection::impl::receive_tracked(zmq::recv_flags
         return tracked_of(std::move(*m));
     }
     check_open("receive");
-    std::optional<detail::tracked> t =
-        delivery->receive(flags == zmq::recv_flags::dontwait ? std::optional(std::chrono::milliseconds(0)) : opt.recv_timeout);
-    if (t) stats.add(t->bytes);
+    return delivered(flags == zmq::recv_flags::dontwait ? std::optional(std::chrono::milliseconds(0)) : opt.recv_timeout);
+}
+
+// Acked consumers: the next batch the delivery thread has, counted.
+std::optional<detail::tracked> connection::impl::delivered(std::optional<std::chrono::milliseconds> wait) {
+    std::optional<detail::tracked> t = delivery->receive(wait);
+    if (t) {
+        stats.add(t->bytes);
+        meter->received(t->bytes, t->position ? &*t->position : nullptr);
+    }
     return t;
 }
 
@@ -761,6 +908,7 @@ std::optional<detail::tracked> detail::connection_access::receive(connection& c,
 void detail::connection_access::seed(connection& c, const stream_state& s) {
     if (c.s_->delivery) c.s_->delivery->seed(s);
 }
+std::shared_ptr<detail::connection_meter> detail::connection_access::meter(connection& c) { return c.s_->meter; }
 
 void detail::connection_access::flush_acks(connection& c) {
     if (c.s_->delivery) c.s_->delivery->flush_acks();
@@ -780,6 +928,7 @@ std::optional<message> connection::impl::receive(zmq::recv_flags flags) {
     auto other_topic = [&](std::string_view frame) {
         if (frame == opt.topic) return false;
         ++other_topics;
+        meter->other_topic();
         notice("other topic", "a subscriber of topic '" + opt.topic + "' passes over messages of topic '" +
                                   std::string(frame.substr(0, 64)) + "' (and any other longer topic) that ZeroMQ's "
                                   "prefix match lets through (counted: other_topics())");
@@ -798,6 +947,10 @@ std::optional<message> connection::impl::receive(zmq::recv_flags flags) {
                 got = link->receive(socket, receiving, *m);
             } catch (const malformed_message& e) {
                 if (topic && !e.envelope().empty() && other_topic(e.envelope().front())) continue;
+                meter->refused(e.code());
+                throw;
+            } catch (const error& e) {
+                if (e.code() != errc::closed) meter->refused(e.code());
                 throw;
             }
             if (!got) {
@@ -810,6 +963,8 @@ std::optional<message> connection::impl::receive(zmq::recv_flags flags) {
             std::uint64_t bytes = 0;
             for (const tensor& t : m->tensors) bytes += t.nbytes();
             stats.add(bytes);
+            meter->received(bytes, m->position ? &*m->position : nullptr);
+            publish_shm_received();
             return m;
         }
     });

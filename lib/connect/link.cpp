@@ -70,6 +70,14 @@ public:
         if (sender_) shm_close(*sender_, linger);
     }
     tensor_pool* pool() override { return sender_ ? &shm_pool(*sender_) : nullptr; }
+    std::optional<shm_sender_counters> sender_counters() override {
+        if (!sender_) return std::nullopt;
+        return shm_counters(*sender_);
+    }
+    std::optional<shm_receiver_counters> receiver_counters() override {
+        if (!receiver_) return std::nullopt;
+        return shm_counters(*receiver_);
+    }
 
 private:
     std::shared_ptr<shm_sender> sender_;

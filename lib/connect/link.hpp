@@ -36,6 +36,11 @@ public:
     virtual void close(std::chrono::milliseconds /*linger*/) {}
     // Tensors this link sends without a copy; null when it has none.
     virtual tensor_pool* pool() { return nullptr; }
+    // +shm, for the metrics: what the sender has done (thread-safe), and
+    // what the receiver has (on the receiving thread only); nothing on
+    // other links.
+    virtual std::optional<shm_sender_counters> sender_counters() { return std::nullopt; }
+    virtual std::optional<shm_receiver_counters> receiver_counters() { return std::nullopt; }
 };
 
 // The tenbin wire as it is: multipart, or single-part when `multipart` is false.

@@ -2,6 +2,7 @@
 
 #include "connect/connect_detail.hpp"
 #include "connect/stream_tracker.hpp"
+#include "metrics/meter.hpp"
 
 #include <atomic>
 #include <condition_variable>
@@ -26,7 +27,7 @@ std::uint64_t data_bytes(const std::vector<tensor>& batch) {
 }
 }  // namespace
 
-struct loader::shared {
+struct loader::shared : metrics_source {
     // A message or the end of an epoch (as the stream tracker gives them),
     // or an error to raise in the consumer.
     using item = std::variant<detail::stream_event, std::exception_ptr>;
@@ -65,6 +66,23 @@ struct loader::shared {
     std::uint64_t consumer_epoch = 0;
     bool epoch_ended = false, stream_ended = false;
     std::thread thread;
+    // Metrics: the consumer's waits in next(), and the connection's meter
+    // (set with `endpoints`).
+    detail::wait_histogram waits;
+    std::shared_ptr<detail::connection_meter> connection_meter;
+
+    void collect(metric_set& out) const override;
+    // When the consumer's wait for a batch began: nothing when one is
+    // ready (the clock is read only by a consumer that is going to wait).
+    std::optional<std::chrono::steady_clock::time_point> wait_begins() const {
+        if (ready()) return std::nullopt;
+        return std::chrono::steady_clock::now();
+    }
+    std::optional<std::vector<tensor>> waited(std::optional<std::vector<tensor>> batch,
+                                              std::optional<std::chrono::steady_clock::time_point> since) {
+        waits.waited(since ? std::chrono::steady_clock::now() - *since : std::chrono::nanoseconds(0), batch.has_value());
+        return batch;
+    }
 
     void run();
     template <class Receive>
@@ -267,6 +285,7 @@ void loader::shared::run() {
     {
         std::lock_guard lock(mutex);
         endpoints = conn->endpoints();
+        connection_meter = detail::connection_access::meter(*conn);
         started = true;
         this->conn = &*conn;
         changed.notify_all();
@@ -449,17 +468,20 @@ std::optional<std::vector<tensor>> loader::next() {
     shared& s = *s_;
     std::unique_lock lock(s.mutex);
     s.flush_acks();
+    const auto since = s.wait_begins();
     s.changed.wait(lock, [&] { return s.ready(); });
-    return s.take();  // nothing: closed or ended, and drained
+    return s.waited(s.take(), since);  // nothing: closed or ended, and drained
 }
 
 std::optional<std::vector<tensor>> loader::next(std::chrono::milliseconds timeout) {
     shared& s = *s_;
     std::unique_lock lock(s.mutex);
     s.flush_acks();
+    const auto since = s.wait_begins();
     // A timeout returns nothing, as connection::recv does (would-block is no error).
-    if (!s.changed.wait_until(lock, detail::deadline_after(timeout), [&] { return s.ready(); })) return std::nullopt;
-    return s.take();
+    if (!s.changed.wait_until(lock, detail::deadline_after(timeout), [&] { return s.ready(); }))
+        return s.waited(std::nullopt, since);
+    return s.waited(s.take(), since);
 }
 
 bool loader::closed() const {
@@ -492,6 +514,27 @@ std::uint64_t loader::malformed() const {
     return s_->malformed;
 }
 std::uint64_t loader::refused_handshakes() const noexcept { return s_->refused.load(); }
+
+std::shared_ptr<const metrics_source> loader::metrics() const {
+    if (!s_) throw error(errc::bad_argument, "cannot read metrics: the loader was moved from");
+    std::lock_guard lock(s_->mutex);
+    if (s_->connection_meter) s_->connection_meter->time();
+    return s_;
+}
+
+void loader::shared::collect(metric_set& out) const {
+    detail::loader_readings r;
+    std::shared_ptr<detail::connection_meter> conn;
+    {
+        std::lock_guard lock(mutex);
+        r.queued_messages = queue.size();
+        r.queued_bytes = queued_bytes;
+        if (tracker) r.streams = tracker->counters();
+        r.epoch = consumer_epoch;
+        conn = connection_meter;
+    }
+    detail::collect_loader(out, r, waits, conn.get());
+}
 std::vector<endpoint> loader::endpoints() const {
     std::lock_guard lock(s_->mutex);  // set before the constructor returned
     return s_->endpoints;

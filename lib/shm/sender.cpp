@@ -126,7 +126,8 @@ bool shm_sender::send(zmq::socket_ref socket, tensor_span tensors, std::span<con
     flight f;
     std::vector<shm_descriptor> descs(tensors.size());
     std::vector<std::size_t> copy_in;  // tensors not from the pool
-    std::size_t copy_bytes = 0;
+    std::size_t copy_bytes = 0;  // in the pool, aligned
+    std::size_t copied = 0;      // the tensors' own
     for (std::size_t i = 0; i < tensors.size(); ++i) {
         const tensor_view v = tensors[i];
         if (v.data.empty()) continue;
@@ -139,6 +140,7 @@ bool shm_sender::send(zmq::socket_ref socket, tensor_span tensors, std::span<con
                 continue;
             }
         copy_in.push_back(i);
+        copied += v.data.size();
         copy_bytes += (v.data.size() + buffer_alignment - 1) / buffer_alignment * buffer_alignment;
     }
     if (!settle(timeout)) return false;
@@ -167,6 +169,10 @@ bool shm_sender::send(zmq::socket_ref socket, tensor_span tensors, std::span<con
     {
         std::lock_guard lock(mutex_);
         last_send_ = ledger_clock::now();
+        if (!copy_in.empty()) {
+            ++copy_ins_;
+            copy_in_bytes_ += copied;
+        }
         sent = ledger_.add(std::move(f), last_send_, memory_->has_closed());
         sooner = sent.sooner || std::exchange(napping_, false);
     }
@@ -238,7 +244,9 @@ shm_sender_counters shm_sender::counters() {
             .retires_failed = l.retires_failed,
             .blocks_pinned = ledger_.pinned(),
             .peers_cut_off = l.peers_cut_off,
-            .laggard_drops = l.laggard_drops};
+            .laggard_drops = l.laggard_drops,
+            .copy_ins = copy_ins_,
+            .copy_in_bytes = copy_in_bytes_};
 }
 
 bool shm_sender::settle(std::optional<std::chrono::milliseconds> timeout) {

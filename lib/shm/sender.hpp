@@ -101,6 +101,7 @@ private:
     shm_impl::time_point accept_after_;
     std::size_t max_peers_;
     std::uint64_t peers_refused_ = 0;
+    std::uint64_t copy_ins_ = 0, copy_in_bytes_ = 0;
     // Peers' sockets and rings: added, removed and changed by the thread
     // only (under the lock where others read them).
     std::map<int, peer> peers_;

@@ -87,6 +87,10 @@ struct shm_sender_counters {
     // tenbin_shm_laggard_drops_total: PUB messages given up for a
     // subscriber that had not got to them (one per subscriber and message)
     std::uint64_t laggard_drops = 0;
+    // tenbin_shm_copy_ins_total: messages whose tensors (some or all) were
+    // not the pool's and were copied into it; tenbin_shm_copy_in_bytes_total
+    std::uint64_t copy_ins = 0;
+    std::uint64_t copy_in_bytes = 0;
 };
 
 // What a receiver maps and has done (as shm_sender_counters).
