@@ -17,7 +17,7 @@ import zmq
 import tenbin
 from tenbin import _tenbin
 
-import peer  # tests/python/peer.py, the C++ interop tests' peer (see conftest)
+import tensorcom_peer as peer  # tests/peers/, the C++ interop tests' peer (see conftest)
 from conftest import free_port, run_python
 
 
