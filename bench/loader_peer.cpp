@@ -13,8 +13,10 @@
 // of --bytes, small), waits for "go" on stdin, sends --count more, then
 // closes (waiting for receivers to claim what was sent). --shm pool sends
 // tensors acquired from the connection's pool (no copy; as tenbin-bench's
-// senders, nobody refills them), --shm copy (the default) the same heap
-// tensors each time, which the connection copies into shared memory.
+// senders, nobody refills them), --shm fill the same, each filled with the
+// set's bytes first (a producer writing every byte of its batch in place),
+// --shm copy (the default) the same heap tensors each time, which the
+// connection copies into shared memory.
 #include <tenbin/connect.hpp>
 #include <tenbin/pool.hpp>
 
@@ -59,7 +61,8 @@ int send_main(std::map<std::string, std::string>& args) {
     const auto w = workload(args["set"], std::stoull(args.count("bytes") ? args["bytes"] : "0"));
     std::uint64_t payload = 0;
     for (const auto& t : w) payload += t.nbytes();
-    const bool pool = args.count("shm") && args["shm"] == "pool";
+    const std::string shm = args.count("shm") ? args["shm"] : "copy";
+    const bool pool = shm == "pool" || shm == "fill";
     tenbin::connection_options o;
     o.kind = tenbin::socket_kind::push;
     o.bind = false;
@@ -72,7 +75,10 @@ int send_main(std::map<std::string, std::string>& args) {
         bool sent;
         if (pool) {
             std::vector<tenbin::tensor> m;
-            for (const auto& t : w) m.push_back(c.pool().acquire(t.dtype(), t.shape(), t.info()));
+            for (const auto& t : w) {
+                m.push_back(c.pool().acquire(t.dtype(), t.shape(), t.info()));
+                if (shm == "fill") std::memcpy(m.back().mutable_bytes().data(), t.data().data(), t.nbytes());
+            }
             sent = c.send(m);
         } else {
             sent = c.send(w);
@@ -95,7 +101,7 @@ int main(int argc, char** argv) {
     for (const char* k : {"warmup", "count"})
         if (!args.count(k) || !(args.count("endpoint") || args.count("send"))) {
             std::cerr << "usage: tenbin-bench-loader --endpoint E --warmup N --count N [--hwm N]\n"
-                         "       tenbin-bench-loader --send URL --set S [--bytes N] --warmup N --count N [--hwm N] [--shm pool|copy]\n";
+                         "       tenbin-bench-loader --send URL --set S [--bytes N] --warmup N --count N [--hwm N] [--shm pool|fill|copy]\n";
             return 2;
         }
     try {

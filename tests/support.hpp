@@ -83,7 +83,7 @@ inline bool same_bytes(tenbin::bytes_view a, tenbin::bytes_view b) {
 
 // A fresh tensor whose bytes differ per position and per `seed`; no run
 // of 256 bytes repeats before 64 KiB, so parts put back in the wrong order
-// show. tests/python/formats_peer.py makes the same bytes.
+// show. tests/peers/formats_peer.py makes the same bytes.
 inline tenbin::tensor patterned(tenbin::dtype t, tenbin::shape_t shape, std::string info = {}, unsigned seed = 0) {
     tenbin::tensor out = tenbin::tensor::zeros(t, std::move(shape), std::move(info));
     const tenbin::mutable_bytes b = out.mutable_bytes();

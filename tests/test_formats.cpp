@@ -784,13 +784,13 @@ TEST_CASE("every valid .ten vector survives each format and back") {
 
 namespace {
 
-// Runs tests/python/formats_peer.py MODE DIR with $TENBIN_PYTHON; returns
+// Runs tests/peers/formats_peer.py MODE DIR with $TENBIN_PYTHON; returns
 // its exit status (its output goes to the test's log).
 int run_peer(const std::string& mode, const fs::path& dir) {
     const char* python = std::getenv("TENBIN_PYTHON");
     const char* tests = std::getenv("TENBIN_TESTS_DIR");
     REQUIRE_MESSAGE((python && tests), "TENBIN_PYTHON and TENBIN_TESTS_DIR must be set (meson test sets them)");
-    std::vector<std::string> args = {python, std::string(tests) + "/python/formats_peer.py", mode, dir.string()};
+    std::vector<std::string> args = {python, std::string(tests) + "/peers/formats_peer.py", mode, dir.string()};
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);

@@ -1,10 +1,10 @@
 // Interoperability with Python over real ZeroMQ sockets (tcp loopback and
-// ipc): tests/python/peer.py, a NumPy implementation of the format written
-// the way tensorcom's is, receives what C++ sends, sends what C++ receives,
-// echoes, and replays the Python vectors frame by frame.
+// ipc): tests/peers/tensorcom_peer.py, a NumPy implementation of the format
+// written the way tensorcom's is, receives what C++ sends, sends what C++
+// receives, echoes, and replays the Python vectors frame by frame.
 //
-// Both sides build the same tensors from a seed (see peer.py), so each side
-// checks the other's data for equality; Python also reports SHA-256 of each
+// Both sides build the same tensors from a seed (see tensorcom_peer.py), so
+// each side checks the other's data for equality; Python also reports SHA-256 of each
 // tensor's bytes, compared here. Every socket operation has a timeout and
 // the peer process is killed when it overruns.
 #include "support.hpp"
@@ -61,7 +61,7 @@ struct peer_result {
     }
 };
 
-// `python peer.py args...` with stdout to a pipe; stderr is inherited so
+// `python tensorcom_peer.py args...` with stdout to a pipe; stderr is inherited so
 // that the peer's complaints show in the test log.
 class peer_process {
 public:
@@ -69,7 +69,7 @@ public:
         const char* python = std::getenv("TENBIN_PYTHON");
         const char* tests = std::getenv("TENBIN_TESTS_DIR");
         REQUIRE_MESSAGE((python && tests), "TENBIN_PYTHON and TENBIN_TESTS_DIR must be set (meson test sets them)");
-        std::vector<std::string> argv_s = {python, std::string(tests) + "/python/peer.py"};
+        std::vector<std::string> argv_s = {python, std::string(tests) + "/peers/tensorcom_peer.py"};
         argv_s.insert(argv_s.end(), args.begin(), args.end());
         argv_s.push_back("--timeout");
         argv_s.push_back(std::to_string(socket_timeout_ms / 1000));
@@ -150,7 +150,7 @@ void check_clean_exit(const peer_result& r) {
     CHECK(r.exit_code == 0);
 }
 
-// ---- the tensors both sides generate (mirror of peer.py) ----------------------
+// ---- the tensors both sides generate (mirror of tensorcom_peer.py) ----------
 
 struct spec {
     dtype t;
@@ -184,7 +184,7 @@ std::vector<tensor> generate(tensor_set which, std::uint64_t seed) {
         std::uint64_t n = itemsize(s.t);
         for (auto d : s.shape) n *= static_cast<std::uint64_t>(d);
         std::vector<std::uint8_t> bytes(n);
-        // k counts the tensors of this message, as peer.py's does.
+        // k counts the tensors of this message, as tensorcom_peer.py's does.
         const std::uint64_t base = seed * 1000003u + out.size() * 7919u;
         for (std::uint64_t i = 0; i < n; ++i) {
             const std::uint64_t x = i * 2654435761u + base;

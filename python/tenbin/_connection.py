@@ -1,125 +1,61 @@
-"""tensorcom's Connection, and the C++ prefetching Loader."""
+"""tensorcom's Connection, on the C++ ``tenbin::connection``."""
 
 from __future__ import annotations
 
+from ._public import public
+
 from . import _tenbin
-from ._errors import Error
+from ._convert import converters_of, listify, transform_with
+from ._errors import BadArgument, Closed, Timeout
+from ._options import DEFAULTS, OPTION_KEYWORDS, SEND_TIMEOUT, checked_keywords, connection_options
+from ._statistics import Statistics
+from ._urls import describe_endpoints, url_list
+
+__all__ = ["Connection"]
 
 
-class Statistics:
-    """Messages and bytes of a connection or loader, as tensorcom's
-    Statistics: ``count``, ``total`` (tensor bytes), ``rate()``,
-    ``throughput()``, ``recent_rate()``, ``recent_throughput()``,
-    ``summary()``. A snapshot refreshed on each access."""
-
-    def __init__(self, get, reset=None):
-        self._fetch = get
-        self._reset = reset
-
-    def _get(self, key):
-        return self._fetch()[key]
-
-    @property
-    def count(self) -> int:
-        """Messages so far."""
-        return self._get("count")
-
-    @property
-    def total(self) -> int:
-        """Tensor bytes so far."""
-        return self._get("total")
-
-    def rate(self) -> float:
-        """Messages per second since the start."""
-        return self._get("rate")
-
-    def throughput(self) -> float:
-        """Bytes per second since the start."""
-        return self._get("throughput")
-
-    def recent_rate(self) -> float:
-        """Messages per second over the recent window (``stats_horizon``)."""
-        return self._get("recent_rate")
-
-    def recent_throughput(self) -> float:
-        """Bytes per second over the recent window."""
-        return self._get("recent_throughput")
-
-    def summary(self) -> str:
-        """A one-line summary of the rates."""
-        return self._get("summary")
-
-    def reset(self) -> None:
-        """Starts counting over (connections only)."""
-        if self._reset is None:
-            raise Error("a loader's statistics cannot be reset", "unsupported")
-        self._reset()
-
-
-def _listify(x):
-    if x is None:
-        return None
-    if isinstance(x, (list, tuple)):
-        return list(x)
-    return [x]
-
-
-def _transform_with(sample, transformers):
-    # tensorcom's rule: function i % len(transformers) applies to item i.
-    if not transformers:
-        return sample
-    result = list(sample)
-    n = len(transformers)
-    for i in range(len(result)):
-        f = transformers[i % n]
-        if f is not None:
-            result[i] = f(result[i])
-    return result
-
-
-def _converters(converters, device):
-    if isinstance(converters, str):
-        if converters == "numpy":
-            return None
-        if converters in ("torch", "torch_cuda"):
-            from ._torch import to_torch, to_device
-            if converters == "torch_cuda" or device not in (None, "cpu"):
-                return [to_device(device or "cuda")]
-            return [to_torch]
-        raise Error(f"unknown converters {converters!r} (numpy, torch, torch_cuda or functions)", "bad_argument")
-    conv = _listify(converters)
-    if conv is None and device is not None:
-        from ._torch import to_device
-        conv = [to_device(device)]
-    return conv
-
-
+@public
 class Connection:
     """Sends or receives lists of arrays on one ZeroMQ socket: tensorcom's
     Connection, backed by the C++ ``tenbin::connection``.
 
     ``url``: a tensorcom URL (``zpush://host:port``, ``zpull://...``,
     ``zpub``/``zsub`` and the reversed ``zr*`` schemes, ``+ipc``/``+inproc``
-    transports), or a list of them; braces expand into endpoints of ONE
-    socket (``zsub://host:78{80..83}``: fan-in from every publisher). A
-    ``#topic`` fragment subscribes a zsub to that topic (and makes a zpub
-    send it as a frame of its own in front of each message).
+    and ``+shm`` transports), or a list of them; braces expand into
+    endpoints of ONE socket (``zsub://host:78{80..83}``: fan-in from every
+    publisher). A ``#topic`` fragment subscribes a zsub to that topic (and
+    makes a zpub send it as a frame of its own in front of each message).
 
-    Arguments as tensorcom's: ``epoch`` (``len()``), ``total`` (stop
-    iterating after that many samples), ``multipart`` (send form; receiving
-    accepts both), ``infos`` (infos to send), ``device`` (torch device of
-    received tensors; None = NumPy), ``allow64`` (send f8/i8/u8),
+    tensorcom's arguments: ``epoch`` (``len()``), ``total`` (stop iterating
+    after that many samples), ``multipart`` (send form; receiving accepts
+    both), ``infos`` (infos to send), ``device`` (torch device of received
+    tensors; None = NumPy), ``allow64`` (send f8/i8/u8),
     ``batch_transforms`` and ``converters`` (functions on each received
-    item; ``converters="torch"`` gives torch tensors on the received memory
-    without a copy), ``batch_count``, ``report``, ``stats_horizon``.
+    item, see below), ``batch_count``, ``report``, ``stats_horizon``.
+    ``raw`` and ``noexpand`` are accepted and ignored (braces always
+    expand).
 
-    tenbin's options, as keywords: ``timeout`` (seconds recv waits before
-    raising ``Timeout``; None = forever), ``send_timeout``, ``send_hwm``,
-    ``recv_hwm`` (messages; 16: 1000, pyzmq's default, streams small
-    messages about twice as fast, holding more), ``linger`` (seconds close waits to deliver
-    queued messages; 10), ``topic``, ``kind``, ``bind``, ``expect_infos``,
-    ``max_tensors``, ``max_rank``, ``max_bytes``, ``pub_nodrop``,
-    ``immediate``, ``heartbeat``.
+    ``converters``: ``"torch"`` gives torch tensors on the received memory
+    without a copy, in the sent dtype and layout; ``"tensorcom"`` does what
+    tensorcom's ``"torch"`` did (float32 and int64 copies, image batches
+    channels first); ``"numpy"`` or None leaves NumPy arrays; or functions.
+
+    Times are in seconds (None or ``math.inf``: for ever):
+    ``timeout`` (how long ``recv`` waits before raising ``Timeout``;
+    iteration ends there instead), ``send_timeout`` (how long ``send`` waits
+    for a receiver to take the message, then raises ``Timeout``; 30),
+    ``linger`` (how long ``close`` waits to deliver queued messages; 10),
+    ``heartbeat`` (ZMTP pings noticing a dead peer; off).
+
+    The socket: ``send_hwm``, ``recv_hwm`` (high-water marks in messages;
+    16: 1000, pyzmq's default, streams small messages about twice as fast,
+    holding more), ``kind`` and ``bind`` (for plain ZeroMQ URLs), ``topic``,
+    ``pub_nodrop`` (a pub waits for slow subscribers instead of dropping),
+    ``immediate`` (queue only to connected peers). What it accepts:
+    ``expect_infos``, ``max_tensors``, ``max_rank``, ``max_bytes``;
+    ``tensorcom_compatible`` refuses to send what a Python tensorcom
+    receiver cannot decode. ``+shm``: ``shm_pool_bytes`` (shared memory the
+    sender may hold), ``shm_lease`` (seconds a receiver may hold a message).
 
     CURVE security, as the ``tenbin`` tool's ``--curve-*`` options (the
     files are ZeroMQ certificates, as ``tenbin keygen`` or pyzmq's
@@ -127,17 +63,32 @@ class Connection:
     side's secret certificate, mode 0600), ``curve_server`` (the server's
     public certificate, on the side that connects), ``curve_allow`` (a
     folder of the public certificates of the clients allowed in, on the side
-    that binds; without it any client holding a key pair). ``Loader`` takes
-    the same.
+    that binds; without it any client holding a key pair).
+
+    ``on_notice``: a function given what the connection says once (a
+    message of a longer topic passed over, ...); by default a
+    ``tenbin.Notice`` warning.
 
     Blocking calls release the GIL and are interrupted by Ctrl-C
-    (KeyboardInterrupt) within about 50 ms. Use a connection from one
-    thread at a time. Errors raise ``tenbin.Error`` subclasses.
+    (KeyboardInterrupt) within about 50 ms. Use a connection from one thread
+    at a time; ``close()`` may come from another, and the call it interrupts
+    raises ``Closed``. Errors raise ``tenbin.Error`` subclasses; a mistyped
+    keyword raises ``BadArgument`` naming the closest one.
     """
 
+    @checked_keywords()
     def __init__(self, url=None, epoch=100000, total=-1, multipart=True, infos=None, device=None,
                  allow64=False, raw=False, batch_transforms=None, batch_count=True, converters=None,
-                 report=-1, stats_horizon=1000, noexpand=False, *, timeout=None, **options):
+                 report=-1, stats_horizon=DEFAULTS.stats_horizon, noexpand=False, *, timeout=None,
+                 send_timeout=SEND_TIMEOUT, linger=DEFAULTS.linger, send_hwm=DEFAULTS.send_hwm,
+                 recv_hwm=DEFAULTS.recv_hwm, kind=None, bind=None, topic="", expect_infos=None,
+                 max_tensors=DEFAULTS.max_tensors, max_rank=DEFAULTS.max_rank, max_bytes=DEFAULTS.max_bytes,
+                 tensorcom_compatible=False, pub_nodrop=False, immediate=DEFAULTS.immediate, heartbeat=None,
+                 shm_pool_bytes=DEFAULTS.shm_pool_bytes, shm_lease=DEFAULTS.shm_lease, curve_cert=None,
+                 curve_server=None, curve_allow=None, on_notice=None):
+        given = locals()
+        self._options, self._on_notice = connection_options(
+            **{k: given[k] for k in OPTION_KEYWORDS if k in given})
         self.multipart = multipart
         self.infos = infos
         self.device = device
@@ -145,43 +96,47 @@ class Connection:
         self.raw = raw
         self.epoch = epoch
         self.total = total
-        self.batch_transforms = _listify(batch_transforms)
+        self.batch_transforms = listify(batch_transforms)
         self.batch_count = batch_count
-        self.converters = _converters(converters, device)
+        self.converters = converters_of(converters, device)
         self.report = report
         self.count = 0
         self.sampler = None  # DataLoader compatibility, as tensorcom
         self.batch_sampler = None
         self.batch_size = 1
-        self._options = dict(options, stats_horizon=stats_horizon, multipart=multipart, recv_timeout=timeout)
-        if infos is not None:
-            self._options["infos"] = list(infos)
+        self._urls = []
         self._conn = None
-        self.stats = Statistics(lambda: self._open().stats(), lambda: self._open().reset_stats())
         if url is not None:
             self.connect(url)
 
     def connect(self, url, topic=""):
         """Binds or connects to ``url`` (a URL or a list; braces expand),
         opening the socket on the first call; later calls add endpoints to
-        the same socket (of the same kind). ``topic`` or a ``#topic``
-        fragment: see the class; the library parses the URL, and one socket
-        has one topic (a different one on a later call raises ``BadURL``
-        for a fragment, ``BadArgument`` for ``topic``; a fragment on a
-        push or pull URL raises ``BadURL``)."""
-        urls = [url] if isinstance(url, str) else list(url)
+        the same socket (same kind, transport and topic, else ``BadURL``).
+        ``topic`` or a ``#topic`` fragment: see the class; one socket has one
+        topic (another one raises ``BadURL`` for a fragment, ``BadArgument``
+        for ``topic``)."""
+        urls = url_list(url)
         if self._conn is None:
-            opts = dict(self._options)
             if topic:
-                opts["topic"] = topic
-            self._conn = _tenbin.Connection(urls, **opts)
+                if self._options.topic and self._options.topic != topic:
+                    raise BadArgument(f"topic {topic!r} differs from the connection's {self._options.topic!r}")
+                self._options.topic = topic
+            self._conn = _tenbin.Connection(urls, self._options, self._on_notice)
         else:
             self._conn.add(urls, topic)
+        self._urls += urls
 
     def _open(self):
         if self._conn is None:
-            raise Error("the connection is not connected (give a url, or call connect)", "bad_argument")
+            raise Closed("the connection is not connected (give a url, or call connect)")
         return self._conn
+
+    @property
+    def stats(self):
+        """Messages and bytes sent or received (tensorcom's Statistics)."""
+        conn = self._open()
+        return Statistics(conn.stats, conn.reset_stats)
 
     @property
     def endpoints(self):
@@ -189,12 +144,29 @@ class Connection:
         or ``*`` shows the port chosen."""
         return self._open().endpoints()
 
+    @property
+    def closed(self) -> bool:
+        """Whether ``close()`` was called (or the connection never opened)."""
+        return self._conn is None or self._conn.closed()
+
+    @property
+    def other_topics(self) -> int:
+        """Messages passed over because their topic is longer than this
+        subscriber's (ZeroMQ's subscriptions match prefixes)."""
+        return self._open().other_topics()
+
+    @property
+    def refused_handshakes(self) -> int:
+        """CURVE handshakes refused so far (either side's doing)."""
+        return self._open().refused_handshakes()
+
     def close(self):
         """Closes the socket, waiting at most ``linger`` seconds for queued
-        messages to go out (tensorcom drops them at once)."""
+        messages to go out (tensorcom drops them at once). From another
+        thread, a call waiting on the connection raises ``Closed``. Statistics
+        and endpoints stay readable."""
         if self._conn is not None:
             self._conn.close()
-            self._conn = None
 
     def __enter__(self):
         return self
@@ -203,27 +175,50 @@ class Connection:
         self.close()
 
     def send(self, data, *, allow64=False):
-        """Sends one list of arrays. Writable arrays are copied, read-only
-        ones and ``TensorPool`` arrays go zero-copy (see the package)."""
+        """Sends one list of arrays. Writable arrays are copied; read-only
+        ones and arrays from ``acquire()`` or a ``TensorPool`` go zero-copy
+        (see the package). Waits while no receiver takes the message, at
+        most ``send_timeout`` seconds, then raises ``Timeout`` (no
+        receiver?). A single array, a dict or an item NumPy cannot hold
+        raises ``BadArgument``."""
         self._open().send(data, bool(allow64 or self.allow64))
 
     def write(self, data):
         """Alias for send."""
         self.send(data)
 
+    def acquire(self, shape, dtype="float32", timeout=None):
+        """A writable array of ``shape`` and ``dtype`` to fill and send
+        without a copy: on a ``+shm`` connection, a block of its shared
+        memory (the receiver maps it: no byte is copied between the
+        processes); on others, a block of a pool of its own, as
+        ``TensorPool`` gives. Uninitialised (a reused block holds what was
+        sent before): fill all of it. Sent, it turns read-only: acquire a
+        new one for each message. Waits while the pool is full (messages not
+        yet released by receivers), at most ``timeout`` seconds (default:
+        ``send_timeout``), then raises ``Timeout``."""
+        if isinstance(shape, int):
+            shape = (shape,)
+        return self._open().acquire([int(d) for d in shape], dtype, "", timeout)
+
+    @property
+    def pool_stats(self):
+        """What the pool of ``acquire()`` holds: buffers, bytes, in_use,
+        in_use_bytes, allocations, reuses, waits."""
+        return self._open().pool_stats()
+
     def recv(self, timeout=None):
         """Receives one list (either wire form) as read-only arrays viewing
         the received frames, then applies batch_transforms and converters.
         Raises ``Timeout`` after ``timeout`` seconds (default: the
-        connection's), a ``Malformed`` subclass for a bad message (the
-        connection stays usable). A message already waiting is taken
-        without releasing the GIL; the GIL is released only to wait."""
-        conn = self._conn if self._conn is not None else self._open()
-        data = conn.recv(timeout)
+        connection's), ``Closed`` once closed, a ``Malformed`` subclass for
+        a bad message (the connection stays usable). A message already
+        waiting is taken without releasing the GIL."""
+        data = (self._conn or self._open()).recv(timeout)
         if self.batch_transforms:
-            data = _transform_with(data, self.batch_transforms)
+            data = transform_with(data, self.batch_transforms)
         if self.converters:
-            data = _transform_with(data, self.converters)
+            data = transform_with(data, self.converters)
         if data:
             shape = getattr(data[0], "shape", ())
             self.batch_size = shape[0] if shape else 1
@@ -247,13 +242,17 @@ class Connection:
             count += self.batchsize(sample)
 
     def items(self, report=-1):
-        """Yields received lists; stops after ``total`` samples if given."""
+        """Yields received lists; ends after ``total`` samples if given, at
+        a receive timeout (``timeout``), or once closed."""
         next_report = 0
         report = report if report > 0 else self.report
         while True:
             if self.total > 0 and self.count >= self.total:
                 return
-            result = self.recv()
+            try:
+                result = self.recv()
+            except (Timeout, Closed):
+                return
             if report > 0 and self.count >= next_report:
                 print("count", self.count, self.stats.summary())
                 next_report += report
@@ -267,89 +266,10 @@ class Connection:
         """The ``epoch`` given (for frameworks that ask a length)."""
         return self.epoch
 
-
-class Loader:
-    """The C++ prefetching receiver: a background thread receives and
-    decodes into a bounded queue (``queue_messages`` batches, at most
-    ``queue_bytes`` of tensor data); ``next()`` and iteration take batches
-    as read-only arrays viewing the received frames.
-
-    ``url``: one or more receiving URLs (zpull, zrpull, zsub, zrsub; braces
-    expand: fan-in from many producers into one socket; ``#topic`` as for
-    Connection). ``timeout``: seconds ``next()`` waits before raising
-    ``Timeout`` (None = forever). ``skip_malformed``: count and skip bad
-    messages instead of raising them (in order) from ``next()``.
-    ``batch_transforms``, ``converters``, ``device``: as Connection's
-    (tensorcom's rule: function ``i % len`` applies to item ``i``); they run
-    in ``next()``, on the caller's thread. (The C++ loader's ``transform``
-    runs on the loader thread; a Python function there would hold the GIL
-    against the consumer, so it is not exposed.) Other keywords are the
-    connection options of Connection.
-
-    ``next()`` holds no GIL while it waits; Ctrl-C raises KeyboardInterrupt
-    within about 50 ms. Several threads may call ``next()``; each batch goes
-    to one. ``close()`` stops receiving; batches queued can still be taken.
-    """
-
-    def __init__(self, url, *, queue_messages=64, queue_bytes=512 << 20, skip_malformed=False,
-                 timeout=None, batch_transforms=None, converters=None, device=None, reuse_allocations=True,
-                 **options):
-        urls = [url] if isinstance(url, str) else list(url)
-        self.batch_transforms = _listify(batch_transforms)
-        self.converters = _converters(converters, device)
-        self._loader = _tenbin.Loader(urls, queue_messages, queue_bytes, skip_malformed, reuse_allocations,
-                                      recv_timeout=timeout, **options)
-        self.stats = Statistics(self._loader.stats)
-
-    def next(self, timeout=None):
-        """The next batch (a list of arrays), or None once closed and
-        drained. Raises ``Timeout`` after ``timeout`` seconds (default: the
-        loader's), or the error of a malformed message."""
-        batch = self._loader.next(timeout)
-        if batch is None:
-            return None
-        if self.batch_transforms:
-            batch = _transform_with(batch, self.batch_transforms)
-        if self.converters:
-            batch = _transform_with(batch, self.converters)
-        return batch
-
-    def __iter__(self):
-        return self
-
-    def __next__(self):
-        batch = self.next()
-        if batch is None:
-            raise StopIteration
-        return batch
-
-    def close(self):
-        """Stops receiving; queued batches can still be taken."""
-        self._loader.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-        self._loader.destroy()
-
-    @property
-    def queued_messages(self) -> int:
-        """Batches waiting in the queue now."""
-        return self._loader.queued_messages()
-
-    @property
-    def queued_bytes(self) -> int:
-        """Tensor bytes waiting in the queue now."""
-        return self._loader.queued_bytes()
-
-    @property
-    def malformed(self) -> int:
-        """Malformed messages received so far."""
-        return self._loader.malformed()
-
-    @property
-    def endpoints(self):
-        """The endpoints as ``(kind, bind, address)``."""
-        return self._loader.endpoints()
+    def __repr__(self):
+        if self._conn is None:
+            return "<tenbin.Connection, not connected>"
+        eps = self._conn.endpoints()
+        kind = eps[0][0] if eps else "?"
+        where = describe_endpoints(eps)
+        return f"<tenbin.Connection {kind} {where}{' (closed)' if self._conn.closed() else ''}>"

@@ -11,8 +11,8 @@ import pytest
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 # The tensorcom-style peer (its own NumPy codec) that the C++ interop tests
-# also run: `import peer`.
-sys.path.insert(0, str(ROOT / "tests" / "python"))
+# also run: `import tensorcom_peer`.
+sys.path.insert(0, str(ROOT / "tests" / "peers"))
 
 
 def vectors_dir():

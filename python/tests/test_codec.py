@@ -159,7 +159,7 @@ def test_save_load_and_mmap(tmp_path):
         tenbin.save(str(tmp_path / "x.bin"), *xs)
     tenbin.save(str(tmp_path / "x.bin"), *xs, nocheck=True)
     assert len(tenbin.load(str(tmp_path / "x.bin"), nocheck=True)) == 3
-    with pytest.raises(tenbin.IOError):
+    with pytest.raises(tenbin.IOFailure):
         tenbin.load(str(tmp_path / "missing.ten"))
 
 

@@ -84,3 +84,50 @@ def test_dataset_refuses_workers_on_a_bound_socket():
                          capture_output=True, text=True, timeout=120)
     assert out.returncode != 0
     assert "zrpull://" in out.stderr and "num_workers=0" in out.stderr
+
+
+def test_tensorcom_converter_does_what_tensorcom_did():
+    port = free_port()
+    rx = tenbin.Connection(f"zpull://127.0.0.1:{port}", timeout=10, converters="tensorcom")
+    tx = tenbin.Connection(f"zpush://127.0.0.1:{port}")
+    nhwc = np.arange(2 * 4 * 5 * 3, dtype="u1").reshape(2, 4, 5, 3)
+    hwc = np.arange(4 * 5 * 4, dtype="f2").reshape(4, 5, 4)
+    sent = [nhwc, nhwc.astype("f2"), hwc, np.arange(6, dtype="i4"), np.arange(3, dtype="u2"),
+            np.arange(3, dtype="i2"), np.arange(3, dtype="i8"), np.arange(3, dtype="u4"), np.ones((2, 3), "f8"),
+            np.arange(4 * 5 * 6, dtype="f4").reshape(4, 5, 6)]
+    tx.send(sent, allow64=True)
+    got = rx.recv()
+    expected = [(torch.uint8, (2, 3, 4, 5)), (torch.float32, (2, 3, 4, 5)), (torch.float32, (4, 4, 5)),
+                (torch.int64, (6,)), (torch.int64, (3,)), (torch.int64, (3,)), (torch.int64, (3,)),
+                (None, (3,)), (torch.float32, (2, 3)), (torch.float32, (4, 5, 6))]
+    for a, t, (dtype, shape) in zip(sent, got, expected):
+        assert isinstance(t, torch.Tensor) and tuple(t.shape) == shape
+        if dtype is not None:
+            assert t.dtype == dtype
+        order = (0, 3, 1, 2) if a.ndim == 4 else (2, 0, 1) if a.ndim == 3 and a.shape[2] in (3, 4) else None
+        want = a.transpose(order) if order else a
+        assert np.array_equal(t.numpy(), want.astype(t.numpy().dtype))
+    # No copy where the dtype stays: the NHWC uint8 batch is a view of the frame.
+    assert got[0].data_ptr() != 0 and not got[0].is_contiguous()
+    rx.close()
+    tx.close()
+
+
+REFUSED_CODE = """
+import sys, numpy as np, tenbin
+from torch.utils.data import DataLoader
+ds = tenbin.TensorcomDataset(sys.argv[1], length=2, timeout=5)
+try:
+    next(iter(DataLoader(ds)))
+except tenbin.BadArgument as e:
+    print("refused:", e)
+"""
+
+
+def test_dataset_with_dataloaders_default_batch_size_is_refused():
+    port = free_port()
+    out = subprocess.run([sys.executable, "-c", REFUSED_CODE, f"zpull://127.0.0.1:{port}"], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("refused:") and "batch_size=None" in out.stdout
+    assert "batch_size=None" in tenbin.TensorcomDataset.__doc__

@@ -307,7 +307,7 @@ def main():
                 send(sock, form, [a.copy() for a in arrays], infos)
         sock.close()  # lingers up to the timeout to deliver what is queued
     except zmq.Again:
-        print("peer.py %s: timed out after %.1f s" % (args.mode, args.timeout), file=sys.stderr)
+        print("tensorcom_peer.py %s: timed out after %.1f s" % (args.mode, args.timeout), file=sys.stderr)
         sock.close(linger=0)
         return 3
     finally:

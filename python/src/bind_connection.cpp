@@ -1,0 +1,283 @@
+// Connections: tenbin::connection as Connection, and the URL helpers.
+//
+// A connection is used from one thread at a time, yet Python code may call
+// close() from another while a call waits. Every call into the
+// tenbin::connection holds `use_`, taken and released without the GIL
+// (never the GIL while holding it, so neither waits for the other), and
+// blocking calls wait one slice at a time: close() marks the connection
+// closed, waits for the slice in progress to end, then closes the socket
+// while nobody else uses it; the blocked call raises Closed.
+#include "arrays.hpp"
+#include "connection.hpp"
+
+#include <tenbin/pool.hpp>
+#include <tenbin/security.hpp>
+
+#include <atomic>
+#include <climits>
+#include <filesystem>
+#include <mutex>
+#include <span>
+
+namespace tenbin_py {
+
+namespace {
+
+bool can_send(tenbin::socket_kind k) {
+    return k != tenbin::socket_kind::pull && k != tenbin::socket_kind::sub;
+}
+
+// ---- Connection ------------------------------------------------------------
+
+class py_connection {
+public:
+    py_connection(const std::vector<std::string>& urls, const py_options& opt, py::object on_notice)
+        : where_(urls_text(urls)), on_notice_(std::move(on_notice)) {
+        drain_deferred();
+        auto o = opt.checked();
+        recv_timeout_ = o.recv_timeout;
+        send_timeout_ = o.send_timeout;
+        // The library waits one slice at a time; the timeouts are kept here.
+        o.recv_timeout = wait_slice;
+        o.send_timeout = wait_slice;
+        o.allow64 = true;  // checked per call (tensorcom's send(allow64=))
+        multipart_ = o.multipart;
+        o.on_notice = notices_.collector();
+        without_gil([&] { conn_.emplace(std::span<const std::string>(urls), std::move(o)); });
+        shm_ = conn_->endpoints().front().shm;
+        kind_ = conn_->endpoints().front().kind;
+    }
+
+    // Closes the socket without the GIL (its linger may last), unless the
+    // interpreter is exiting on this thread.
+    ~py_connection() {
+        closed_ = true;
+        if (!conn_) return;
+        if (interpreter_finalizing() || !PyGILState_Check()) {
+            conn_.reset();
+            return;
+        }
+        PyThreadState* state = PyEval_SaveThread();
+        {
+            std::lock_guard lock(use_);
+            conn_.reset();
+        }
+        take_gil_back(state);
+    }
+
+    void add(const std::vector<std::string>& urls, const std::string& topic) {
+        emit_notices();
+        without_gil([&] {
+            use([&](tenbin::connection& c) {
+                if (!topic.empty() && topic != c.options().topic)
+                    throw tenbin::error(tenbin::errc::bad_argument, "topic '" + topic + "' differs from this connection's '" +
+                                                                        c.options().topic + "': one socket has one topic");
+                c.add(std::span<const std::string>(urls));
+            });
+        });
+    }
+
+    void send(const py::object& list, bool allow64) {
+        drain_deferred();
+        emit_notices();
+        input_list in = inputs(list, multipart_ ? hold::send : hold::borrow);
+        if (!allow64) tenbin::check_no64(in.tensors);
+        const auto deadline = deadline_after(send_timeout_);
+        for (;;) {
+            if (without_gil([&] { return use([&](tenbin::connection& c) { return c.send(in.tensors); }); })) return;
+            check_signals();
+            if (clock_type::now() >= deadline) {
+                emit_notices();
+                raise_error(tenbin::errc::timeout, "the message could not be sent within " + seconds_text(send_timeout_) +
+                                                       " on " + where_ + " (no receiver?): send_timeout=None waits for ever");
+            }
+        }
+    }
+
+    py::list recv(const py::object& timeout) {
+        drain_deferred();
+        emit_notices();
+        // A message already waiting is taken with the GIL held: releasing
+        // and retaking it costs more than such a receive. Not over +shm,
+        // whose receive asks the sender on its side channel and may wait.
+        if (!shm_) {
+            std::unique_lock lock(use_, std::try_to_lock);
+            if (lock && !closed_ && conn_)
+                if (auto m = conn_->try_recv()) return arrays_of(*m);
+        }
+        const auto t = timeout.is_none() ? recv_timeout_ : seconds_arg(timeout, "timeout");
+        const auto deadline = deadline_after(t);
+        for (;;) {
+            auto m = without_gil([&] { return use([&](tenbin::connection& c) { return c.recv(); }); });
+            if (m) return arrays_of(*m);
+            check_signals();
+            if (clock_type::now() >= deadline) {
+                emit_notices();
+                raise_error(tenbin::errc::timeout, "no message arrived within " + seconds_text(t) + " on " + where_);
+            }
+        }
+    }
+
+    // A writable array on a block of the connection's pool: its +shm pool
+    // on a +shm connection that sends (no copy into shared memory), a heap
+    // pool of its own otherwise.
+    py::array acquire(const std::vector<std::int64_t>& shape, const py::object& dt, const std::string& info,
+                      const py::object& timeout) {
+        drain_deferred();
+        if (!can_send(kind_))
+            raise_error(tenbin::errc::bad_argument, "Connection.acquire: this connection's socket (" + where_ +
+                                                        ") is a " + std::string(tenbin::name(kind_)) +
+                                                        " socket, which cannot send");
+        const tenbin::dtype t = dtype_of(py::dtype::from_args(dt));
+        const auto limit = timeout.is_none() ? send_timeout_ : seconds_arg(timeout, "timeout");
+        const auto deadline = deadline_after(limit);
+        const tenbin::shape_t dims(shape.begin(), shape.end());
+        for (;;) {
+            const auto slice = slice_until(deadline);
+            auto x = without_gil([&] {
+                return use([&](tenbin::connection& c) { return pool_of(c).try_acquire(t, dims, info, slice); });
+            });
+            if (x) return array_of(*x, true);
+            check_signals();
+            drain_deferred();  // references ZeroMQ let go of may hold pool blocks
+            if (clock_type::now() >= deadline) {
+                const auto st = without_gil([&] { return use([&](tenbin::connection& c) { return pool_of(c).stats(); }); });
+                raise_error(tenbin::errc::timeout,
+                            "the connection's pool stayed exhausted for " + seconds_text(limit) + ": " +
+                                std::to_string(st.in_use) + " blocks (" + std::to_string(st.in_use_bytes) +
+                                " bytes) are still held by arrays, ZeroMQ or receivers" + (shm_ ? " (shm_pool_bytes)" : ""));
+            }
+        }
+    }
+
+    py::dict pool_stats() {
+        return pool_stats_dict(without_gil([&] { return use([&](tenbin::connection& c) { return pool_of(c).stats(); }); }));
+    }
+
+    void close() {
+        closed_ = true;
+        without_gil([&] {
+            std::lock_guard lock(use_);
+            if (!conn_) return;
+            final_stats_ = conn_->stats();
+            final_endpoints_ = conn_->endpoints();
+            final_other_topics_ = conn_->other_topics();
+            conn_->close();
+            conn_.reset();
+            heap_pool_.reset();
+        });
+        drain_deferred();
+        emit_notices();
+    }
+
+    bool closed() const { return closed_; }
+
+    py::dict stats() {
+        return stats_dict(inspect([](tenbin::connection& c) { return c.stats(); }, final_stats_));
+    }
+    void reset_stats() {
+        without_gil([&] { use([](tenbin::connection& c) { c.stats().reset(); }); });
+    }
+    py::list endpoints() {
+        return endpoints_list(inspect([](tenbin::connection& c) { return c.endpoints(); }, final_endpoints_));
+    }
+    std::uint64_t other_topics() {
+        return inspect([](tenbin::connection& c) { return c.other_topics(); }, final_other_topics_);
+    }
+    std::uint64_t refused_handshakes() {
+        return inspect([](tenbin::connection& c) { return c.refused_handshakes(); }, std::uint64_t{0});
+    }
+
+private:
+    // Runs f(connection) while holding `use_`; the GIL is not held. Raises
+    // Closed once close() was called.
+    template <class F>
+    auto use(F&& f) -> decltype(f(std::declval<tenbin::connection&>())) {
+        std::lock_guard lock(use_);
+        if (closed_ || !conn_) throw tenbin::error(tenbin::errc::closed, "the connection on " + where_ + " was closed");
+        return f(*conn_);
+    }
+    // What f reads of the connection, or `after_close` once it is closed.
+    template <class F, class T>
+    T inspect(F&& f, const T& after_close) {
+        return without_gil([&]() -> T {
+            std::lock_guard lock(use_);
+            return conn_ ? T(f(*conn_)) : after_close;
+        });
+    }
+    tenbin::tensor_pool& pool_of(tenbin::connection& c) {
+        if (shm_) return c.pool();
+        if (!heap_pool_) {
+            tenbin::pool_options o;
+            o.wait = 0ms;  // acquire() waits, in slices
+            heap_pool_.emplace(o);
+        }
+        return *heap_pool_;
+    }
+    void emit_notices() { notices_.emit(on_notice_); }
+
+    std::string where_;
+    py::object on_notice_;
+    notices notices_;
+    std::mutex use_;
+    std::optional<tenbin::connection> conn_;
+    std::atomic<bool> closed_{false};
+    std::optional<std::chrono::milliseconds> recv_timeout_, send_timeout_;
+    bool shm_ = false;
+    bool multipart_ = true;
+    tenbin::socket_kind kind_{};
+    std::optional<tenbin::tensor_pool> heap_pool_;
+    tenbin::statistics final_stats_;
+    std::vector<tenbin::endpoint> final_endpoints_;
+    std::uint64_t final_other_topics_ = 0;
+};
+
+}  // namespace
+
+std::string urls_text(const std::vector<std::string>& urls) {
+    if (urls.empty()) return "no URL";
+    return urls.size() == 1 ? urls.front() : urls.front() + " and " + std::to_string(urls.size() - 1) + " more";
+}
+
+py::list endpoints_list(const std::vector<tenbin::endpoint>& eps) {
+    py::list out;
+    for (const auto& e : eps) out.append(py::make_tuple(std::string(tenbin::name(e.kind)), e.bind, e.address));
+    return out;
+}
+
+py::dict stats_dict(const tenbin::statistics& s) {
+    py::dict d;
+    d["count"] = s.messages();
+    d["total"] = s.bytes();
+    d["rate"] = s.rate();
+    d["throughput"] = s.throughput();
+    d["recent_rate"] = s.recent_rate();
+    d["recent_throughput"] = s.recent_throughput();
+    d["summary"] = s.summary();
+    return d;
+}
+
+void bind_connection(py::module_& m) {
+    py::class_<py_connection>(m, "Connection")
+        .def(py::init<std::vector<std::string>, const py_options&, py::object>())
+        .def("add", &py_connection::add)
+        .def("send", &py_connection::send)
+        .def("recv", &py_connection::recv)
+        .def("acquire", &py_connection::acquire)
+        .def("pool_stats", &py_connection::pool_stats)
+        .def("close", &py_connection::close)
+        .def("closed", &py_connection::closed)
+        .def("stats", &py_connection::stats)
+        .def("reset_stats", &py_connection::reset_stats)
+        .def("endpoints", &py_connection::endpoints)
+        .def("other_topics", &py_connection::other_topics)
+        .def("refused_handshakes", &py_connection::refused_handshakes);
+
+    m.def("parse_urls", [](const std::vector<std::string>& urls, const py::object& kind, const py::object& bind) {
+        tenbin::url_options u{kind_arg(kind), bind.is_none() ? std::nullopt : std::optional<bool>(truth(bind))};
+        return endpoints_list(tenbin::parse_urls(urls, u));
+    });
+    m.def("brace_expand", [](const std::string& p) { return tenbin::brace_expand(p); });
+}
+
+}  // namespace tenbin_py

@@ -1,0 +1,100 @@
+"""tensorcom's TensorcomDataset: a torch IterableDataset on a Loader."""
+
+from __future__ import annotations
+
+from ._public import public
+
+import sys
+
+from torch.utils.data import IterableDataset, get_worker_info
+
+from ._errors import BadArgument, Closed, Timeout
+from ._loader import Loader
+from ._urls import parse_urls, url_list
+
+__all__ = ["TensorcomDataset"]
+
+
+def _batching_caller():
+    """The DataLoader fetcher that called ``iter()`` on a dataset, if it
+    batches (collates several of its items into one)."""
+    frame = sys._getframe(2)
+    owner = frame.f_locals.get("self") if frame is not None else None
+    return owner if getattr(owner, "auto_collation", False) else None
+
+
+@public
+class TensorcomDataset(IterableDataset):
+    """tensorcom's TensorcomDataset: an IterableDataset yielding ``length``
+    received batches (lists of torch tensors on the received memory, or of
+    NumPy arrays with ``converters="numpy"``; ``"tensorcom"`` for
+    tensorcom's float32/int64 channels-first copies), from a
+    ``tenbin.Loader`` on ``urls`` (keywords go to it). Iteration ends early
+    at the Loader's ``timeout``.
+
+    Its items are batches already: give ``DataLoader`` ``batch_size=None``.
+    DataLoader's default ``batch_size=1`` would add a leading dimension of 1
+    to every tensor, so it is refused (``BadArgument``) when iteration
+    starts.
+
+    With ``DataLoader(num_workers=N > 1)`` every worker opens its own
+    socket. That is correct only for URLs whose socket connects and takes
+    its share of a PUSH (``zrpull://`` to producers that bind with
+    ``zrpush://``): each batch then reaches one worker, and each yields
+    ``length / N`` of them. ZeroMQ deals the batches round-robin to the
+    workers' prefetching loaders, so the producers must keep sending (as a
+    tensorcom server does); what a worker has prefetched beyond its share
+    when the epoch ends is dropped, never given twice. Other URLs are
+    refused in the workers (a bound ``zpull`` would be "address in use", a
+    ``zsub`` would give every worker every batch). The Loader prefetches on
+    a thread of its own already: ``num_workers=0`` is usually as fast.
+    """
+
+    def __init__(self, urls, length=1000000, converters="torch", **loader_options):
+        self.urls = url_list(urls)
+        self.length = length
+        self.converters = converters
+        self.loader_options = loader_options
+        self.con = None
+
+    def __getstate__(self):  # a worker opens a socket of its own
+        state = dict(self.__dict__)
+        state["con"] = None
+        return state
+
+    def _share(self):
+        info = get_worker_info()
+        if info is None or info.num_workers <= 1:
+            return self.length
+        for kind, bind, address in parse_urls(self.urls):
+            if kind != "pull" or bind:
+                raise BadArgument(
+                    f"TensorcomDataset with DataLoader(num_workers={info.num_workers}): {address} is a "
+                    f"{'bound' if bind else 'connecting'} {kind} socket, so "
+                    + ("every worker would bind the same address (address in use)" if bind
+                       else "every worker would receive every batch")
+                    + ". Use zrpull:// URLs (each worker connects and takes its share; producers bind "
+                    "with zrpush://), or num_workers=0 (the Loader prefetches on its own thread).")
+        share = self.length // info.num_workers
+        return share + (1 if info.id < self.length % info.num_workers else 0)
+
+    def __iter__(self):
+        fetcher = _batching_caller()
+        if fetcher is not None:
+            raise BadArgument(
+                "DataLoader(TensorcomDataset(...)) with a batch_size (DataLoader's default is 1) would stack "
+                "the dataset's items, which are batches already, adding a leading dimension to every tensor: "
+                "give DataLoader batch_size=None")
+        return self._batches(self._share())
+
+    def _batches(self, n):
+        if self.con is None:
+            self.con = Loader(self.urls, converters=self.converters, **self.loader_options)
+        for _ in range(n):
+            try:
+                yield self.con.next()
+            except (Timeout, Closed):
+                return
+
+    def __len__(self):
+        return self.length

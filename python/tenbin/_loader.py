@@ -1,0 +1,134 @@
+"""The C++ prefetching loader, as Loader."""
+
+from __future__ import annotations
+
+from ._public import public
+
+from . import _tenbin
+from ._convert import converters_of, listify, transform_with
+from ._errors import Closed, Timeout
+from ._options import DEFAULTS, OPTION_KEYWORDS, checked_keywords, connection_options
+from ._statistics import Statistics
+from ._urls import describe_endpoints, url_list
+
+__all__ = ["Loader"]
+
+_SENDING = ("send_timeout", "send_hwm", "linger", "pub_nodrop", "immediate", "tensorcom_compatible",
+            "shm_pool_bytes", "shm_lease", "multipart", "infos", "allow64")
+
+
+@public
+class Loader:
+    """The C++ prefetching receiver: a background thread receives and
+    decodes into a bounded queue (``queue_messages`` batches, at most
+    ``queue_bytes`` of tensor data); ``next()`` and iteration take batches
+    as read-only arrays viewing the received frames.
+
+    ``url``: one or more receiving URLs (zpull, zrpull, zsub, zrsub, with
+    ``+ipc``, ``+inproc`` or ``+shm``; braces expand: fan-in from many
+    producers into one socket; ``#topic`` as for Connection).
+
+    Timeouts, one rule: ``next()`` raises ``Timeout`` when no batch came
+    within ``timeout`` seconds (None or ``math.inf``: for ever), and
+    ``Closed`` once the loader is closed and its queue drained; iteration
+    (``for batch in loader``) ends at either, as the C++ loader's range-for
+    does. The message names the URL and the seconds.
+
+    ``skip_malformed``: count and skip bad messages instead of raising them
+    (in order) from ``next()``. ``batch_transforms``, ``converters``,
+    ``device``: as Connection's (tensorcom's rule: function ``i % len``
+    applies to item ``i``); they run in ``next()``, on the caller's thread.
+    (The C++ loader's ``transform`` runs on the loader thread; a Python
+    function there would hold the GIL against the consumer, so it is not
+    offered.) ``reuse_allocations``: calls ``tenbin.reuse_large_allocations()``
+    when the loader starts (process-wide; see there). The other keywords
+    are Connection's receiving ones.
+
+    ``next()`` holds no GIL while it waits; Ctrl-C raises KeyboardInterrupt
+    within about 50 ms. Several threads may call ``next()``; each batch goes
+    to one. ``close()`` (from any thread) stops receiving: batches queued
+    can still be taken, then ``next()`` raises ``Closed``.
+    """
+
+    @checked_keywords({k: "it is for connections that send, and a Loader only receives" for k in _SENDING})
+    def __init__(self, url, *, queue_messages=64, queue_bytes=512 << 20, skip_malformed=False, timeout=None,
+                 batch_transforms=None, converters=None, device=None, reuse_allocations=True,
+                 recv_hwm=DEFAULTS.recv_hwm, kind=None, bind=None, topic="", expect_infos=None,
+                 max_tensors=DEFAULTS.max_tensors, max_rank=DEFAULTS.max_rank, max_bytes=DEFAULTS.max_bytes,
+                 heartbeat=None, stats_horizon=DEFAULTS.stats_horizon, curve_cert=None, curve_server=None,
+                 curve_allow=None, on_notice=None):
+        given = locals()
+        options, notice = connection_options(**{k: given[k] for k in OPTION_KEYWORDS if k in given})
+        self.batch_transforms = listify(batch_transforms)
+        self.converters = converters_of(converters, device)
+        self._loader = _tenbin.Loader(url_list(url), options, int(queue_messages), int(queue_bytes),
+                                      bool(skip_malformed), bool(reuse_allocations), notice)
+        self.stats = Statistics(self._loader.stats)
+
+    def next(self, timeout=None):
+        """The next batch (a list of arrays). Raises ``Timeout`` after
+        ``timeout`` seconds (default: the loader's), ``Closed`` once closed
+        and drained, or the error of a malformed message."""
+        batch = self._loader.next(timeout)
+        if self.batch_transforms:
+            batch = transform_with(batch, self.batch_transforms)
+        if self.converters:
+            batch = transform_with(batch, self.converters)
+        return batch
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        try:
+            return self.next()
+        except (Timeout, Closed):
+            raise StopIteration from None
+
+    def close(self):
+        """Stops receiving (from any thread); queued batches can still be
+        taken."""
+        self._loader.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self._loader.destroy()
+
+    @property
+    def closed(self) -> bool:
+        """Whether ``close()`` was called."""
+        return self._loader.closed()
+
+    @property
+    def queued_messages(self) -> int:
+        """Batches waiting in the queue now."""
+        return self._loader.queued_messages()
+
+    @property
+    def queued_bytes(self) -> int:
+        """Tensor bytes waiting in the queue now."""
+        return self._loader.queued_bytes()
+
+    @property
+    def malformed(self) -> int:
+        """Malformed messages received so far."""
+        return self._loader.malformed()
+
+    @property
+    def refused_handshakes(self) -> int:
+        """CURVE handshakes refused so far."""
+        return self._loader.refused_handshakes()
+
+    @property
+    def endpoints(self):
+        """The endpoints as ``(kind, bind, address)``."""
+        return self._loader.endpoints()
+
+    def __repr__(self):
+        eps = self._loader.endpoints()
+        kind = eps[0][0] if eps else "?"
+        where = describe_endpoints(eps)
+        state = " (closed)" if self._loader.closed() else f", {self._loader.queued_messages()} batches queued"
+        return f"<tenbin.Loader {kind} {where}{state}>"
