@@ -22,6 +22,7 @@ struct monitor_cli_options {
     double interval = 1;
     double timeout = 0;
     socket_choice socket;
+    metrics_choice metrics;
 };
 
 // "f2[256,3,224,224] images, i4[256] labels"
@@ -46,6 +47,7 @@ int run_monitor(const monitor_cli_options& opt) {
     using clock = std::chrono::steady_clock;
     connection_options co = connection_options_for(opt.socket, opt.urls.front());
     co.allow64 = true;
+    name_for_metrics(opt.metrics, co, "monitor");
     connection conn = open_connection(opt.socket, opt.urls, co, "tenbin monitor");
 
     const bool live = !opt.json && ::isatty(STDOUT_FILENO) == 1;
@@ -94,6 +96,7 @@ int run_monitor(const monitor_cli_options& opt) {
 
     const auto interval = std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(opt.interval));
     const interrupt_catcher catcher;
+    const metrics_server metrics(opt.metrics, conn, "tenbin monitor");
     while ((opt.count == 0 || total < opt.count) && !interrupted()) {
         try {
             // Awake at least once per interval to report, even when nothing
@@ -150,6 +153,7 @@ subcommand add_monitor(CLI::App& parent) {
         ->check(nonnegative)
         ->capture_default_str();
     add_socket_choice(*app, opt->socket, {"sub", "pull", "pair"}, tenbin::socket_kind::sub, true);
+    add_metrics_choice(*app, opt->metrics);
     app->footer(
         "Every --interval seconds, prints the messages so far, the messages and MB\n"
         "per second over the interval and the layout of the last message (on a\n"

@@ -30,6 +30,7 @@ struct recv_cli_options {
     std::string save;
     bool force = false;
     socket_choice socket;
+    metrics_choice metrics;
 };
 
 // A REP socket must answer every request before it may receive again; a
@@ -113,6 +114,7 @@ int run_recv(const recv_cli_options& opt) {
     if (!opt.save.empty()) shard.emplace(opt.save, opt.force);
     connection_options co = connection_options_for(opt.socket, opt.url);
     co.linger = std::chrono::milliseconds(1000);  // replies only; never hang at exit
+    name_for_metrics(opt.metrics, co, "recv");
     connection conn = open_connection(opt.socket, {opt.url}, co, "tenbin recv");
     const socket_kind kind = conn.endpoints().front().kind;
     if (!opt.state.empty())
@@ -130,6 +132,7 @@ int run_recv(const recv_cli_options& opt) {
     };
 
     const interrupt_catcher catcher;
+    const metrics_server metrics(opt.metrics, conn, "tenbin recv");
     const std::string of_count = count ? " of " + std::to_string(count) : std::string();
     std::size_t malformed = 0, received = 0, epochs = 0;
     while ((count == 0 || received < count) && (opt.epochs == 0 || epochs < opt.epochs) && !interrupted()) {
@@ -225,6 +228,7 @@ subcommand add_recv(CLI::App& parent) {
         ->needs(app->get_option("--save"));
     add_socket_choice(*app, opt->socket, {"pull", "sub", "router", "rep", "pair"}, tenbin::socket_kind::pull,
                       true);
+    add_metrics_choice(*app, opt->metrics);
     app->footer(
         "Receives --count messages, multipart or single-part (either is accepted, as\n"
         "Python tensorcom sends them), and describes each: a table, or with --json\n"

@@ -33,6 +33,7 @@ struct serve_cli_options {
     std::size_t epochs = 0;  // 0: no epochs
     std::string producer;
     std::size_t wait_for = 0;
+    metrics_choice metrics;
 };
 
 // For progress reports: who takes the batches, when serve can tell.
@@ -248,6 +249,7 @@ int run_serve(const serve_cli_options& opt) {
     if (!infos.empty()) co.infos = infos;
     co.producer = opt.producer;
     co.stream = numbered;
+    name_for_metrics(opt.metrics, co, "serve");
     const auto kind = resolve_endpoints(opt.socket, {opt.url}).front().kind;
     const bool pub = kind == tenbin::socket_kind::pub;
     if (opt.wait_for > 0 && !pub && !opt.socket.acked)
@@ -256,6 +258,7 @@ int run_serve(const serve_cli_options& opt) {
     connection conn = open_connection(opt.socket, {opt.url}, co, "tenbin serve");
 
     const interrupt_catcher catcher;
+    const metrics_server metrics(opt.metrics, conn, "tenbin serve");
     // The audience asked for replaces the guess of a delay.
     sleep_unless_interrupted(opt.delay.value_or(pub && opt.wait_for == 0 ? 1.0 : 0.0));
     const auto timed_out = [&](const std::string& what, const std::string& why = {}) {
@@ -379,6 +382,7 @@ subcommand add_serve(CLI::App& parent) {
         ->type_name("K")
         ->check(nonnegative);
     add_socket_choice(*app, opt->socket, {"push", "pub", "dealer", "pair"}, tenbin::socket_kind::push, false);
+    add_metrics_choice(*app, opt->metrics);
     app->footer(
         "Sends the batches in turn, each --file's tensors and (with --synthetic) two\n"
         "made-up batches of that layout, --count messages in all, paced to --rate\n"

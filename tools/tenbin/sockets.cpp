@@ -227,6 +227,56 @@ connection open_connection(const socket_choice& choice, const std::vector<std::s
     return conn;
 }
 
+void add_metrics_choice(CLI::App& app, metrics_choice& choice) {
+    const char* group = "Metrics (Prometheus)";
+    app.add_option("--metrics", choice.address,
+                   "Serve this connection's metrics (docs: Metrics) at http://HOST:PORT/metrics\n"
+                   "for Prometheus; a bare PORT is 127.0.0.1; port 0 takes a free one (said on stderr)")
+        ->type_name("HOST:PORT")
+        ->group(group);
+    app.add_option("--metrics-wait", choice.wait,
+                   "At the end, wait at most this many seconds for a last scrape, so that the final\n"
+                   "counts are read (0: do not wait)")
+        ->check(nonnegative)
+        ->capture_default_str()
+        ->needs(app.get_option("--metrics"))
+        ->group(group);
+}
+
+void name_for_metrics(const metrics_choice& choice, connection_options& co, const std::string& name) {
+    if (choice.address.empty()) return;
+    if (!co.acked && co.name.empty()) co.name = name;
+    co.count_peers = true;
+}
+
+metrics_server::metrics_server(const metrics_choice& choice, const connection& conn, const std::string& who)
+    : wait_(choice.wait) {
+    if (choice.address.empty()) return;
+    try {
+        exporter_.emplace(choice.address, std::vector{conn.metrics()});
+    } catch (const error& e) {
+        if (e.code() == errc::bad_argument) throw usage_error("--metrics: " + std::string(e.what()));
+        throw;
+    }
+    std::cerr << who << ": metrics at http://" << exporter_->address() << "/metrics\n";
+}
+
+metrics_server::~metrics_server() {
+    using namespace std::chrono;
+    if (!exporter_ || !(wait_ > 0)) return;
+    const auto deadline = deadline_in(wait_);  // none: for ever
+    // In slices, so that a signal ends the wait.
+    while (!interrupted()) {
+        milliseconds slice = interrupt_poll;
+        if (deadline) {
+            const auto left = duration_cast<milliseconds>(*deadline - steady_clock::now());
+            if (left.count() <= 0) return;
+            slice = std::min(slice, left);
+        }
+        if (exporter_->wait_for_scrape(slice)) return;
+    }
+}
+
 std::optional<std::chrono::steady_clock::time_point> deadline_in(double seconds) {
     if (timeout_ms(seconds) < 0) return std::nullopt;
     return std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms(seconds));

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <tenbin/connect.hpp>
+#include <tenbin/metrics.hpp>
 
 #include <CLI/CLI.hpp>
 
@@ -48,6 +49,37 @@ struct socket_choice {
 /// also gets --max-bytes, --credit and --ack.
 void add_socket_choice(CLI::App& app, socket_choice& choice, std::vector<std::string> kinds,
                        tenbin::socket_kind plain_default, bool receiving);
+
+/// --metrics and --metrics-wait: where the command serves its connection's
+/// metrics to Prometheus, and how long it waits at the end for a last scrape.
+struct metrics_choice {
+    std::string address;  ///< empty: no exporter
+    double wait = 0;
+};
+
+/// Adds --metrics HOST:PORT and --metrics-wait SECONDS.
+void add_metrics_choice(CLI::App& app, metrics_choice& choice);
+
+/// With --metrics, names the connection for the `connection` label (an
+/// acked one keeps the name made up for it: that name tells its producers
+/// apart from the others) and counts its peers (tenbin_peers).
+void name_for_metrics(const metrics_choice& choice, connection_options& co, const std::string& name);
+
+/// Serves `conn`'s metrics at --metrics while alive (the address it took
+/// said on stderr as `who`), and when it goes, waits at most --metrics-wait
+/// for a scrape (or a signal), so that the last counts are read. Nothing
+/// without --metrics. Throws usage_error for an address it cannot read.
+class metrics_server {
+public:
+    metrics_server(const metrics_choice& choice, const connection& conn, const std::string& who);
+    ~metrics_server();
+    metrics_server(const metrics_server&) = delete;
+    metrics_server& operator=(const metrics_server&) = delete;
+
+private:
+    std::optional<metrics_exporter> exporter_;
+    double wait_ = 0;
+};
 
 /// Whether `url` is a plain ZeroMQ endpoint (tcp://, ipc://, inproc://)
 /// rather than a tensorcom URL.

@@ -25,6 +25,7 @@ struct stat_cli_options {
     bool json = false;
     double timeout = 30;
     socket_choice socket;
+    metrics_choice metrics;
 };
 
 template <class T>
@@ -110,6 +111,7 @@ struct layout_hash {
 int run_stat(const stat_cli_options& opt) {
     connection_options co = connection_options_for(opt.socket, opt.urls.front());
     co.allow64 = true;
+    name_for_metrics(opt.metrics, co, "stat");
     connection conn = open_connection(opt.socket, opt.urls, co, "tenbin stat");
 
     std::vector<summary> stats;
@@ -121,6 +123,7 @@ int run_stat(const stat_cli_options& opt) {
     using clock = std::chrono::steady_clock;
     auto last_good = clock::now();
     const interrupt_catcher catcher;
+    const metrics_server metrics(opt.metrics, conn, "tenbin stat");
     const std::string of_count = opt.count ? " of " + std::to_string(opt.count) : std::string();
     while ((opt.count == 0 || received < opt.count) && !interrupted()) {
         std::optional<message> batch;
@@ -218,6 +221,7 @@ subcommand add_stat(CLI::App& parent) {
         ->check(nonnegative)
         ->capture_default_str();
     add_socket_choice(*app, opt->socket, {"sub", "pull", "pair"}, tenbin::socket_kind::sub, true);
+    add_metrics_choice(*app, opt->metrics);
     app->footer(
         "Takes --count messages and prints the min, max, mean and standard deviation\n"
         "of each tensor's values over all of them (NaNs counted apart): a table, or\n"
