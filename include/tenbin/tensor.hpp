@@ -279,6 +279,11 @@ private:
 /// differ or an info cannot be encoded.
 std::vector<tensor> with_infos(tensor_span tensors, std::span<const std::string> infos);
 
+/// `tensors` as tensors that keep their bytes alive past the call: bytes
+/// shared with tensors that own them, views copied (the only copy). For
+/// what is kept after a send returns (a replay, a batch awaiting its ack).
+std::vector<tensor> keep(tensor_span tensors);
+
 /// The infos of `tensors`, in order (Python's `infos=True` on decode).
 std::vector<std::string> infos_of(const std::vector<tensor>& tensors);
 

@@ -627,14 +627,7 @@ bool connection::impl::send(tensor_span tensors, std::span<const zmq::const_buff
         for (std::size_t i = 0; i < tensors.size(); ++i) bytes += tensors[i].data.size();
         stats.add(bytes);
         if (xpub && opt.replay_window > 0 && numbering && retained.size() < opt.replay_window) {
-            std::vector<tensor> kept;
-            for (std::size_t i = 0; i < tensors.size(); ++i) {
-                const tensor_view v = tensors[i];
-                const buffer* owner = tensors.owner(i);
-                kept.emplace_back(v.dtype, shape_t(v.shape.begin(), v.shape.end()),
-                                  owner ? *owner : buffer::copy(v.data), v.info);
-            }
-            retained.emplace_back(std::move(kept), *numbering);
+            retained.emplace_back(keep(tensors), *numbering);
         }
         meter->sent(bytes);
         if (numbering) ++numbering->seq;

@@ -25,14 +25,7 @@ public:
               std::optional<std::chrono::milliseconds> timeout) override {
         batch b;
         b.position = pos;
-        // Kept until acknowledged: tensors the caller owns are shared, views copied.
-        b.tensors.reserve(tensors.size());
-        for (std::size_t i = 0; i < tensors.size(); ++i) {
-            const tensor_view v = tensors[i];
-            const buffer* owner = tensors.owner(i);
-            b.tensors.emplace_back(v.dtype, shape_t(v.shape.begin(), v.shape.end()),
-                                   owner ? *owner : buffer::copy(v.data), v.info);
-        }
+        b.tensors = keep(tensors);  // until acknowledged
         std::unique_lock lock(mutex_);
         const auto room = [&] { return stopping_ || inbox_.size() < inbox_bound; };
         if (timeout) {

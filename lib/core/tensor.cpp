@@ -206,4 +206,15 @@ std::string to_string(const tensor& t) {
            ", nbytes=" + std::to_string(t.nbytes()) + ")";
 }
 
+std::vector<tensor> keep(tensor_span tensors) {
+    std::vector<tensor> out;
+    out.reserve(tensors.size());
+    for (std::size_t i = 0; i < tensors.size(); ++i) {
+        const tensor_view v = tensors[i];
+        const buffer* owner = tensors.owner(i);
+        out.push_back(owner ? tensor(v.dtype, shape_t(v.shape.begin(), v.shape.end()), *owner, v.info) : tensor::copy(v));
+    }
+    return out;
+}
+
 }  // namespace tenbin

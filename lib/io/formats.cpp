@@ -131,12 +131,9 @@ std::optional<file_format> format_of(const std::filesystem::path& path) {
 std::vector<named_tensor> named(tensor_span tensors) {
     std::vector<named_tensor> out;
     out.reserve(tensors.size());
-    for (std::size_t i = 0; i < tensors.size(); ++i) {
-        const buffer* owner = tensors.owner(i);
-        const tensor_view v = tensors[i];
-        tensor t = owner ? tensor(v.dtype, shape_t(v.shape.begin(), v.shape.end()), *owner, std::string(v.info))
-                         : tensor::copy(v);
-        out.push_back({std::string(v.info), std::move(t)});
+    for (tensor& t : keep(tensors)) {
+        std::string name(t.info());
+        out.push_back({std::move(name), std::move(t)});
     }
     return out;
 }
