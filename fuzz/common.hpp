@@ -30,6 +30,7 @@ inline bool decoder_error(tenbin::errc c) {
     case errc::bad_header:
     case errc::limit_exceeded:
     case errc::info_mismatch:
+    case errc::unsupported:  // a position frame of a later version
         return true;
     default:
         return false;

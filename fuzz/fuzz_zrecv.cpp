@@ -16,6 +16,7 @@
 
 #include <tenbin/zmq.hpp>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <optional>
@@ -93,7 +94,14 @@ outcome model(const std::vector<std::string>& frames, const tenbin::recv_options
     switch (opt.envelope.how) {
     case envelope_spec::kind::none: skip = 0; break;
     case envelope_spec::kind::frames: skip = std::min(opt.envelope.count, f); break;
-    case envelope_spec::kind::router: skip = f > 2 && frames[1].empty() ? 2 : 1; break;
+    case envelope_spec::kind::router: {
+        // An identity, then an empty single-part message and its position
+        // frame, is not an identity and a delimiter.
+        const bool empty_then_position = f == 3 && tenbin::is_position_frame(tenbin::bytes_view(
+                                                           reinterpret_cast<const std::byte*>(frames[2].data()), frames[2].size()));
+        skip = f > 2 && frames[1].empty() && !empty_then_position ? 2 : 1;
+        break;
+    }
     case envelope_spec::kind::delimited: {
         std::size_t i = 0;
         while (i < f && !frames[i].empty()) ++i;
@@ -114,6 +122,18 @@ outcome model(const std::vector<std::string>& frames, const tenbin::recv_options
     for (std::size_t i = skip; i < f; ++i) body.push_back(tenbin::buffer::copy(
             tenbin::bytes_view(reinterpret_cast<const std::byte*>(frames[i].data()), frames[i].size())));
     try {
+        // A producer's position frame comes last, after one frame or after
+        // header/data pairs; any other one is misplaced.
+        if (body.size() >= 2 && tenbin::is_position_frame(body.back().bytes())) {
+            (void)tenbin::decode_position(body.back().bytes());
+            body.pop_back();
+        }
+        if (body.size() > 1 && body.size() % 2 == 1) {
+            const bool misplaced = std::any_of(body.begin(), body.end(),
+                                               [](const tenbin::buffer& b) { return tenbin::is_position_frame(b.bytes()); });
+            out.error = misplaced ? errc::bad_header : errc::odd_chunk_count;
+            return out;
+        }
         if (body.size() == 1) {
             if (want == form::multipart && body[0].size() != 0) {
                 out.error = errc::odd_chunk_count;

@@ -60,7 +60,7 @@ export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:${UBSAN_OPTIONS:-}"
 export ASAN_OPTIONS="detect_leaks=1:${ASAN_OPTIONS:-}"
 
 declare -A max_len=([decode_buffer]=65536 [decode_list]=65536 [read]=65536 [decode_header]=1024 [url]=512
-                     [formats]=16384 [zrecv]=8192 [sctp_parts]=8192 [shm_wire]=4096 [shm_side]=4096
+                     [formats]=16384 [zrecv]=8192 [sctp_parts]=8192 [shm_wire]=4096 [shm_side]=4096 [stream]=4096
                      [zstd]=65536)
 parallel=()
 [ "$jobs" -gt 1 ] && parallel=(-jobs="$jobs" -workers="$jobs")
