@@ -1,0 +1,237 @@
+// A loader's receiving thread: messages off the connection, transformed,
+// queued for the consumers.
+#include "connect/loader_shared.hpp"
+
+namespace tenbin {
+
+namespace {
+// How often the loader thread looks up from a quiet socket to see whether
+// it was asked to stop: the bound on how long close() takes.
+constexpr std::chrono::milliseconds poll_interval{50};
+// Messages taken off the socket before they are queued (see run).
+constexpr std::size_t max_burst = 64;
+
+std::uint64_t data_bytes(const std::vector<tensor>& batch) {
+    std::uint64_t n = 0;
+    for (const tensor& t : batch) n += t.nbytes();
+    return n;
+}
+}  // namespace
+
+// Receives one message by `receive` and adds it to `got`: its batch
+// (transformed), or the error to raise in the consumer. False when nothing
+// came (a skipped malformed message counts as something).
+template <class Receive>
+bool loader::shared::receive_into(std::vector<arrival>& got, Receive&& receive) {
+    std::optional<detail::tracked> batch;
+    // The exception leaves its handler before it is queued: this thread's
+    // reference to it is dropped before the consumer can take it (through
+    // the mutex), so the consumer frees it. Queueing from inside the
+    // handler was correct, but the reference counts live in libstdc++,
+    // which ThreadSanitizer does not see, so it reported the exception
+    // freed here as racing with the consumer's reading it.
+    std::exception_ptr failure;
+    try {
+        batch = receive();
+        if (!batch) return false;
+    } catch (const error& e) {
+        if (e.code() == errc::closed) throw;  // the socket is gone: fatal
+        failure = std::current_exception();
+    }
+    if (failure) {
+        // A bad message costs that message only: zrecv drained it, the
+        // socket is at a message boundary.
+        std::lock_guard lock(mutex);
+        ++malformed;
+        if (!opt.skip_malformed) got.emplace_back().what = std::move(failure);
+        return true;
+    }
+    // End marks carry no tensors for the transform.
+    const bool mark = batch->position && batch->position->kind != stream_position::mark::batch;
+    // Whatever the caller's transform throws is the caller's to see, in
+    // that batch's place, never skipped as malformed input; the loader
+    // goes on.
+    if (opt.transform && !mark && !stop.load(std::memory_order_relaxed)) {  // once closed, it is dropped anyway
+        try {
+            batch->tensors = opt.transform(std::move(batch->tensors));
+        } catch (...) {
+            failure = std::current_exception();
+        }
+        if (failure) {
+            got.emplace_back().what = std::move(failure);
+            return true;
+        }
+    }
+    arrival& a = got.emplace_back();
+    a.bytes = batch->bytes = data_bytes(batch->tensors);
+    a.what = std::move(*batch);
+    return true;
+}
+
+// Queues what was received, in order, under one lock and with one wake-up
+// of the consumer (perf: three locks and a wake-up a message). Waits for
+// room as needed (see refill); returns the room left.
+loader::shared::room_left loader::shared::queue_all(std::vector<arrival>& got) {
+    std::unique_lock lock(mutex);
+    for (arrival& a : got) {
+        if (!has_room(a.bytes)) {
+            changed.notify_all();  // the consumer may take what is queued meanwhile
+            drained.wait(lock, [&] { return stop || refill(a.bytes); });
+        }
+        if (stop) break;
+        push(a);
+    }
+    got.clear();
+    changed.notify_all();
+    return {opt.queue_messages > queue.size() ? opt.queue_messages - queue.size() : 0,
+            opt.queue_bytes > queued_bytes ? opt.queue_bytes - queued_bytes : 0};
+}
+
+void loader::shared::push(arrival& a) {
+    if (auto* e = std::get_if<std::exception_ptr>(&a.what)) {
+        queue.push_back(std::move(*e));
+    } else {
+        auto& m = std::get<detail::tracked>(a.what);
+        stats.add(a.bytes);
+        if (!m.position) {  // unnumbered: straight to the queue (perf)
+            queue.push_back(detail::stream_event{detail::stream_event::kind::message, std::move(m), 0});
+            queued_bytes += a.bytes;
+        } else {
+            if (!tracker) tracker.emplace(opt.connection.streams, opt.queue_messages, opt.queue_bytes, !opt.connection.acked);
+            std::vector<detail::stream_event> events;
+            tracker->add(std::move(m), std::chrono::steady_clock::now(), events);
+            push_events(events);
+        }
+    }
+    peak_messages = std::max(peak_messages, queue.size());
+    peak_bytes = std::max(peak_bytes, queued_bytes);
+}
+
+void loader::shared::push_events(std::vector<detail::stream_event>& events) {
+    for (detail::stream_event& e : events) {
+        queued_bytes += e.message.bytes;
+        queue.push_back(std::move(e));
+    }
+    if (!events.empty()) changed.notify_all();
+    events.clear();
+}
+
+void loader::shared::tick() {
+    if (!tracker) return;
+    std::vector<detail::stream_event> events;
+    tracker->tick(std::chrono::steady_clock::now(), events);
+    push_events(events);
+}
+
+std::optional<std::vector<tensor>> loader::shared::take() {
+    epoch_ended = false;
+    if (queue.empty()) return std::nullopt;
+    auto item = std::move(queue.front());
+    queue.pop_front();
+    if (queue.size() <= refill_mark()) drained.notify_one();
+    if (auto* e = std::get_if<std::exception_ptr>(&item)) std::rethrow_exception(*e);
+    detail::stream_event& e = std::get<detail::stream_event>(item);
+    switch (e.what) {
+    case detail::stream_event::kind::message:
+        queued_bytes -= e.message.bytes;
+        return std::move(e.message.tensors);  // its ack token (ack_mode::on_take) goes with the event
+    case detail::stream_event::kind::epoch_end: {
+        ++consumer_epoch;
+        epoch_ended = true;
+        // The last epoch's end says the stream's too.
+        const auto* after = queue.empty() ? nullptr : std::get_if<detail::stream_event>(&queue.front());
+        if (after && after->what == detail::stream_event::kind::stream_end) {
+            queue.pop_front();
+            stream_ended = true;
+            changed.notify_all();
+        }
+        return std::nullopt;
+    }
+    case detail::stream_event::kind::stream_end:
+        stream_ended = true;
+        changed.notify_all();  // other consumers waiting see the end too
+        return std::nullopt;
+    }
+    return std::nullopt;
+}
+
+void loader::shared::run() {
+    std::optional<connection> conn;
+    try {
+        connection_options copt = opt.connection;
+        copt.recv_timeout = poll_interval;
+        if (copt.curve) {
+            // Counted here too: the connection is this thread's, its
+            // monitor thread ends before it does.
+            copt.curve->on_refused = [this, user = std::move(copt.curve->on_refused)](const handshake_refusal& r) {
+                refused.fetch_add(1);
+                if (user) user(r);
+            };
+        }
+        conn.emplace(context, urls, copt);
+    } catch (...) {
+        // Raised by the constructor, which waits for this.
+        std::lock_guard lock(mutex);
+        setup_failure = std::current_exception();
+        started = finished = true;
+        changed.notify_all();
+        return;
+    }
+    {
+        std::lock_guard lock(mutex);
+        endpoints = conn->endpoints();
+        connection_meter = detail::connection_access::meter(*conn);
+        started = true;
+        this->conn = &*conn;
+        changed.notify_all();
+    }
+    // One message waited for, then those already waiting while the queue
+    // had room for them, in messages and in bytes: never more in hand than
+    // that room, or one message when it is full (as before batching). What
+    // stays on the socket counts against its high-water mark instead. A
+    // burst is queued after at most max_burst messages, so that a deep
+    // queue does not keep the consumer waiting for a long burst to end.
+    std::vector<arrival> got;
+    std::exception_ptr fatal;
+    try {
+        room_left room{opt.queue_messages, opt.queue_bytes};
+        while (!stop.load(std::memory_order_relaxed)) {
+            if (!receive_into(got, [&] { return detail::connection_access::receive(*conn, zmq::recv_flags::none); })) {
+                std::lock_guard lock(mutex);
+                tick();  // quiet: a silent producer may be due
+                continue;
+            }
+            const std::size_t most = std::min(room.messages, max_burst);
+            // A skipped malformed message adds nothing to `got`.
+            std::uint64_t in_hand = got.empty() ? 0 : got.back().bytes;
+            // Not after close(): what stays on the socket is not taken (nor
+            // transformed) only to be dropped.
+            for (std::size_t taken = 1; taken < most && in_hand < room.bytes &&
+                                        !stop.load(std::memory_order_relaxed);
+                 ++taken) {
+                const std::size_t before = got.size();
+                if (!receive_into(got, [&] { return detail::connection_access::receive(*conn, zmq::recv_flags::dontwait); }))
+                    break;
+                if (got.size() > before) in_hand += got.back().bytes;
+            }
+            room = queue_all(got);
+        }
+    } catch (...) {
+        fatal = std::current_exception();
+    }
+    std::lock_guard lock(mutex);
+    this->conn = nullptr;
+    // Fatal: the socket failed. Raised once in the consumer, after every
+    // batch received before it, those still in hand included (no more
+    // than the room they were taken for); queued outside the handler, as
+    // above.
+    if (fatal) {
+        for (arrival& a : got) push(a);
+        arrival last{std::move(fatal)};
+        push(last);
+    }
+    finished = true;
+    changed.notify_all();
+}
+
+}  // namespace tenbin
