@@ -5,43 +5,16 @@
 //   bits 0-1  source: 0 memory_source; 1 short reads, size unknown;
 //             2 short reads, size known; 3 one byte per read, size unknown
 //   bit 2     small limits instead of the defaults
-//   bit 3     read in calls of at most 3 tensors (read_options::max_tensors)
-// Property: without max_tensors, one read succeeds exactly when
+//   bit 3     read in calls of at most 3 tensors (read_options::count)
+// Property: without count, one read succeeds exactly when
 // decode_buffer accepts the same bytes, and gives the same tensors.
 #include "common.hpp"
+#include "../tests/piecewise_source.hpp"
 
 #include <tenbin/io.hpp>
 
 #include <algorithm>
 #include <cstring>
-
-namespace {
-
-// Hands out the bytes in short, irregular pieces.
-class short_source final : public tenbin::source {
-public:
-    short_source(tenbin::bytes_view bytes, bool one_byte, bool known)
-        : bytes_(bytes), one_byte_(one_byte), known_(known) {}
-    std::size_t read_some(tenbin::mutable_bytes out) override {
-        static constexpr std::size_t steps[] = {1, 3, 7, 64, 5, 4096, 2, 17};
-        std::size_t n = one_byte_ ? 1 : steps[calls_++ % std::size(steps)];
-        n = std::min({n, out.size(), bytes_.size() - pos_});
-        if (n) std::memcpy(out.data(), bytes_.data() + pos_, n);
-        pos_ += n;
-        return n;
-    }
-    std::optional<std::uint64_t> remaining() const override {
-        if (!known_) return std::nullopt;
-        return bytes_.size() - pos_;
-    }
-
-private:
-    tenbin::bytes_view bytes_;
-    bool one_byte_, known_;
-    std::size_t pos_ = 0, calls_ = 0;
-};
-
-}  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
     if (size == 0) return 0;
@@ -49,7 +22,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const tenbin::bytes_view stream(reinterpret_cast<const std::byte*>(data + 1), size - 1);
 
     tenbin::memory_source mem(stream);
-    short_source shorts(stream, (mode & 3) == 3, (mode & 3) == 2);
+    // In short, irregular pieces, or one byte at a time; knowing its size or not.
+    test_support::piecewise_source shorts(stream, (mode & 3) == 2,
+                                          (mode & 3) == 3 ? std::initializer_list<std::size_t>{1}
+                                                          : std::initializer_list<std::size_t>{1, 3, 7, 64, 5, 4096, 2, 17});
     tenbin::source& src = (mode & 3) == 0 ? static_cast<tenbin::source&>(mem) : shorts;
 
     tenbin::read_options opt;

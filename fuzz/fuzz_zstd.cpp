@@ -11,6 +11,7 @@
 // decompresses on its own (here) to bytes that decode_buffer decodes to the
 // same tensors.
 #include "common.hpp"
+#include "../tests/piecewise_source.hpp"
 
 #include <tenbin/io.hpp>
 #include <tenbin/zstd.hpp>
@@ -23,25 +24,6 @@
 #include <vector>
 
 namespace {
-
-class short_source final : public tenbin::source {
-public:
-    short_source(tenbin::bytes_view bytes, bool one_byte) : bytes_(bytes), one_byte_(one_byte) {}
-    std::size_t read_some(tenbin::mutable_bytes out) override {
-        static constexpr std::size_t steps[] = {1, 5, 3, 4096, 2, 13, 64};
-        std::size_t n = one_byte_ ? 1 : steps[calls_++ % std::size(steps)];
-        n = std::min({n, out.size(), bytes_.size() - pos_});
-        if (n) std::memcpy(out.data(), bytes_.data() + pos_, n);
-        pos_ += n;
-        return n;
-    }
-    std::optional<std::uint64_t> remaining() const override { return std::nullopt; }
-
-private:
-    tenbin::bytes_view bytes_;
-    bool one_byte_;
-    std::size_t pos_ = 0, calls_ = 0;
-};
 
 // libzstd's own streaming decompression of the whole input (skippable
 // frames skipped, frames concatenated) in output blocks of `block_size`,
@@ -88,7 +70,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const tenbin::bytes_view stream(reinterpret_cast<const std::byte*>(data + 1), size - 1);
 
     tenbin::memory_source mem(stream);
-    short_source shorts(stream, (mode & 3) == 2);
+    test_support::piecewise_source shorts(stream, false,
+                                          (mode & 3) == 2 ? std::initializer_list<std::size_t>{1}
+                                                          : std::initializer_list<std::size_t>{1, 5, 3, 4096, 2, 13, 64});
     tenbin::source& inner = (mode & 3) == 1 || (mode & 3) == 2 ? static_cast<tenbin::source&>(shorts) : mem;
     const int window_log = (mode & 8) ? 10 : 20;
 

@@ -4,6 +4,7 @@
 // typed error, that memory stays bounded (no allocation the input does not
 // justify), and, on sockets, that the next good message still arrives.
 // The inputs the fuzz targets (fuzz/) found are kept here, bytes inline.
+#include "piecewise_source.hpp"
 #include "support.hpp"
 #include "zmq_fixture.hpp"
 
@@ -26,6 +27,7 @@
 using namespace tenbin;
 using namespace std::chrono_literals;
 using test_support::error_class;
+using test_support::piecewise_source;
 using test_support::le64;
 using test_support::str64;
 using bytes = std::vector<std::byte>;
@@ -115,32 +117,6 @@ struct memory_probe {
 
 // ---- sources ---------------------------------------------------------------
 
-// Serves bytes in short pieces and may hide its size (a pipe, a socket).
-// Records the largest read request: the free space of the block the reader
-// is filling, hence a bound on what it allocated for the input.
-class probe_source final : public source {
-public:
-    probe_source(const bytes& b, bool known, std::size_t step) : bytes_(b), known_(known), step_(step) {}
-    std::size_t read_some(mutable_bytes out) override {
-        largest_request = std::max(largest_request, out.size());
-        const std::size_t n = std::min({out.size(), step_, bytes_.size() - pos_});
-        if (n) std::memcpy(out.data(), bytes_.data() + pos_, n);
-        pos_ += n;
-        return n;
-    }
-    std::optional<std::uint64_t> remaining() const override {
-        if (!known_) return std::nullopt;
-        return bytes_.size() - pos_;
-    }
-    std::size_t largest_request = 0;
-
-private:
-    const bytes& bytes_;
-    bool known_;
-    std::size_t step_;
-    std::size_t pos_ = 0;
-};
-
 // The first block a reader of an unknown-size source allocates for a
 // payload (lib/io/chunked.cpp); storage grows only as bytes arrive.
 constexpr std::size_t reader_first_block = std::size_t{64} << 20;
@@ -175,11 +151,11 @@ void check_chunked(const stream_case& c, const limits& lim = {}, bool bounded_me
     CHECK(error_class([&] { read(mem, ropt); }) == known_error);
     for (std::size_t step : {std::size_t{1}, std::size_t{7}, std::size_t{4096}}) {
         CAPTURE(step);
-        probe_source known(c.input, true, step);
+        piecewise_source known(bytes_view(c.input), true, {step});
         CHECK(error_class([&] { read(known, ropt); }) == known_error);
         // A source that knows its size never gets a request beyond it.
         CHECK(known.largest_request <= std::max<std::size_t>(c.input.size(), 64 * 1024));
-        probe_source unknown(c.input, false, step);
+        piecewise_source unknown(bytes_view(c.input), false, {step});
         CHECK(error_class([&] { read(unknown, ropt); }) == unknown_error);
         CHECK(unknown.largest_request <= reader_first_block);
     }
@@ -230,7 +206,7 @@ TEST_CASE("a data claim within max_bytes costs at most the reader's first block 
     const bytes input =
         cat({chunk(header("u1", {std::int64_t{1} << 33})), raw_chunk(std::int64_t{1} << 33, filled(MiB))});
     memory_probe probe;
-    probe_source pipe(input, false, 65536);
+    piecewise_source pipe(bytes_view(input), false, {65536});
     CHECK_ERRC(truncated, read(pipe));
     CHECK(pipe.largest_request <= reader_first_block);
     CHECK_MEMORY_BOUNDED(probe);
@@ -238,7 +214,7 @@ TEST_CASE("a data claim within max_bytes costs at most the reader's first block 
     // With max_bytes below the claim, the header alone is refused.
     read_options opt;
     opt.decode.limits.max_bytes = MiB;
-    probe_source pipe2(input, false, 65536);
+    piecewise_source pipe2(bytes_view(input), false, {65536});
     CHECK_ERRC(limit_exceeded, read(pipe2, opt));
     CHECK(pipe2.largest_request <= 4096);
 }
