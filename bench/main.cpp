@@ -194,6 +194,7 @@ int run(int argc, char** argv) {
         s.numbered();
         s.resume();
     });
+    group("metrics", [&] { s.exporter(); });
     group("acked", [&] {
         s.acked();
         s.redelivery();

@@ -41,6 +41,8 @@ struct suite {
     // numbered.cpp: numbered streams.
     void numbered();
     void resume();
+    // metrics.cpp: the metrics exporter, scraped.
+    void exporter();
     // delivery.cpp: acked delivery.
     void acked();
     void redelivery();
