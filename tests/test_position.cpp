@@ -32,7 +32,7 @@ stream_position sample_position() {
 TEST_CASE("a position frame is the documented bytes and reads back whole") {
     const stream_position p = sample_position();
     const std::vector<std::byte> f = encode_position(p);
-    REQUIRE(f.size() == 56 + 8);
+    REQUIRE(f.size() == 56 + 8);  // a multiple of 8: no padding
     CHECK(position_frame_size(p) == f.size());
     CHECK(std::memcmp(f.data(), "~TenPos~", 8) == 0);
     CHECK(std::to_integer<int>(f[8]) == 1);  // version
@@ -52,11 +52,25 @@ TEST_CASE("a position frame is the documented bytes and reads back whole") {
         CHECK(decode_position(encode_position(q)).kind == m);
     }
     CHECK(std::string(name(stream_position::mark::epoch_end)) == "epoch_end");
+
+    // Another name length: NULs pad the frame to a multiple of 8 bytes, so
+    // the frames after it stay aligned; the unpadded frame reads too.
+    stream_position q = p;
+    q.producer = "bench";
+    const std::vector<std::byte> g = encode_position(q);
+    REQUIRE(g.size() == 64);
+    CHECK(std::memcmp(g.data() + 56, "bench\0\0\0", 8) == 0);
+    CHECK(decode_position(g) == q);
+    CHECK(decode_position(bytes_view(g.data(), 61)) == q);
+    std::vector<std::byte> dirty = g;
+    dirty[63] = std::byte{1};
+    CHECK_THROWS_AS(decode_position(dirty), error);
+    CHECK_THROWS_AS(decode_position(bytes_view(g.data(), 62)), error);
 }
 
 TEST_CASE("producer names that cannot travel are refused; malformed frames are typed errors") {
     stream_position p = sample_position();
-    for (const std::string bad : {std::string(), std::string(65, 'a'), std::string("two words"), std::string("\x01")}) {
+    for (const std::string& bad : {std::string(), std::string(65, 'a'), std::string("two words"), std::string("\x01")}) {
         p.producer = bad;
         CHECK(error_text([&] { (void)encode_position(p); }).rfind("bad_argument: a producer name", 0) == 0);
     }

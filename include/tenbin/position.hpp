@@ -21,6 +21,8 @@
 //               epoch 0): a consumer that missed that epoch's end mark
 //               (a PUB drops it like any message) still counts its gaps
 //   56      n   the producer's name
+//   56+n  0-7 NUL, to a multiple of 8 bytes (a reader takes the frame
+//               without them too)
 //
 // Python tensorcom pairs frames (and chunks) with zip, which drops an odd
 // last one: its receivers take a numbered batch as a plain one. An end mark

@@ -137,14 +137,19 @@ std::optional<message> connection::impl::next(zmq::recv_flags flags) {
             }
         } else if (waits && tick != clock::time_point::max()) {
             check_open("receive");
-            const bool came = detail::socket_call("receive", [&] { return detail::readable_before(socket, std::min(until, tick)); });
-            if (!came) {
-                if (clock::now() >= until) return std::nullopt;
-                tick_now();
-                continue;
-            }
+            // A message already there needs no poll (perf: a system call a message).
             std::optional<message> m = receive(zmq::recv_flags::dontwait);
-            if (!m) continue;
+            if (!m) {
+                const bool came = detail::socket_call(
+                    "receive", [&] { return detail::readable_before(socket, std::min(until, tick)); });
+                if (!came) {
+                    if (clock::now() >= until) return std::nullopt;
+                    tick_now();
+                    continue;
+                }
+                m = receive(zmq::recv_flags::dontwait);
+                if (!m) continue;
+            }
             t = tracked_of(std::move(*m));
         } else {
             std::optional<message> m = receive(flags);

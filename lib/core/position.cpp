@@ -12,6 +12,11 @@ namespace {
 
 constexpr std::size_t fixed_part = 56;
 
+// Frames are padded to 8 bytes: libzmq lays a message's frames out one
+// after another in its receive buffer, and a frame of odd size would leave
+// the next messages' tensors unaligned (each then copied to be aligned).
+constexpr std::size_t padded(std::size_t n) { return (n + 7) / 8 * 8; }
+
 bool printable(std::string_view s) {
     return std::all_of(s.begin(), s.end(), [](char c) { return c >= 0x21 && c <= 0x7e; });
 }
@@ -34,7 +39,7 @@ const char* name(stream_position::mark m) noexcept {
     return "unknown";
 }
 
-std::size_t position_frame_size(const stream_position& p) noexcept { return fixed_part + p.producer.size(); }
+std::size_t position_frame_size(const stream_position& p) noexcept { return padded(fixed_part + p.producer.size()); }
 
 void encode_position_into(const stream_position& p, mutable_bytes out) {
     check_name(p.producer);
@@ -42,7 +47,7 @@ void encode_position_into(const stream_position& p, mutable_bytes out) {
         throw error(errc::bad_argument, "a position frame of " + std::to_string(position_frame_size(p)) +
                                             " bytes, given room for " + std::to_string(out.size()));
     std::byte* b = out.data();
-    std::memset(b, 0, fixed_part);
+    std::memset(b, 0, out.size());
     std::memcpy(b, position_magic, sizeof position_magic);
     b[8] = std::byte{position_version};
     b[9] = static_cast<std::byte>(p.kind);
@@ -80,9 +85,12 @@ stream_position decode_position(bytes_view f) {
     if (kind > static_cast<std::uint8_t>(stream_position::mark::stream_end))
         throw error(errc::bad_header, "position frame: unknown mark " + std::to_string(kind));
     const std::uint32_t n = detail::load_le<std::uint32_t>(f.data() + 12);
-    if (n == 0 || n > max_producer_name || f.size() != fixed_part + n)
+    // Unpadded frames are read too (the first builds sent them).
+    if (n == 0 || n > max_producer_name || (f.size() != fixed_part + n && f.size() != padded(fixed_part + n)))
         throw error(errc::bad_header, "position frame of " + std::to_string(f.size()) +
                                           " bytes with a producer name of " + std::to_string(n));
+    if (std::any_of(f.begin() + static_cast<std::ptrdiff_t>(fixed_part + n), f.end(), [](std::byte b) { return b != std::byte{0}; }))
+        throw error(errc::bad_header, "position frame: padding after the producer name that is not NUL");
     stream_position p;
     p.kind = static_cast<stream_position::mark>(kind);
     p.incarnation = detail::load_le<std::uint64_t>(f.data() + 16);
