@@ -128,12 +128,6 @@ outcome model(const std::vector<std::string>& frames, const tenbin::recv_options
             (void)tenbin::decode_position(body.back().bytes());
             body.pop_back();
         }
-        if (body.size() > 1 && body.size() % 2 == 1) {
-            const bool misplaced = std::any_of(body.begin(), body.end(),
-                                               [](const tenbin::buffer& b) { return tenbin::is_position_frame(b.bytes()); });
-            out.error = misplaced ? errc::bad_header : errc::odd_chunk_count;
-            return out;
-        }
         if (body.size() == 1) {
             if (want == form::multipart && body[0].size() != 0) {
                 out.error = errc::odd_chunk_count;
@@ -143,6 +137,13 @@ outcome model(const std::vector<std::string>& frames, const tenbin::recv_options
         } else {
             if (want == form::single) {
                 out.error = errc::odd_chunk_count;
+                return out;
+            }
+            if (body.size() % 2 == 1) {
+                const bool misplaced = std::any_of(body.begin(), body.end(), [](const tenbin::buffer& b) {
+                    return tenbin::is_position_frame(b.bytes());
+                });
+                out.error = misplaced ? errc::bad_header : errc::odd_chunk_count;
                 return out;
             }
             out.tensors = tenbin::decode_list(body, opt.decode);
