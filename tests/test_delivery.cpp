@@ -120,6 +120,34 @@ TEST_CASE("acked: a producer shares its batches among consumers with credit, eac
     CHECK(d.redelivered == 0);
 }
 
+TEST_CASE("acked: an end mark or a confirmation that finds the consumer's queue full goes later, never lost") {
+    // Queues of one message and batches of 4 MiB: the producer's queue
+    // towards the consumer is full whenever the consumer lags.
+    connection_options po = acked(1s);
+    po.send_hwm = 1;
+    connection producer("zrpush://127.0.0.1:*", po);
+    connection_options co = acked(1s);
+    co.recv_hwm = 1;
+    co.recv_timeout = 10s;
+    connection rx("zrpull://" + producer.endpoints().at(0).address.substr(6), co);
+    const std::vector<std::int32_t> big(std::size_t{1} << 20, 7);
+    constexpr int count = 6;
+    for (int k = 0; k < count; ++k) REQUIRE(producer.send(tensor::from_vector(std::vector(big), {1 << 20})));
+    REQUIRE(producer.end_epoch());
+    REQUIRE(producer.end_stream());
+    std::this_thread::sleep_for(300ms);  // the producer hands out what it can, then finds the queue full
+    int got = 0;
+    for (auto& b : rx) {
+        CHECK(b.at(0).nbytes() == big.size() * 4);
+        ++got;
+    }
+    CHECK(got == count);
+    CHECK(rx.epoch_ended());
+    CHECK(!rx.recv());  // the stream's end, the next mark
+    CHECK(rx.stream_ended());
+    CHECK(producer.delivery_stats().redelivered == 0);
+}
+
 TEST_CASE("acked: a producer that connects to consumers that bind says hello first") {
     std::vector<std::unique_ptr<connection>> rx;
     std::string ports;

@@ -93,7 +93,12 @@ private:
         std::map<batch_id, batch> in_flight;
         std::uint64_t acknowledged = 0, redelivered = 0;
         std::uint64_t acks_had = 0;  // in ack messages, bad ones too: confirmed back
+        // What could not go yet (its queue was full), sent before any batch:
+        // a confirmation of acks_had, end marks.
+        bool confirm_owed = false;
+        std::deque<stream_position> marks_owed;
         std::size_t free() const { return window > in_flight.size() ? window - in_flight.size() : 0; }
+        bool owes() const { return confirm_owed || !marks_owed.empty(); }
     };
 
     void on_control(const std::string& rid, control c, clock::time_point now) override {
@@ -121,7 +126,7 @@ private:
                 send_control(rid, hello(false));
                 k.sent = now;
             }
-            if (ended_stream_) give_mark(rid, *ended_stream_);
+            if (ended_stream_) give_mark(rid, k, *ended_stream_);
             return;
         }
         case control_type::heartbeat:
@@ -139,12 +144,8 @@ private:
             }
             it->second.heard = now;
             it->second.acks_had += c.acks.size();
-            {
-                control confirm;
-                confirm.type = control_type::confirm;
-                confirm.confirmed = it->second.acks_had;
-                send_control(rid, confirm);
-            }
+            it->second.confirm_owed = true;
+            send_owed(rid, it->second);
             for (const batch_id& a : c.acks) {
                 if (it->second.in_flight.erase(a) == 0) {
                     ++counters_.bad_acks;  // never sent to it, or acknowledged before
@@ -177,7 +178,28 @@ private:
         consumers_.erase(it);
     }
 
-    bool hurried() const override { return blocked_; }
+    // Also while something is owed: a ROUTER cannot say when a queue has room again.
+    bool hurried() const override {
+        return blocked_ || std::any_of(consumers_.begin(), consumers_.end(), [](const auto& k) { return k.second.owes(); });
+    }
+
+    // Sends what `k` is owed, in order; false while its queue is full.
+    // A consumer waits for its confirmation before it takes another batch
+    // (on_release): one lost would cost it two heartbeats.
+    bool send_owed(const std::string& rid, consumer& k) {
+        if (k.confirm_owed) {
+            control confirm;
+            confirm.type = control_type::confirm;
+            confirm.confirmed = k.acks_had;
+            if (!send_control(rid, confirm)) return false;
+            k.confirm_owed = false;
+        }
+        while (!k.marks_owed.empty()) {
+            if (!give(rid, {}, k.marks_owed.front())) return false;
+            k.marks_owed.pop_front();
+        }
+        return true;
+    }
 
     void turn(clock::time_point now, bool probe) override {
         const auto dead_after = 3 * opt_.heartbeat;
@@ -195,6 +217,7 @@ private:
             const bool refused = probe && !heartbeat(here->first, k, now);
             if (refused || now - k.heard > dead_after) lose(here);
         }
+        for (auto& [rid, k] : consumers_) send_owed(rid, k);
         assign(now);
         give_marks();
         for (auto& [rid, k] : consumers_)
@@ -225,7 +248,7 @@ private:
             }
             auto best = consumers_.end();
             for (auto it = consumers_.begin(); it != consumers_.end(); ++it)
-                if (it->second.answered && it->second.free() > 0 &&
+                if (it->second.answered && it->second.free() > 0 && !it->second.owes() &&
                     (best == consumers_.end() || it->second.free() > best->second.free()))
                     best = it;
             if (best == consumers_.end()) return;  // nobody asks now
@@ -260,7 +283,11 @@ private:
         }
     }
 
-    void give_mark(const std::string& rid, const stream_position& m) { give(rid, {}, m); }
+    // An end mark to `k`, after what it is owed (kept until its queue has room).
+    void give_mark(const std::string& rid, consumer& k, const stream_position& m) {
+        k.marks_owed.push_back(m);
+        send_owed(rid, k);
+    }
 
     // Whether a batch of `epoch` or one before is still to be sent (`sent`:
     // or to be acknowledged).
@@ -281,7 +308,7 @@ private:
     // are acknowledged whole.
     void give_marks() {
         while (!marks_.empty() && !open(marks_.front().epoch, false)) {
-            for (const auto& [rid, k] : consumers_) give_mark(rid, marks_.front());
+            for (auto& [rid, k] : consumers_) give_mark(rid, k, marks_.front());
             if (marks_.front().kind == stream_position::mark::stream_end) ended_stream_ = marks_.front();
             given_.push_back(marks_.front().epoch);
             marks_.pop_front();
