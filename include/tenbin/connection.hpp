@@ -460,6 +460,13 @@ void check_no64(tensor_span tensors);
 /// shape [1]). 64-bit dtypes pass: tensorcom receives them (see check_no64).
 void check_tensorcom(tensor_span tensors);
 
+/// `opt` for a caller that waits in slices of `slice` (to look for an
+/// interruption between them) and keeps its own deadline: receive and send
+/// timeouts of `slice`, while a `+shm` receive's wait for its sender
+/// (`shm_claim_timeout`) keeps the caller's receive timeout, which a slice
+/// would cut short (the message would be skipped).
+[[nodiscard]] connection_options with_sliced_timeouts(connection_options opt, std::chrono::milliseconds slice);
+
 /// Turns on ZMTP heartbeats on a socket of the caller's, as
 /// `connection_options::heartbeat` does: a ping every `interval`, a
 /// connection silent for three of them dropped. Set it before connecting or

@@ -270,6 +270,12 @@ std::string attach(zmq::socket_ref socket, const endpoint& ep) {
     }
 }
 
+connection_options with_sliced_timeouts(connection_options opt, std::chrono::milliseconds slice) {
+    if (!opt.shm_claim_timeout) opt.shm_claim_timeout = opt.recv_timeout.value_or(std::chrono::seconds(30));
+    opt.recv_timeout = opt.send_timeout = slice;
+    return opt;
+}
+
 void set_heartbeat(zmq::socket_ref socket, std::chrono::milliseconds interval) {
     if (interval.count() <= 0) throw error(errc::bad_argument, "a heartbeat interval must be positive");
     const int ivl = std::min(detail::to_ms(interval), INT32_MAX / 3);

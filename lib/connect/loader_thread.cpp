@@ -158,8 +158,7 @@ std::optional<std::vector<tensor>> loader::shared::take() {
 void loader::shared::run() {
     std::optional<connection> conn;
     try {
-        connection_options copt = opt.connection;
-        copt.recv_timeout = poll_interval;
+        connection_options copt = with_sliced_timeouts(opt.connection, poll_interval);
         if (copt.curve) {
             // Counted here too: the connection is this thread's, its
             // monitor thread ends before it does.

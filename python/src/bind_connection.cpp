@@ -34,12 +34,11 @@ public:
     py_connection(const std::vector<std::string>& urls, const py_options& opt, py::object on_notice)
         : where_(urls_text(urls)), on_notice_(std::move(on_notice)) {
         drain_deferred();
-        auto o = opt.checked();
-        recv_timeout_ = o.recv_timeout;
-        send_timeout_ = o.send_timeout;
+        const tenbin::connection_options given = opt.checked();
+        recv_timeout_ = given.recv_timeout;
+        send_timeout_ = given.send_timeout;
         // The library waits one slice at a time; the timeouts are kept here.
-        o.recv_timeout = wait_slice;
-        o.send_timeout = wait_slice;
+        auto o = tenbin::with_sliced_timeouts(given, wait_slice);
         o.allow64 = true;  // checked per call (tensorcom's send(allow64=))
         multipart_ = o.multipart;
         o.on_notice = notices_.collector();

@@ -93,3 +93,47 @@ def test_acquire_on_plain_connections_is_a_pool_of_their_own():
     assert tx.pool_stats["reuses"] > 0
     rx.close()
     tx.close()
+
+
+STOPPED_SENDER = r"""
+import sys, time, numpy as np, tenbin
+push = tenbin.Connection(sys.argv[1])
+for k in range(3):
+    push.send([np.full(1000, k, "f4")])
+print("sent", flush=True)
+time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize("receiver", ["connection", "loader"])
+def test_a_sender_stopped_for_a_moment_loses_no_message(tmp_path, receiver):
+    """A +shm sender that stops for a second (a debugger, an overloaded host)
+    while a receiver waits with timeout=10: every message arrives. A claim
+    waits as long as the receive timeout, never only the library's internal
+    polling slice (which skipped the message)."""
+    import signal
+    import subprocess
+    import threading
+
+    url = f"zpull+shm://{tmp_path}/s"
+    # A loader with room for one batch takes the first two messages and
+    # leaves the third on the socket: it claims that one while the sender
+    # is stopped. A connection claims each at recv().
+    rx = tenbin.Connection(url, timeout=10) if receiver == "connection" else \
+        tenbin.Loader(url, timeout=10, queue_messages=1)
+    sender = subprocess.Popen([sys.executable, "-c", STOPPED_SENDER, url.replace("zpull", "zpush")],
+                              stdout=subprocess.PIPE, env=dict(os.environ))
+    try:
+        assert sender.stdout.readline() == b"sent\n"
+        threading.Event().wait(0.5)
+        sender.send_signal(signal.SIGSTOP)
+        resume = threading.Timer(1.0, sender.send_signal, (signal.SIGCONT,))
+        resume.start()
+        got = [rx.recv() if receiver == "connection" else rx.next() for _ in range(3)]
+        resume.join()
+        assert [int(b[0][0]) for b in got] == [0, 1, 2]
+    finally:
+        sender.send_signal(signal.SIGCONT)
+        sender.kill()
+        sender.wait()
+        rx.close()

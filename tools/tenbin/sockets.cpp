@@ -215,9 +215,8 @@ std::optional<curve_options> curve_for(const socket_choice& choice, const std::v
 connection open_connection(const socket_choice& choice, const std::vector<std::string>& urls,
                            const connection_options& co, const std::string& who) {
     const std::vector<endpoint> eps = resolve_endpoints(choice, urls);  // throws for a kind the command cannot use
-    connection_options sliced = co;
+    connection_options sliced = with_sliced_timeouts(co, interrupt_poll);
     if (!sliced.curve) sliced.curve = curve_for(choice, eps, who);
-    sliced.recv_timeout = sliced.send_timeout = interrupt_poll;
     connection conn(urls, sliced);
     for (std::size_t i = 0; i < conn.endpoints().size() && i < eps.size(); ++i) {
         const endpoint& ep = conn.endpoints()[i];
