@@ -112,7 +112,7 @@ private:
             if (it != consumers_.end() && it->second.incarnation != c.incarnation) lose(it);  // it restarted
             it = consumers_.find(rid);
             if (it == consumers_.end()) {
-                it = consumers_.emplace(rid, consumer{}).first;
+                it = consumers_.try_emplace(rid).first;
                 it->second.since = std::chrono::system_clock::now();
             }
             consumer& k = it->second;
