@@ -501,7 +501,7 @@ TEST_CASE("CURVE with pyzmq: certificates of zmq.auth.create_certificates, both 
     // pyzmq leaves the secret file to the umask: readable by others here.
     std::filesystem::permissions(dir / "client.key_secret", std::filesystem::perms(0644),
                                  std::filesystem::perm_options::replace);
-    CHECK(test_support::error_class([&] { load_secret_certificate(dir / "client.key_secret"); }) ==
+    CHECK(test_support::error_class([&] { (void)load_secret_certificate(dir / "client.key_secret"); }) ==
           "bad_certificate");
     std::filesystem::permissions(dir / "client.key_secret", std::filesystem::perms(0600),
                                  std::filesystem::perm_options::replace);

@@ -69,9 +69,9 @@ inline constexpr std::size_t chunk_preamble = 16;
 inline constexpr std::size_t chunk_padding = 64;
 
 /// Bytes of a header for a tensor of rank `ndim`: 24 + 8 * ndim.
-constexpr std::size_t header_size(std::size_t ndim) noexcept { return 24 + 8 * ndim; }
+[[nodiscard]] constexpr std::size_t header_size(std::size_t ndim) noexcept { return 24 + 8 * ndim; }
 /// Bytes a chunk with an `n`-byte payload occupies.
-constexpr std::uint64_t chunk_size(std::uint64_t n) noexcept {
+[[nodiscard]] constexpr std::uint64_t chunk_size(std::uint64_t n) noexcept {
     return chunk_preamble + (n + chunk_padding - 1) / chunk_padding * chunk_padding;
 }
 
@@ -79,46 +79,46 @@ constexpr std::uint64_t chunk_size(std::uint64_t n) noexcept {
 
 /// The header bytes of `t`. Throws bad_argument when the info cannot be
 /// encoded, the shape is invalid or the data size does not match it.
-std::vector<std::byte> encode_header(const tensor_view& t);
+[[nodiscard]] std::vector<std::byte> encode_header(const tensor_view& t);
 /// Writes the header of `t` into `out`, which must hold exactly
 /// `header_size(t.ndim())` bytes.
 void encode_header_into(const tensor_view& t, mutable_bytes out);
 /// Parses a header. Throws bad_header, unknown_dtype or limit_exceeded.
-tensor_header decode_header(bytes_view header, const limits& lim = {});
+[[nodiscard]] tensor_header decode_header(bytes_view header, const limits& lim = {});
 
 // ---- the list (multipart) form -------------------------------------------
 
 /// [header_0, data_0, ...]. Each data buffer is the tensor's own buffer
 /// (shared, no copy) when the list holds tensors, and borrows the view's
 /// bytes when it holds views.
-std::vector<buffer> encode_list(tensor_span tensors);
+[[nodiscard]] std::vector<buffer> encode_list(tensor_span tensors);
 /// Tensors from [header_0, data_0, ...]. Each tensor's bytes are the data
 /// buffer itself (no copy), so it keeps that frame alive. Throws
 /// odd_chunk_count, data_size_mismatch, the header errors, limit_exceeded
 /// or info_mismatch.
-std::vector<tensor> decode_list(std::span<const buffer> frames, const decode_options& opt = {});
+[[nodiscard]] std::vector<tensor> decode_list(std::span<const buffer> frames, const decode_options& opt = {});
 
 // ---- the chunked form ----------------------------------------------------
 
 /// One buffer holding each byte string as a chunk.
-buffer encode_chunks(std::span<const bytes_view> payloads);
+[[nodiscard]] buffer encode_chunks(std::span<const bytes_view> payloads);
 /// The payloads of the chunks of `chunked`, as slices of it (no copy).
 /// Throws bad_magic, truncated, negative_length, length_beyond_end or
 /// limit_exceeded (more than 2 * max_tensors chunks).
-std::vector<buffer> decode_chunks(const buffer& chunked, const limits& lim = {});
+[[nodiscard]] std::vector<buffer> decode_chunks(const buffer& chunked, const limits& lim = {});
 
 /// Size of `encode_buffer(tensors)` in bytes.
-std::size_t encoded_size(tensor_span tensors);
+[[nodiscard]] std::size_t encoded_size(tensor_span tensors);
 /// The chunked form of `tensors` in one new 64-byte-aligned buffer.
-buffer encode_buffer(tensor_span tensors);
+[[nodiscard]] buffer encode_buffer(tensor_span tensors);
 /// Writes the chunked form into `out` (exactly `encoded_size` bytes): the
 /// one copy of the data, straight into e.g. an outgoing message.
 void encode_buffer_into(tensor_span tensors, mutable_bytes out);
 /// Tensors viewing `chunked` (no copy of data); they keep it alive.
-std::vector<tensor> decode_buffer(const buffer& chunked, const decode_options& opt = {});
+[[nodiscard]] std::vector<tensor> decode_buffer(const buffer& chunked, const decode_options& opt = {});
 /// The same over bytes the caller owns: the tensors borrow them, so the
 /// caller keeps `chunked` alive while they are used.
-std::vector<tensor> decode_buffer(bytes_view chunked, const decode_options& opt = {});
+[[nodiscard]] std::vector<tensor> decode_buffer(bytes_view chunked, const decode_options& opt = {});
 
 }  // namespace tenbin
 TENBIN_API_END

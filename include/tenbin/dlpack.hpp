@@ -28,13 +28,13 @@ namespace tenbin {
 
 /// The DLPack type of a dtype: f2 -> {kDLFloat, 16, 1}, i4 -> {kDLInt, 32,
 /// 1}, u4 -> {kDLUInt, 32, 1}, ... Never throws.
-DLDataType to_dlpack_dtype(dtype t) noexcept;
+[[nodiscard]] DLDataType to_dlpack_dtype(dtype t) noexcept;
 
 /// The dtype of a DLPack type. Throws `error(errc::unsupported)` naming the
 /// type for what the format cannot carry: bfloat16, complex, opaque
 /// handles, bool (code 6 of later DLPack versions), bit sizes other than
 /// the format's (float 16/32/64, int and uint 8/16/32/64), lanes != 1.
-dtype from_dlpack_dtype(DLDataType t);
+[[nodiscard]] dtype from_dlpack_dtype(DLDataType t);
 
 /// Exports `t` as a DLPack tensor without copying its bytes.
 ///
@@ -55,7 +55,7 @@ dtype from_dlpack_dtype(DLDataType t);
 ///
 /// Throws std::bad_alloc only; `t` is unchanged either way. Thread-safe:
 /// it only copies `t`.
-DLManagedTensor* to_dlpack(const tensor& t);
+[[nodiscard]] DLManagedTensor* to_dlpack(const tensor& t);
 
 /// Imports a DLPack tensor without copying its bytes: the result's buffer
 /// is the DLPack memory (`data + byte_offset`), and `mt->deleter(mt)` runs
@@ -85,7 +85,7 @@ DLManagedTensor* to_dlpack(const tensor& t);
 /// holder. The exception is a tensor `to_dlpack` made, whose bytes stay as
 /// writable as they were (read-only for a mapping or a received frame:
 /// `mutable_values` then copies).
-tensor from_dlpack(DLManagedTensor* mt, std::string info = {});
+[[nodiscard]] tensor from_dlpack(DLManagedTensor* mt, std::string info = {});
 
 /// Calls a DLPack tensor's deleter on destruction, for holding one that
 /// has not been handed on yet (e.g. `dlpack_ptr p(to_dlpack(t))`).

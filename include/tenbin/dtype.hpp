@@ -23,7 +23,7 @@ inline constexpr dtype all_dtypes[] = {dtype::f2, dtype::f4, dtype::f8, dtype::i
                                        dtype::u2, dtype::u4, dtype::u8};
 
 /// Bytes per element: 1, 2, 4 or 8.
-constexpr std::size_t itemsize(dtype t) noexcept {
+[[nodiscard]] constexpr std::size_t itemsize(dtype t) noexcept {
     switch (t) {
     case dtype::i1: case dtype::u1: return 1;
     case dtype::f2: case dtype::i2: case dtype::u2: return 2;
@@ -33,18 +33,18 @@ constexpr std::size_t itemsize(dtype t) noexcept {
 }
 
 /// False for a value outside the enumeration (a cast from a bad integer).
-constexpr bool is_valid(dtype t) noexcept { return static_cast<unsigned>(t) <= static_cast<unsigned>(dtype::u8); }
+[[nodiscard]] constexpr bool is_valid(dtype t) noexcept { return static_cast<unsigned>(t) <= static_cast<unsigned>(dtype::u8); }
 
 /// The format's code: "f4", "u1", ...; "invalid" for a value outside the
 /// enumeration.
-constexpr std::string_view code(dtype t) noexcept {
+[[nodiscard]] constexpr std::string_view code(dtype t) noexcept {
     constexpr std::string_view codes[] = {"f2", "f4", "f8", "i1", "i2", "i4",
                                           "i8", "u1", "u2", "u4", "u8"};
     return is_valid(t) ? codes[static_cast<int>(t)] : "invalid";
 }
 
 /// The dtype of a code, or nothing for a code outside the format.
-constexpr std::optional<dtype> parse_dtype(std::string_view c) noexcept {
+[[nodiscard]] constexpr std::optional<dtype> parse_dtype(std::string_view c) noexcept {
     for (dtype t : all_dtypes)
         if (code(t) == c) return t;
     return std::nullopt;
@@ -53,12 +53,12 @@ constexpr std::optional<dtype> parse_dtype(std::string_view c) noexcept {
 /// Writes the code ("f4"), as the format spells it.
 std::ostream& operator<<(std::ostream& out, dtype t);
 /// The code, as a string ("f4").
-std::string to_string(dtype t);
+[[nodiscard]] std::string to_string(dtype t);
 
-constexpr bool is_float(dtype t) noexcept {
+[[nodiscard]] constexpr bool is_float(dtype t) noexcept {
     return t == dtype::f2 || t == dtype::f4 || t == dtype::f8;
 }
-constexpr bool is_signed(dtype t) noexcept {
+[[nodiscard]] constexpr bool is_signed(dtype t) noexcept {
     return is_float(t) || t == dtype::i1 || t == dtype::i2 || t == dtype::i4 || t == dtype::i8;
 }
 

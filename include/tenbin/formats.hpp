@@ -77,15 +77,15 @@ struct format_options {
 /// Throws bad_magic, truncated, bad_header (malformed header dict),
 /// unsupported (other dtypes, fortran_order True with more than one
 /// dimension above 1, other versions), data_size_mismatch, limit_exceeded.
-tensor decode_npy(const buffer& bytes, const format_options& opt = {});
+[[nodiscard]] tensor decode_npy(const buffer& bytes, const format_options& opt = {});
 /// The .npy bytes of `t`, exactly as NumPy's `np.save` writes them (version
 /// 1.0, or 2.0 for a header longer than 64 KiB). Throws bad_argument for an
 /// invalid tensor view.
-std::vector<std::byte> encode_npy(const tensor_view& t);
+[[nodiscard]] std::vector<std::byte> encode_npy(const tensor_view& t);
 /// Maps the file and decodes it (see `decode_npy`: aligned data views the
 /// mapping, which lives while the tensor does). Errors name the file;
 /// io_error when it cannot be read.
-tensor load_npy(const std::filesystem::path& path, const format_options& opt = {});
+[[nodiscard]] tensor load_npy(const std::filesystem::path& path, const format_options& opt = {});
 /// Writes `encode_npy(t)` to `path` (replacing it) with gathered writes.
 /// Throws bad_argument with the file untouched, or io_error.
 void save_npy(const std::filesystem::path& path, const tensor_view& t);
@@ -100,7 +100,7 @@ void save_npy(const std::filesystem::path& path, const tensor_view& t);
 /// compressed, encrypted or multi-disk members and members not named *.npy,
 /// limit_exceeded, and what `decode_npy` throws for a member (message
 /// prefixed with the member's name).
-std::vector<named_tensor> decode_npz(const buffer& bytes, const format_options& opt = {});
+[[nodiscard]] std::vector<named_tensor> decode_npz(const buffer& bytes, const format_options& opt = {});
 /// The bytes of an uncompressed .npz archive, laid out as `np.savez` lays
 /// it out (stored members, each "NAME.npy" holding exactly `np.save`'s
 /// bytes) with fixed timestamps; NumPy reads it as its own. It is not
@@ -112,9 +112,9 @@ std::vector<named_tensor> decode_npz(const buffer& bytes, const format_options& 
 /// records these need, as Python's zipfile writes them; other archives
 /// have none. Throws bad_argument for duplicate names, names with NUL or
 /// invalid UTF-8, and names too long for a zip member (64 KiB).
-std::vector<std::byte> encode_npz(std::span<const named_tensor> tensors);
+[[nodiscard]] std::vector<std::byte> encode_npz(std::span<const named_tensor> tensors);
 /// Maps the file and decodes it (see `decode_npz`). Errors name the file.
-std::vector<named_tensor> load_npz(const std::filesystem::path& path, const format_options& opt = {});
+[[nodiscard]] std::vector<named_tensor> load_npz(const std::filesystem::path& path, const format_options& opt = {});
 /// Writes an .npz archive of `tensors` to `path` (replacing it); tensor
 /// data is written from where it lies (gathered). Throws as `encode_npz`
 /// with the file untouched, or io_error.
@@ -142,22 +142,22 @@ struct safetensors_contents {
 /// one object, a tensor name holding NUL, malformed entries, reversed,
 /// overlapping or uncovered ranges), data_size_mismatch (range size differs from shape and dtype),
 /// unsupported (BF16, BOOL, F8_* and other dtypes tenbin lacks).
-std::vector<named_tensor> decode_safetensors(const buffer& bytes, const format_options& opt = {});
+[[nodiscard]] std::vector<named_tensor> decode_safetensors(const buffer& bytes, const format_options& opt = {});
 /// `decode_safetensors`, keeping the `__metadata__`.
-safetensors_contents decode_safetensors_with_metadata(const buffer& bytes, const format_options& opt = {});
+[[nodiscard]] safetensors_contents decode_safetensors_with_metadata(const buffer& bytes, const format_options& opt = {});
 /// The bytes of a .safetensors file holding `tensors` in the given order,
 /// with a space-padded header making the data section 8-byte aligned, and
 /// `metadata` first in it as `__metadata__` (none when empty). Empty names
 /// become "arr_<index>". Throws bad_argument for duplicate names,
 /// "__metadata__", names holding NUL, names, metadata keys or values that are not valid UTF-8,
 /// and a metadata key given twice.
-std::vector<std::byte> encode_safetensors(std::span<const named_tensor> tensors,
+[[nodiscard]] std::vector<std::byte> encode_safetensors(std::span<const named_tensor> tensors,
                                           const safetensors_metadata& metadata = {});
 /// Maps the file and decodes it (see `decode_safetensors`).
-std::vector<named_tensor> load_safetensors(const std::filesystem::path& path,
+[[nodiscard]] std::vector<named_tensor> load_safetensors(const std::filesystem::path& path,
                                            const format_options& opt = {});
 /// `load_safetensors`, keeping the `__metadata__`.
-safetensors_contents load_safetensors_with_metadata(const std::filesystem::path& path,
+[[nodiscard]] safetensors_contents load_safetensors_with_metadata(const std::filesystem::path& path,
                                                     const format_options& opt = {});
 /// Writes a .safetensors file of `tensors` (and `metadata`) to `path`
 /// (replacing it), data gathered from where it lies. Throws as
@@ -176,21 +176,21 @@ enum class file_format {
 };
 
 /// The format a file name's extension names, or nothing for another name.
-std::optional<file_format> format_of(const std::filesystem::path& path);
+[[nodiscard]] std::optional<file_format> format_of(const std::filesystem::path& path);
 
 /// Names from infos: one `named_tensor` per tensor, name = info. Shares
 /// the tensors' bytes (a view's bytes are copied).
-std::vector<named_tensor> named(tensor_span tensors);
+[[nodiscard]] std::vector<named_tensor> named(tensor_span tensors);
 /// Tensors whose infos are the names. Throws bad_argument naming the first
 /// name that is not a valid info (more than 8 characters, not ASCII, NUL
 /// at either end).
-std::vector<tensor> to_tensors(std::span<const named_tensor> tensors);
+[[nodiscard]] std::vector<tensor> to_tensors(std::span<const named_tensor> tensors);
 
 /// Loads any file `format_of` knows: a .ten file is mapped (`load_mmap`;
 /// names are its infos), a .npy file gives one tensor with an empty name.
 /// Throws bad_extension for an unknown extension, else what the format's
 /// loader throws.
-std::vector<named_tensor> load_any(const std::filesystem::path& path, const format_options& opt = {});
+[[nodiscard]] std::vector<named_tensor> load_any(const std::filesystem::path& path, const format_options& opt = {});
 /// Saves to any file `format_of` knows (replacing it). Throws
 /// bad_extension for an unknown extension; bad_argument for a name that
 /// is not a valid info in a .ten file (naming it), for other than exactly

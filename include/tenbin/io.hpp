@@ -203,7 +203,7 @@ struct read_options {
 /// info_mismatch, or what the source throws; the source is then somewhere
 /// inside the stream: discard it. The tensors own their storage (nothing
 /// refers to the source afterwards).
-std::vector<tensor> read(source& in, const read_options& opt = {});
+[[nodiscard]] std::vector<tensor> read(source& in, const read_options& opt = {});
 
 // ---- files ---------------------------------------------------------------
 
@@ -259,7 +259,7 @@ void save(const std::filesystem::path& path, tensor_span tensors, const file_opt
 /// throws what `decode_buffer` throws, bad_extension, unsupported,
 /// limit_exceeded.
 /// Thread-safe for any files.
-std::vector<tensor> load(const std::filesystem::path& path, const file_options& opt = {});
+[[nodiscard]] std::vector<tensor> load(const std::filesystem::path& path, const file_options& opt = {});
 /// Maps the file read-only; the tensors view the mapping, which is unmapped
 /// when the last of them is gone. `save` over it is safe: it replaces the
 /// file by a new one and never rewrites a mapped file in place. Another
@@ -271,11 +271,11 @@ std::vector<tensor> load(const std::filesystem::path& path, const file_options& 
 /// place: it is decompressed into memory exactly as `load` does (no
 /// mapping is kept); a pipe or a device is read as `load` reads it. Throws
 /// as `load` does.
-std::vector<tensor> load_mmap(const std::filesystem::path& path, const file_options& opt = {});
+[[nodiscard]] std::vector<tensor> load_mmap(const std::filesystem::path& path, const file_options& opt = {});
 /// The whole file as a read-only mapped buffer (empty files give an empty
 /// buffer), with the same caveats as `load_mmap`. Throws io_error, also for
 /// anything but a regular file.
-buffer map_file(const std::filesystem::path& path);
+[[nodiscard]] buffer map_file(const std::filesystem::path& path);
 
 }  // namespace tenbin
 TENBIN_API_END

@@ -75,21 +75,21 @@ struct stream_position {
 };
 
 /// "batch", "epoch_end", "stream_end".
-const char* name(stream_position::mark m) noexcept;
+[[nodiscard]] const char* name(stream_position::mark m) noexcept;
 
 /// Bytes of the position frame of `p`.
-std::size_t position_frame_size(const stream_position& p) noexcept;
+[[nodiscard]] std::size_t position_frame_size(const stream_position& p) noexcept;
 /// The position frame of `p`. Throws bad_argument for a producer name that
 /// is empty, longer than max_producer_name or not printable ASCII.
-std::vector<std::byte> encode_position(const stream_position& p);
+[[nodiscard]] std::vector<std::byte> encode_position(const stream_position& p);
 /// Writes the position frame of `p` into `out` (position_frame_size bytes).
 void encode_position_into(const stream_position& p, mutable_bytes out);
 /// Whether `frame` starts like a position frame (its magic): no tensor
 /// header and no chunk does.
-bool is_position_frame(bytes_view frame) noexcept;
+[[nodiscard]] bool is_position_frame(bytes_view frame) noexcept;
 /// Parses a position frame. Throws bad_header for one of the wrong size or
 /// with a bad name or mark, unsupported for another version.
-stream_position decode_position(bytes_view frame);
+[[nodiscard]] stream_position decode_position(bytes_view frame);
 
 }  // namespace tenbin
 TENBIN_API_END

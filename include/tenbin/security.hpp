@@ -50,7 +50,7 @@ namespace tenbin {
 
 /// Whether this libzmq can do CURVE (zmq_has("curve"): built with libsodium
 /// or tweetnacl; Debian's is).
-bool curve_available() noexcept;
+[[nodiscard]] bool curve_available() noexcept;
 
 /// A CURVE key pair, each key as 40 characters of Z85.
 struct curve_keys {
@@ -60,7 +60,7 @@ struct curve_keys {
 
 /// A fresh key pair (zmq_curve_keypair). Throws errc::unsupported without
 /// CURVE.
-curve_keys generate_curve_keys();
+[[nodiscard]] curve_keys generate_curve_keys();
 
 /// A refused CURVE handshake, as ZeroMQ's socket monitor reports it.
 struct handshake_refusal {
@@ -180,18 +180,18 @@ certificate_files create_certificates(const std::filesystem::path& dir, const st
 /// is never opened), holds no secret key (a public certificate), or is
 /// malformed, a key out of Z85's range included (the message names the file
 /// and line); io_error when it cannot be read.
-curve_keys load_secret_certificate(const std::filesystem::path& file);
+[[nodiscard]] curve_keys load_secret_certificate(const std::filesystem::path& file);
 
 /// The public key of a certificate (NAME.key, or a NAME.key_secret, whose
 /// secret key is then not read into the result). Throws as
 /// load_secret_certificate does, but any permissions are fine.
-std::string load_public_certificate(const std::filesystem::path& file);
+[[nodiscard]] std::string load_public_certificate(const std::filesystem::path& file);
 
 /// The public keys of every `*.key` file in `dir` (as czmq and pyzmq's
 /// load_certificates), in file-name order. Throws errc::bad_certificate
 /// when there are none (an empty allow-list would admit anyone) or one is
 /// malformed; io_error when `dir` is no readable directory.
-std::vector<std::string> load_public_certificates(const std::filesystem::path& dir);
+[[nodiscard]] std::vector<std::string> load_public_certificates(const std::filesystem::path& dir);
 
 }  // namespace tenbin
 TENBIN_API_END

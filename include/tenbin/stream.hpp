@@ -104,9 +104,9 @@ struct stream_counters {
 
 /// `state` as JSON: {"epoch": E, "producers": {"NAME": {"epoch": E,
 /// "next": N, "taken": [...], "finished": false}, ...}}.
-std::string to_json(const stream_state& state);
+[[nodiscard]] std::string to_json(const stream_state& state);
 /// The state `to_json` wrote. Throws bad_argument naming what is wrong.
-stream_state stream_state_from_json(std::string_view json);
+[[nodiscard]] stream_state stream_state_from_json(std::string_view json);
 
 }  // namespace tenbin
 TENBIN_API_END

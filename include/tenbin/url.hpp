@@ -34,12 +34,12 @@ namespace tenbin {
 enum class socket_kind { push, pull, pub, sub, req, rep, dealer, router, pair };
 
 /// "push", "pull", ...
-std::string_view name(socket_kind kind) noexcept;
+[[nodiscard]] std::string_view name(socket_kind kind) noexcept;
 /// The kind named `text` ("push", "PUSH", ...), or nothing.
-std::optional<socket_kind> parse_socket_kind(std::string_view text) noexcept;
+[[nodiscard]] std::optional<socket_kind> parse_socket_kind(std::string_view text) noexcept;
 /// Whether tensorcom binds this kind by default: pull and pub bind, the
 /// others (push, sub, req, dealer, pair) connect; rep and router bind.
-bool binds_by_default(socket_kind kind) noexcept;
+[[nodiscard]] bool binds_by_default(socket_kind kind) noexcept;
 
 /// One place a socket binds to or connects to.
 struct endpoint {
@@ -60,7 +60,7 @@ struct endpoint {
 /// repeated groups multiply; "{01..10}" keeps the zero padding. Text without
 /// braces comes back as it is. Throws `error(errc::bad_url)` on unbalanced
 /// braces or a range of more than 65536 items.
-std::vector<std::string> brace_expand(std::string_view pattern);
+[[nodiscard]] std::vector<std::string> brace_expand(std::string_view pattern);
 
 /// How to read a URL: an explicit kind (required for plain ZeroMQ
 /// endpoints, and must agree with a tensorcom scheme) and an explicit
@@ -77,11 +77,11 @@ struct url_options {
 /// endpoint without a kind, a kind that contradicts the scheme, a topic
 /// on a socket that is neither pub nor sub, a path or query after a tcp
 /// host:port.
-endpoint parse_url(std::string_view url, const url_options& opt = {});
+[[nodiscard]] endpoint parse_url(std::string_view url, const url_options& opt = {});
 
 /// Expands and parses every URL; all must agree on the socket kind, since
 /// they are the endpoints of one socket, and on the topic. Throws bad_url.
-std::vector<endpoint> parse_urls(std::span<const std::string> urls, const url_options& opt = {});
+[[nodiscard]] std::vector<endpoint> parse_urls(std::span<const std::string> urls, const url_options& opt = {});
 
 }  // namespace tenbin
 TENBIN_API_END
