@@ -32,18 +32,26 @@ void suite::exporter() {
         tenbin::metrics_exporter ex("127.0.0.1:0", {p.tx.metrics(), p.rx.metrics()});
         std::atomic<bool> stop{false}, scraping{false};
         std::atomic<std::uint64_t> scraped_bytes{0};
+        // Scrapes at once when a scraped repetition begins, then every 50 ms.
         std::thread scraper([&] {
             httplib::Client client("127.0.0.1", ex.port());
+            auto last = std::chrono::steady_clock::time_point{};
             while (!stop) {
-                if (scraping)
+                if (scraping && std::chrono::steady_clock::now() - last >= std::chrono::milliseconds(50)) {
                     if (auto r = client.Get("/metrics"); r && r->status == 200) scraped_bytes += r->body.size();
-                std::this_thread::sleep_for(std::chrono::milliseconds(50));
+                    last = std::chrono::steady_clock::now();
+                }
+                if (!scraping) last = {};
+                std::this_thread::sleep_for(std::chrono::milliseconds(1));
             }
         });
         const int count = calibrate(cfg, [&](int c) { return run_connections(p, w, warmup, c); }, w.payload);
         auto rate = [&](bool scraped) {
             return [&, scraped] {
+                const std::uint64_t before = ex.scrapes();
                 scraping = scraped;
+                // A scraped repetition starts with its first scrape.
+                while (scraped && ex.scrapes() == before) std::this_thread::sleep_for(std::chrono::milliseconds(1));
                 return throughput(w, f, count, run_connections(p, w, warmup, count));
             };
         };
