@@ -6,6 +6,7 @@
 // dropped without the GIL (destruction waits for the loader's thread).
 #include "arrays.hpp"
 #include "connection.hpp"
+#include "metrics.hpp"
 
 #include <tenbin/loader.hpp>
 
@@ -107,6 +108,7 @@ public:
         {
             std::lock_guard lock(mutex_);
             if (!loader_) return;
+            metrics_->freeze(*loader_->metrics());
             final_stats_ = loader_->stats();
             final_endpoints_ = loader_->endpoints();
             final_malformed_ = loader_->malformed();
@@ -128,6 +130,11 @@ public:
     std::uint64_t refused_handshakes() { return read([](auto& l) { return l.refused_handshakes(); }, std::uint64_t{0}); }
     py::list endpoints() { return endpoints_list(read([](auto& l) { return l.endpoints(); }, final_endpoints_)); }
     bool closed() const { return closed_; }
+    // Its metrics (the first call turns its connection's timings on).
+    std::shared_ptr<python_metrics> metrics() {
+        read([&](tenbin::loader& l) { return (metrics_->attach(l.metrics()), true); }, false);
+        return metrics_;
+    }
 
 private:
     std::shared_ptr<tenbin::loader> share() {
@@ -159,6 +166,7 @@ private:
     std::shared_ptr<tenbin::loader> loader_;
     std::optional<std::chrono::milliseconds> timeout_;
     std::atomic<bool> closed_{false};
+    std::shared_ptr<python_metrics> metrics_ = std::make_shared<python_metrics>();
     tenbin::statistics final_stats_;
     std::vector<tenbin::endpoint> final_endpoints_;
     std::uint64_t final_malformed_ = 0;
@@ -174,6 +182,7 @@ void bind_loader(py::module_& m) {
         .def("destroy", &py_loader::destroy)
         .def("closed", &py_loader::closed)
         .def("stats", &py_loader::stats)
+        .def("metrics", &py_loader::metrics)
         .def("queued_messages", &py_loader::queued_messages)
         .def("queued_bytes", &py_loader::queued_bytes)
         .def("malformed", &py_loader::malformed)

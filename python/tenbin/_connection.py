@@ -160,6 +160,15 @@ class Connection:
         """CURVE handshakes refused so far (either side's doing)."""
         return self._open().refused_handshakes()
 
+    def metrics(self):
+        """Everything the connection counts and times, as Prometheus families:
+        ``{name: {"name", "type", "help", "samples"}}`` (see ``tenbin.MetricsExporter``
+        and the docs' Metrics page). The first call turns the timings on."""
+        return _tenbin.read_metrics([self._metrics_source()])
+
+    def _metrics_source(self):
+        return self._open().metrics()
+
     def close(self):
         """Closes the socket, waiting at most ``linger`` seconds for queued
         messages to go out (tensorcom drops them at once). From another
