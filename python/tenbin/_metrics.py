@@ -110,7 +110,7 @@ class MetricsCollector:
     """
 
     def __init__(self, *sources):
-        self._sources = []
+        self._sources = []  # (weak reference to the object, its metrics' source)
         for s in sources:
             self.add(s)
 
@@ -120,15 +120,17 @@ class MetricsCollector:
         labels of one already collected."""
         handle = source_of(source)
         _tenbin.metrics_text(self._handles() + [handle])  # raises on a clash
-        self._sources.append(weakref.ref(source))
+        self._sources.append((weakref.ref(source, self._forget), handle))
+
+    def _forget(self, gone):
+        self._sources = [(ref, handle) for ref, handle in self._sources if ref is not gone]
 
     def _handles(self):
-        alive = [s() for s in self._sources]
-        self._sources = [w for w, s in zip(self._sources, alive) if s is not None]
-        return [source_of(s) for s in alive if s is not None]
+        return [handle for _, handle in self._sources]
 
     def collect(self):
         """The families, as ``prometheus_client.Metric`` objects (what a
-        registry calls on each scrape)."""
+        registry calls on each scrape). Reads C++ counts only: a scrape
+        never waits for a ``recv()`` or ``next()`` in progress."""
         from prometheus_client.parser import text_string_to_metric_families
         yield from text_string_to_metric_families(_tenbin.metrics_text(self._handles()))
