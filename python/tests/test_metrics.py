@@ -337,7 +337,7 @@ class Prometheus:
     def __init__(self, folder, targets):
         config = folder / "prometheus.yml"
         config.write_text("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
-                          "scrape_configs:\n  - job_name: trainer\n    static_configs:\n"
+                          "scrape_configs:\n  - job_name: tenbin\n    static_configs:\n"
                           f"      - targets: {json.dumps(targets)}\n")
         self.port = free_port()
         self.log_path = folder / "log.txt"
@@ -375,23 +375,29 @@ class Prometheus:
             self.proc.wait()
 
 
+@needs_exporter
 @pytest.mark.skipif(shutil.which("prometheus") is None,
                     reason="prometheus is not installed (.ci/install-deps installs it)")
-def test_a_prometheus_server_scrapes_a_python_trainers_endpoint(tmp_path):
+def test_a_prometheus_server_scrapes_a_python_trainer_and_a_python_exporter(tmp_path):
+    """The trainer serves tenbin's metrics in its own prometheus_client
+    endpoint (MetricsCollector); the producer here serves its own with a
+    MetricsExporter, still after it is closed."""
     n, pause = 7, 0.5
     trainer = subprocess.Popen([sys.executable, "-c", TRAINER, str(n)], stdin=subprocess.PIPE,
                                stdout=subprocess.PIPE, env=dict(os.environ))
-    prometheus = None
+    prometheus = exporter = None
     try:
         port, endpoint = trainer.stdout.readline().decode().split()
-        prometheus = Prometheus(tmp_path, [f"127.0.0.1:{port}"])
+        producer = tenbin.Connection(endpoint.replace("tcp://", "zpush://"), send_timeout=30)
+        exporter = tenbin.MetricsExporter("127.0.0.1:0", [producer])
+        prometheus = Prometheus(tmp_path, [f"127.0.0.1:{port}", exporter.address])
         # 6 batches, then one after a pause the trainer spends waiting.
-        with tenbin.Connection(endpoint.replace("tcp://", "zpush://"), send_timeout=30) as producer:
-            for k in range(n - 1):
-                producer.send(batch(k))
-            time.sleep(pause)
-            producer.send(batch(n - 1))
-            assert trainer.stdout.readline() == b"trained\n"
+        for k in range(n - 1):
+            producer.send(batch(k))
+        time.sleep(pause)
+        producer.send(batch(n - 1))
+        assert trainer.stdout.readline() == b"trained\n"
+        producer.close()
 
         received = prometheus.query("tenbin_messages_received_total", until=lambda v: v == n)
         assert received == n, f"Prometheus never saw {n} batches received; its log:\n{prometheus.log()}"
@@ -403,10 +409,15 @@ def test_a_prometheus_server_scrapes_a_python_trainers_endpoint(tmp_path):
         assert prometheus.query('tenbin_receive_wait_seconds_bucket{le="0.25"}') <= n - 1
         # The trainer's own series, in the same endpoint.
         assert prometheus.query("trainer_steps_total") == n
-        assert prometheus.query('up{job="trainer"}') == 1
+        # The producer's, from the exporter.
+        assert prometheus.query("tenbin_messages_sent_total" + selector, until=lambda v: v == n) == n
+        assert prometheus.query("tenbin_bytes_sent_total" + selector) == n * BATCH_BYTES
+        assert prometheus.query('count(up{job="tenbin"} == 1)') == 2
     finally:
         if prometheus:
             prometheus.stop()
+        if exporter:
+            exporter.close()
         trainer.stdin.close()
         trainer.wait(30)
     assert trainer.returncode == 0
