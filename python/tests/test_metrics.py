@@ -304,8 +304,8 @@ def test_the_exporter_serves_prometheus_text_over_http():
 
 # A trainer with a Prometheus endpoint of its own (prometheus_client's WSGI
 # app on the standard library's server) and tenbin's metrics in it: it
-# prints its endpoint and its loader's, takes `n` batches, then waits to be
-# told to go (stdin closed).
+# prints its endpoint and its loader's, takes `n` batches (saying when it
+# waits for the last), then waits to be told to go (stdin closed).
 TRAINER = """
 import sys, threading
 from wsgiref.simple_server import WSGIRequestHandler, make_server
@@ -322,7 +322,9 @@ prometheus_client.REGISTRY.register(tenbin.MetricsCollector(loader))
 server = make_server("127.0.0.1", 0, prometheus_client.make_wsgi_app(), handler_class=Quiet)
 threading.Thread(target=server.serve_forever, daemon=True).start()
 print(server.server_port, loader.endpoints[0][2], flush=True)
-for _ in range(n):
+for step in range(n):
+    if step == n - 1:
+        print("waiting", flush=True)
     loader.next()
     steps.inc()
 print("trained", flush=True)
@@ -394,6 +396,7 @@ def test_a_prometheus_server_scrapes_a_python_trainer_and_a_python_exporter(tmp_
         # 6 batches, then one after a pause the trainer spends waiting.
         for k in range(n - 1):
             producer.send(batch(k))
+        assert trainer.stdout.readline() == b"waiting\n"
         time.sleep(pause)
         producer.send(batch(n - 1))
         assert trainer.stdout.readline() == b"trained\n"
