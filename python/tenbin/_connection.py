@@ -161,9 +161,11 @@ class Connection:
         return self._open().refused_handshakes()
 
     def metrics(self):
-        """Everything the connection counts and times, as Prometheus families:
-        ``{name: {"name", "type", "help", "samples"}}`` (see ``tenbin.MetricsExporter``
-        and the docs' Metrics page). The first call turns the timings on."""
+        """Everything the connection counts and times, as Prometheus
+        families: ``{name: {"name", "type", "help", "samples"}}``, a sample
+        ``{"labels", "value"}`` or a histogram's ``{"labels", "buckets",
+        "sum", "count"}`` (the docs' Metrics page lists them). The first
+        call turns the timings on; once closed, the last counts."""
         return _tenbin.read_metrics([self._metrics_source()])
 
     def _metrics_source(self):

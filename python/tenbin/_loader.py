@@ -123,8 +123,9 @@ class Loader:
 
     def metrics(self):
         """Everything the loader and its connection count and time, as
-        Connection.metrics() gives it (``tenbin_receive_wait_seconds``:
-        the time ``next()`` waited for each batch)."""
+        ``Connection.metrics()`` gives it (``tenbin_receive_wait_seconds``:
+        the time ``next()`` and iteration waited for each batch); once
+        closed, the last counts."""
         return _tenbin.read_metrics([self._metrics_source()])
 
     def _metrics_source(self):
