@@ -124,17 +124,17 @@ public:
     }
 
     py::dict stats() { return stats_dict(read([](auto& l) { return l.stats(); }, final_stats_)); }
+    // Its metrics (the first call turns its connection's timings on).
+    std::shared_ptr<python_metrics> metrics() {
+        read([&](tenbin::loader& l) { return (metrics_->attach(l.metrics()), true); }, false);
+        return metrics_;
+    }
     std::size_t queued_messages() { return read([](auto& l) { return l.queued_messages(); }, std::size_t{0}); }
     std::uint64_t queued_bytes() { return read([](auto& l) { return l.queued_bytes(); }, std::uint64_t{0}); }
     std::uint64_t malformed() { return read([](auto& l) { return l.malformed(); }, final_malformed_); }
     std::uint64_t refused_handshakes() { return read([](auto& l) { return l.refused_handshakes(); }, std::uint64_t{0}); }
     py::list endpoints() { return endpoints_list(read([](auto& l) { return l.endpoints(); }, final_endpoints_)); }
     bool closed() const { return closed_; }
-    // Its metrics (the first call turns its connection's timings on).
-    std::shared_ptr<python_metrics> metrics() {
-        read([&](tenbin::loader& l) { return (metrics_->attach(l.metrics()), true); }, false);
-        return metrics_;
-    }
 
 private:
     std::shared_ptr<tenbin::loader> share() {
