@@ -9,6 +9,7 @@
 // while nobody else uses it; the blocked call raises Closed.
 #include "arrays.hpp"
 #include "connection.hpp"
+#include "metrics.hpp"
 
 #include <tenbin/pool.hpp>
 #include <tenbin/security.hpp>
@@ -158,6 +159,7 @@ public:
         without_gil([&] {
             std::lock_guard lock(use_);
             if (!conn_) return;
+            metrics_->freeze(*conn_->metrics());
             final_stats_ = conn_->stats();
             final_endpoints_ = conn_->endpoints();
             final_other_topics_ = conn_->other_topics();
@@ -185,6 +187,11 @@ public:
     }
     std::uint64_t refused_handshakes() {
         return inspect([](tenbin::connection& c) { return c.refused_handshakes(); }, std::uint64_t{0});
+    }
+    // Its metrics (the first call turns the connection's timings on).
+    std::shared_ptr<python_metrics> metrics() {
+        inspect([&](tenbin::connection& c) { return (metrics_->attach(c.metrics()), true); }, false);
+        return metrics_;
     }
 
 private:
@@ -226,6 +233,7 @@ private:
     bool multipart_ = true;
     tenbin::socket_kind kind_{};
     std::optional<tenbin::tensor_pool> heap_pool_;
+    std::shared_ptr<python_metrics> metrics_ = std::make_shared<python_metrics>();
     tenbin::statistics final_stats_;
     std::vector<tenbin::endpoint> final_endpoints_;
     std::uint64_t final_other_topics_ = 0;
@@ -267,6 +275,7 @@ void bind_connection(py::module_& m) {
         .def("close", &py_connection::close)
         .def("closed", &py_connection::closed)
         .def("stats", &py_connection::stats)
+        .def("metrics", &py_connection::metrics)
         .def("reset_stats", &py_connection::reset_stats)
         .def("endpoints", &py_connection::endpoints)
         .def("other_topics", &py_connection::other_topics)

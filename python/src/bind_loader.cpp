@@ -6,6 +6,7 @@
 // dropped without the GIL (destruction waits for the loader's thread).
 #include "arrays.hpp"
 #include "connection.hpp"
+#include "metrics.hpp"
 
 #include <tenbin/loader.hpp>
 
@@ -107,6 +108,7 @@ public:
         {
             std::lock_guard lock(mutex_);
             if (!loader_) return;
+            metrics_->freeze(*loader_->metrics());
             final_stats_ = loader_->stats();
             final_endpoints_ = loader_->endpoints();
             final_malformed_ = loader_->malformed();
@@ -122,6 +124,11 @@ public:
     }
 
     py::dict stats() { return stats_dict(read([](auto& l) { return l.stats(); }, final_stats_)); }
+    // Its metrics (the first call turns its connection's timings on).
+    std::shared_ptr<python_metrics> metrics() {
+        read([&](tenbin::loader& l) { return (metrics_->attach(l.metrics()), true); }, false);
+        return metrics_;
+    }
     std::size_t queued_messages() { return read([](auto& l) { return l.queued_messages(); }, std::size_t{0}); }
     std::uint64_t queued_bytes() { return read([](auto& l) { return l.queued_bytes(); }, std::uint64_t{0}); }
     std::uint64_t malformed() { return read([](auto& l) { return l.malformed(); }, final_malformed_); }
@@ -159,6 +166,7 @@ private:
     std::shared_ptr<tenbin::loader> loader_;
     std::optional<std::chrono::milliseconds> timeout_;
     std::atomic<bool> closed_{false};
+    std::shared_ptr<python_metrics> metrics_ = std::make_shared<python_metrics>();
     tenbin::statistics final_stats_;
     std::vector<tenbin::endpoint> final_endpoints_;
     std::uint64_t final_malformed_ = 0;
@@ -174,6 +182,7 @@ void bind_loader(py::module_& m) {
         .def("destroy", &py_loader::destroy)
         .def("closed", &py_loader::closed)
         .def("stats", &py_loader::stats)
+        .def("metrics", &py_loader::metrics)
         .def("queued_messages", &py_loader::queued_messages)
         .def("queued_bytes", &py_loader::queued_bytes)
         .def("malformed", &py_loader::malformed)

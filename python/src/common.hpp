@@ -141,5 +141,6 @@ void bind_connection(py::module_& m);
 void bind_loader(py::module_& m);
 void bind_pool(py::module_& m);
 void bind_convert(py::module_& m);
+void bind_metrics(py::module_& m);
 
 }  // namespace tenbin_py

@@ -35,4 +35,5 @@ PYBIND11_MODULE(_tenbin, m) {
     bind_loader(m);
     bind_pool(m);
     bind_convert(m);
+    bind_metrics(m);
 }

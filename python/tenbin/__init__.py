@@ -37,6 +37,7 @@ from ._statistics import Statistics
 from ._connection import Connection
 from ._loader import Loader
 from ._pool import TensorPool
+from ._metrics import MetricsCollector, MetricsExporter
 from ._compat import __getattr__  # TensorcomDataset on demand, former names
 
 __all__ = [
@@ -47,6 +48,8 @@ __all__ = [
     "zsend_single", "zrecv_single", "zsend_multipart", "zrecv_multipart", "zrecv", "sctp_send", "sctp_recv",
     # connections
     "brace_expand", "parse_urls", "Connection", "Loader", "Statistics", "TensorPool", "TensorcomDataset",
+    # metrics
+    "MetricsExporter", "MetricsCollector",
     # conversion, memory
     "to_torch", "to_dlpack", "reuse_large_allocations",
     # errors

@@ -160,6 +160,17 @@ class Connection:
         """CURVE handshakes refused so far (either side's doing)."""
         return self._open().refused_handshakes()
 
+    def metrics(self):
+        """Everything the connection counts and times, as Prometheus
+        families: ``{name: {"name", "type", "help", "samples"}}``, a sample
+        ``{"labels", "value"}`` or a histogram's ``{"labels", "buckets",
+        "sum", "count"}`` (the docs' Metrics page lists them). The first
+        call turns the timings on; once closed, the last counts."""
+        return _tenbin.read_metrics([self._metrics_source()])
+
+    def _metrics_source(self):
+        return self._open().metrics()
+
     def close(self):
         """Closes the socket, waiting at most ``linger`` seconds for queued
         messages to go out (tensorcom drops them at once). From another

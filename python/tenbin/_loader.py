@@ -121,6 +121,16 @@ class Loader:
         """CURVE handshakes refused so far."""
         return self._loader.refused_handshakes()
 
+    def metrics(self):
+        """Everything the loader and its connection count and time, as
+        ``Connection.metrics()`` gives it (``tenbin_receive_wait_seconds``:
+        the time ``next()`` and iteration waited for each batch); once
+        closed, the last counts."""
+        return _tenbin.read_metrics([self._metrics_source()])
+
+    def _metrics_source(self):
+        return self._loader.metrics()
+
     @property
     def endpoints(self):
         """The endpoints as ``(kind, bind, address)``."""
