@@ -424,3 +424,59 @@ def test_a_prometheus_server_scrapes_a_python_trainer_and_a_python_exporter(tmp_
         trainer.stdin.close()
         trainer.wait(30)
     assert trainer.returncode == 0
+
+
+@pytest.mark.skipif(shutil.which("prometheus") is None,
+                    reason="prometheus is not installed (.ci/install-deps installs it)")
+def test_a_prometheus_server_scrapes_tenbin_serve_and_a_python_trainer(tmp_path, tool):
+    """`tenbin serve --metrics` paced at 4 batches a second feeds the
+    trainer, which waits for each: Prometheus sees what serve sent, what
+    the trainer received, and the trainer's wait. promtool passes on
+    serve's scrape."""
+    import re
+
+    n = 5
+    trainer = subprocess.Popen([sys.executable, "-c", TRAINER, str(n)], stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, env=dict(os.environ))
+    prometheus = serve = None
+    try:
+        port, endpoint = trainer.stdout.readline().decode().split()
+        # x: 100 float32, y: 10 int32: 440 bytes a batch.
+        serve = subprocess.Popen([tool, "serve", endpoint.replace("tcp://", "zpush://"), "--synthetic",
+                                  "x=f4:100;y=i4:10", "-n", str(n), "--rate", "4", "--report", "0",
+                                  "--metrics", "127.0.0.1:0", "--metrics-wait", "60"],
+                                 stderr=subprocess.PIPE)
+        serve_url = None
+        for line in iter(serve.stderr.readline, b""):
+            m = re.search(rb"metrics at (http://\S+)", line)
+            if m:
+                serve_url = m[1].decode()
+                break
+        assert serve_url, "tenbin serve did not say where its metrics are"
+        with urllib.request.urlopen(serve_url, timeout=10) as r:
+            text = r.read()
+        if shutil.which("promtool"):
+            check = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, timeout=60)
+            assert check.returncode == 0, check.stdout + check.stderr
+        prometheus = Prometheus(tmp_path, [f"127.0.0.1:{port}", serve_url.split("/")[2]])
+
+        sent = prometheus.query('tenbin_messages_sent_total{connection="serve"}', until=lambda v: v == n)
+        assert sent == n, f"Prometheus never saw {n} batches sent; its log:\n{prometheus.log()}"
+        assert prometheus.query('tenbin_bytes_sent_total{connection="serve"}') == n * BATCH_BYTES
+        selector = '{endpoint="%s"}' % endpoint
+        assert prometheus.query("tenbin_messages_received_total" + selector, until=lambda v: v == n) == n
+        assert prometheus.query("tenbin_bytes_received_total" + selector) == n * BATCH_BYTES
+        assert prometheus.query("tenbin_receive_wait_seconds_count" + selector) == n
+        # Paced at 4 a second: the trainer waited about 0.25 s for each after the first.
+        assert prometheus.query("tenbin_receive_wait_seconds_sum" + selector) >= 0.15 * (n - 1)
+        assert prometheus.query('count(up{job="tenbin"} == 1)') == 2
+        assert serve.wait(90) == 0  # --metrics-wait: done once Prometheus scraped the end
+    finally:
+        if prometheus:
+            prometheus.stop()
+        if serve and serve.poll() is None:
+            serve.kill()
+            serve.wait()
+        trainer.stdin.close()
+        trainer.wait(30)
+    assert trainer.returncode == 0
