@@ -149,6 +149,8 @@ TEST_CASE("sending on a receiving socket, or the reverse, is refused with a clea
     CHECK(seed_of(*rx.recv()) == 5);
     CHECK(error_class([] { loader l("zpush://127.0.0.1:*"); }) == "bad_url");
     CHECK(error_class([] { loader l("zpub://127.0.0.1:*"); }) == "bad_url");
+    // The message is a whole sentence that says what to use instead.
+    CHECK(error_text([] { loader l("zpush://127.0.0.1:*"); }).ends_with("which cannot receive; use pull, sub, dealer or pair"));
     // A loader only receives: kinds that must also send are refused at once.
     for (socket_kind k : {socket_kind::req, socket_kind::rep, socket_kind::router}) {
         CAPTURE(name(k));

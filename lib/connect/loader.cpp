@@ -15,7 +15,8 @@ loader::loader(std::shared_ptr<zmq::context_t> context, std::span<const std::str
     const socket_kind kind = parse_urls(urls, {.kind = opt.connection.kind, .bind = opt.connection.bind}).front().kind;
     if (!detail::can_receive(kind))
         throw error(errc::bad_url, "a loader receives, but '" + urls.front() + "' makes a " +
-                                       std::string(name(kind)) + " socket, which cannot");
+                                       std::string(name(kind)) + " socket, which cannot receive; use pull, sub, "
+                                       "dealer or pair");
     // It only receives: REQ and REP must take turns sending, and a ROUTER
     // needs an envelope on every message.
     if (kind == socket_kind::req || kind == socket_kind::rep || kind == socket_kind::router)
