@@ -6,6 +6,7 @@
 
 #include <doctest/doctest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <string>
@@ -80,11 +81,15 @@ TEST_CASE("acked: trainers killed mid-batch and restarted from their state; ever
         for (int kill = 0; kill < 6; ++kill) {
             std::this_thread::sleep_for(250ms);
             trainer& t = trainers[static_cast<std::size_t>(kill) % trainers.size()];
-            // The batch it works on now (not one it printed before): the
-            // kill lands in its work, before it records the batch.
-            t.p->skip_written();
-            if (!t.p->expect("processing ", 10s)) break;  // done already
-            t.p->kill();
+            // Held in the work of its next batch, so the kill lands there,
+            // before it records the batch (a kill just after would leave a
+            // batch recorded and not yet acknowledged: processed twice).
+            const std::string hold = t.state + ".hold";
+            std::ofstream{hold};
+            const bool held = t.p->expect("held ", 10s).has_value();
+            if (held) t.p->kill();
+            std::filesystem::remove(hold);
+            if (!held) break;  // done already
             t.p.emplace(trainer_args(url, t));
         }
         for (trainer& t : trainers) {

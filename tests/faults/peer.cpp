@@ -25,6 +25,8 @@
 //        resumed from its checkpoint FILE when it exists. Per batch: prints
 //        "processing V", works W ms, then checkpoints: the batches it
 //        processed and its loader's state, in FILE (JSON, replaced whole).
+//        While a file FILE.hold exists it stops in the work of its next
+//        batch, saying "held V", for a test to kill it there.
 //        Prints "end" at the stream's end; exits 2 when nothing came for
 //        --idle-ms.
 //   keygen DIR NAME
@@ -42,6 +44,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <map>
 #include <stdexcept>
@@ -262,6 +265,11 @@ int run_trainer(const args& a) {
         for (auto& batch : l) {
             const std::int32_t v = batch.at(0).values<std::int32_t>()[0];
             std::cout << "processing " << v << std::endl;
+            if (std::filesystem::exists(a.state + ".hold")) {
+                std::cout << "held " << v << std::endl;
+                while (std::filesystem::exists(a.state + ".hold"))
+                    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+            }
             std::this_thread::sleep_for(std::chrono::milliseconds(a.work_ms));
             processed.push_back(v);
             save_checkpoint(a.state, processed, tenbin::to_json(l.state()));
