@@ -58,6 +58,8 @@ struct connection_access {
     // Acked consumers: see delivery::flush_acks (thread-safe).
     static void flush_acks(connection& c);
     static std::shared_ptr<connection_meter> meter(connection& c);
+    // Any thread: a receive waiting for a +shm sender gives up (errc::closed).
+    static void interrupt(connection& c) noexcept;
 };
 
 inline bool can_send(socket_kind k) noexcept { return k != socket_kind::pull && k != socket_kind::sub; }

@@ -193,6 +193,10 @@ void detail::connection_access::seed(connection& c, const stream_state& s) {
 }
 std::shared_ptr<detail::connection_meter> detail::connection_access::meter(connection& c) { return c.s_->meter; }
 
+void detail::connection_access::interrupt(connection& c) noexcept {
+    if (c.s_ && c.s_->link) c.s_->link->interrupt();
+}
+
 void detail::connection_access::flush_acks(connection& c) {
     if (c.s_->delivery) c.s_->delivery->flush_acks();
 }

@@ -69,6 +69,9 @@ public:
     void close(std::chrono::milliseconds linger) override {
         if (sender_) shm_close(*sender_, linger);
     }
+    void interrupt() noexcept override {
+        if (receiver_) shm_interrupt(*receiver_);
+    }
     tensor_pool* pool() override { return sender_ ? &shm_pool(*sender_) : nullptr; }
     std::optional<shm_sender_counters> sender_counters() override {
         if (!sender_) return std::nullopt;

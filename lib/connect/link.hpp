@@ -34,6 +34,8 @@ public:
     virtual std::optional<std::vector<tensor>> decode(std::vector<zmq::message_t>& body, const decode_options& opt) = 0;
     // Waits at most `linger` for receivers to take what was sent.
     virtual void close(std::chrono::milliseconds /*linger*/) {}
+    // Any thread: a receive waiting for a +shm sender gives up (errc::closed).
+    virtual void interrupt() noexcept {}
     // Tensors this link sends without a copy; null when it has none.
     virtual tensor_pool* pool() { return nullptr; }
     // +shm, for the metrics: what the sender has done (thread-safe), and

@@ -121,6 +121,8 @@ void loader::load_state(const stream_state& st) {
 void loader::close() {
     std::lock_guard lock(s_->mutex);
     s_->stop = true;
+    // A claim waiting for a silent +shm sender ends now, not at its timeout.
+    if (s_->conn) detail::connection_access::interrupt(*s_->conn);
     s_->changed.notify_all();
     s_->drained.notify_all();
 }

@@ -9,6 +9,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/time.h>
@@ -29,12 +30,37 @@ int left_ms(receive_clock::time_point deadline) {
     return static_cast<int>(std::clamp<std::int64_t>(left.count(), 0, 1 << 30));
 }
 
+[[noreturn]] void interrupted() {
+    throw error(errc::closed, "a +shm receive was interrupted: its connection is closing");
+}
+
+void throw_if_interrupted(const receiver_state& state) {
+    pollfd p{state.interrupted.get(), POLLIN, 0};
+    if (::poll(&p, 1, 0) > 0) interrupted();
+}
+
+// Waits at most until `deadline` for `events` on `fd`: whether they came.
+// Throws errc::closed once the receiver is interrupted.
+bool wait_for(int fd, short events, receive_clock::time_point deadline, const receiver_state& state) {
+    for (;;) {
+        pollfd p[2] = {{fd, events, 0}, {state.interrupted.get(), POLLIN, 0}};
+        const int rc = ::poll(p, 2, left_ms(deadline));
+        if (rc < 0 && errno == EINTR) continue;
+        if (p[1].revents) interrupted();
+        return rc > 0;
+    }
+}
+
 }  // namespace
 
 mapping::mapping(const std::byte* base, std::size_t size, std::shared_ptr<receiver_state> state)
     : base_(base), size_(size), state_(std::move(state)) {
     state_->mappings.fetch_add(1);
     state_->mapped_bytes.fetch_add(size);
+}
+
+receiver_state::receiver_state() : interrupted(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
+    if (interrupted.get() < 0) throw os_error("eventfd for a +shm receiver");
 }
 
 mapping::~mapping() {
@@ -51,13 +77,15 @@ side_link::side_link(const std::string& name, receive_clock::time_point deadline
     socklen_t len = 0;
     const sockaddr_un a = abstract_address(name, len);
     // A Unix connect waits for room in the listener's backlog at most the
-    // socket's send timeout.
+    // socket's send timeout: in slices, to see an interruption between them.
     for (;;) {
-        const int ms = left_ms(deadline);
+        throw_if_interrupted(*state_);
+        const int ms = std::min(left_ms(deadline), 100);
         const timeval limit{ms / 1000, (ms % 1000) * 1000};
         ::setsockopt(fd_.get(), SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof limit);
         if (ms > 0 && ::connect(fd_.get(), reinterpret_cast<const sockaddr*>(&a), len) == 0) break;
         if (ms > 0 && errno == EINTR) continue;
+        if ((errno == EAGAIN || errno == EINPROGRESS) && left_ms(deadline) > 0) continue;
         if (ms == 0 || errno == EAGAIN || errno == EINPROGRESS)
             throw error(errc::timeout, "the +shm sender's side channel '" + name +
                                            "' accepted no connection within the receive timeout (its backlog is "
@@ -172,10 +200,7 @@ std::shared_ptr<const mapping> side_link::segment(std::uint64_t id) const {
 
 std::optional<reply> side_link::next_reply(receive_clock::time_point deadline, std::vector<unique_fd>& fds) {
     for (;;) {
-        pollfd p{fd_.get(), POLLIN, 0};
-        const int rc = ::poll(&p, 1, left_ms(deadline));
-        if (rc < 0 && errno == EINTR) continue;
-        if (rc == 0) return std::nullopt;
+        if (!wait_for(fd_.get(), POLLIN, deadline, *state_)) return std::nullopt;
         std::array<std::byte, max_reply_size + 1> body{};  // one more: a longer packet shows
         iovec iov{body.data(), body.size()};
         alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * fds_per_packet)];
@@ -220,8 +245,7 @@ void side_link::send_request(const request& r, receive_clock::time_point deadlin
         // Refused, the sender wrote why before it closed: read on to it.
         if (errno == EPIPE) return;
         if (errno != EAGAIN) lost(std::string("cannot claim a message: ") + std::strerror(errno));
-        pollfd p{fd_.get(), POLLOUT, 0};
-        if (::poll(&p, 1, left_ms(deadline)) == 0) {
+        if (!wait_for(fd_.get(), POLLOUT, deadline, *state_)) {
             state_->claim_timeouts.fetch_add(1);
             throw error(errc::timeout, "the +shm sender '" + name_ +
                                            "' read none of this receiver's requests within the receive timeout; the "

@@ -7,6 +7,7 @@
 // message from it.
 #pragma once
 
+#include "base/fd.hpp"
 #include "shm/internal.hpp"
 #include "shm/ring.hpp"
 
@@ -30,6 +31,10 @@ using receive_clock = std::chrono::steady_clock;
 // their link is gone) and has done: shared by the receiver, its links and
 // its mappings, read by any thread.
 struct receiver_state {
+    receiver_state();
+    // Readable once the receiver is interrupted (its connection closing on
+    // another thread): a wait for a sender gives up with errc::closed.
+    unique_fd interrupted;
     std::atomic<std::size_t> mappings{0};
     std::atomic<std::uint64_t> mapped_bytes{0};
     std::atomic<std::uint64_t> quiet_claims{0};

@@ -199,6 +199,13 @@ private:
         return std::nullopt;
     }
 
+public:
+    void interrupt() noexcept {
+        const std::uint64_t one = 1;
+        [[maybe_unused]] const ssize_t n = ::write(state_->interrupted.get(), &one, sizeof one);
+    }
+
+private:
     std::chrono::milliseconds claim_timeout_;
     std::size_t max_senders_;
     std::size_t max_mappings_;
@@ -210,6 +217,7 @@ private:
 };
 
 std::shared_ptr<shm_receiver> make_shm_receiver(const shm_options& o) { return std::make_shared<shm_receiver>(o); }
+void shm_interrupt(shm_receiver& r) noexcept { r.interrupt(); }
 shm_receiver_counters shm_counters(shm_receiver& r) { return r.counters(); }
 std::optional<std::vector<tensor>> shm_receive(shm_receiver& r, std::span<const zmq::message_t> frames,
                                                const decode_options& opt) {

@@ -115,6 +115,9 @@ std::shared_ptr<shm_sender> make_shm_sender(const shm_options& o);
 std::shared_ptr<shm_receiver> make_shm_receiver(const shm_options& o = {});
 shm_sender_counters shm_counters(shm_sender& s);
 shm_receiver_counters shm_counters(shm_receiver& r);
+// Any thread: a receive waiting for a sender, now or later, gives up with
+// errc::closed (its connection is closing).
+void shm_interrupt(shm_receiver& r) noexcept;
 
 // The sender's pool: tensors from it are sent without a copy.
 tensor_pool& shm_pool(shm_sender& s);

@@ -11,6 +11,8 @@
 #include "connection.hpp"
 #include "metrics.hpp"
 
+#include "connect/connect_detail.hpp"
+
 #include <tenbin/pool.hpp>
 #include <tenbin/security.hpp>
 
@@ -155,7 +157,9 @@ public:
     }
 
     void close() {
-        closed_ = true;
+        // A receive waiting for a silent +shm sender gives up now (Closed),
+        // not at its claim timeout: the slice in progress ends at once.
+        if (!closed_.exchange(true) && conn_) tenbin::detail::connection_access::interrupt(*conn_);
         without_gil([&] {
             std::lock_guard lock(use_);
             if (!conn_) return;

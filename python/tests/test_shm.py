@@ -137,3 +137,39 @@ def test_a_sender_stopped_for_a_moment_loses_no_message(tmp_path, receiver):
         sender.kill()
         sender.wait()
         rx.close()
+
+
+def test_closing_a_connection_ends_a_claim_its_silent_sender_never_answers(tmp_path):
+    """close() from another thread while recv() waits for a stopped +shm
+    sender's answer: recv raises Closed at once, not at the claim timeout."""
+    import signal
+    import subprocess
+    import threading
+
+    url = f"zpull+shm://{tmp_path}/s"
+    rx = tenbin.Connection(url)
+    sender = subprocess.Popen([sys.executable, "-c", STOPPED_SENDER, url.replace("zpull", "zpush")],
+                              stdout=subprocess.PIPE, env=dict(os.environ))
+    try:
+        assert sender.stdout.readline() == b"sent\n"
+        threading.Event().wait(0.3)  # the messages reached this end
+        sender.send_signal(signal.SIGSTOP)
+        raised = []
+
+        def receive():
+            try:
+                rx.recv()
+            except tenbin.Closed as e:
+                raised.append(e)
+
+        t = threading.Thread(target=receive)
+        t.start()
+        t.join(0.5)
+        assert t.is_alive()  # in the claim
+        rx.close()
+        t.join(10)  # the claim timeout is 30 s
+        assert not t.is_alive() and len(raised) == 1
+    finally:
+        sender.send_signal(signal.SIGCONT)
+        sender.kill()
+        sender.wait()
