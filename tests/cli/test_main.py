@@ -58,11 +58,11 @@ class Main(CliTest):
         cases = [
             (["send", f"zpush://127.0.0.1:{port}", "-f", vec("f4_matrix.ten")],
              [("--count", "-1"), ("--delay", "-1"), ("--timeout", "-1"), ("--timeout", "nan"), ("--linger", "-1"),
-              ("--heartbeat-ms", "-1")]),
+              ("--heartbeat", "-1"), ("--heartbeat", "nan")]),
             (["recv", f"zpull://127.0.0.1:{port}"], [("--count", "-1"), ("--timeout", "nan")]),
             (["serve", f"zpush://127.0.0.1:{port}", "--synthetic", "f4:3"],
              [("--count", "-1"), ("--rate", "-5"), ("--delay", "-2"), ("--timeout", "-1"), ("--timeout", "nan"),
-              ("--report", "-1"), ("--heartbeat-ms", "-1")]),
+              ("--report", "-1"), ("--heartbeat", "-1")]),
             (["monitor", f"zsub://127.0.0.1:{port}"],
              [("--interval", "0"), ("--interval", "-1"), ("--interval", "nan"), ("--count", "-1"),
               ("--timeout", "-1")]),

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """What the socket commands (send, recv, serve, monitor, stat, show) share: URLs and
-plain endpoints, --socket, --bind/--connect, --heartbeat-ms, timeouts that say
+plain endpoints, --socket, --bind/--connect, --heartbeat, timeouts that say
 what socket was made, addresses in use."""
 
 import json
@@ -158,7 +158,8 @@ class Sockets(CliTest):
     def test_heartbeats_are_an_option_of_every_socket_command(self):
         port = free_port()
         receiver = start("recv", f"zpull://127.0.0.1:{port}", "--count", "1", "--json", "--timeout", "20",
-                         "--heartbeat-ms", "100")
+                         "--heartbeat", "0.1")
+        # Its first spelling, in milliseconds, still works (out of the help).
         code, _, err = finish(start("send", f"zpush://127.0.0.1:{port}", "--file", vec("i4_i8.ten"),
                                     "--heartbeat-ms", "100"))
         self.assertEqual(code, 0, err)
@@ -168,10 +169,14 @@ class Sockets(CliTest):
         for command in ("send", "recv", "serve", "monitor", "stat"):
             with self.subTest(command=command):
                 r = run(command, "--help")
-                self.assertIn(b"--heartbeat-ms", r.stdout)
-        r = run("recv", f"zpull://127.0.0.1:{port}", "--heartbeat-ms", "-5")
+                self.assertIn(b"--heartbeat ", r.stdout)
+                self.assertNotIn(b"--heartbeat-ms", r.stdout)  # one unit, seconds, in the help
+        for option in ("--heartbeat", "--heartbeat-ms"):
+            r = run("recv", f"zpull://127.0.0.1:{port}", option, "-5")
+            self.assertEqual(r.returncode, 64)
+            self.assertIn(b"give a number of 0 or more", r.stderr)
+        r = run("recv", f"zpull://127.0.0.1:{port}", "--heartbeat", "1", "--heartbeat-ms", "100")
         self.assertEqual(r.returncode, 64)
-        self.assertIn(b"--heartbeat-ms", r.stderr)
 
     def test_a_url_scheme_that_does_not_fit_the_command_is_refused(self):
         code, _, err = finish(start("send", "zpull://127.0.0.1:1", "--file", vec("i4_i8.ten")))

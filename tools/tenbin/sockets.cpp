@@ -82,10 +82,18 @@ void add_socket_choice(CLI::App& app, socket_choice& choice, std::vector<std::st
     auto* b = app.add_flag("--bind", choice.bind, "Bind, whatever the URL's or the kind's default");
     auto* c = app.add_flag("--connect", choice.connect, "Connect, whatever the URL's or the kind's default");
     b->excludes(c);
-    app.add_option("--heartbeat-ms", choice.heartbeat_ms,
-                   "Ping each peer this often and drop one silent for three pings (a dead host, a cut "
-                   "network); 0: off")
-        ->check(nonnegative);
+    auto* h = app.add_option("--heartbeat", choice.heartbeat,
+                             "Ping each peer every this many seconds and drop one silent for three pings (a "
+                             "dead host, a cut network); 0: off")
+                  ->check(nonnegative);
+    // Its first spelling, in milliseconds: kept for scripts, out of the help
+    // (every other time is in seconds).
+    app.add_option_function<double>(
+           "--heartbeat-ms", [&choice](double ms) { choice.heartbeat = ms / 1000; },
+           "--heartbeat in milliseconds")
+        ->check(nonnegative)
+        ->excludes(h)
+        ->group("");
     const char* security = "Security (ZeroMQ CURVE; the side that binds is the server)";
     app.add_option("--curve-cert", choice.curve_cert,
                    "This side's secret certificate (NAME.key_secret from tenbin keygen or pyzmq):\n"
@@ -144,7 +152,9 @@ connection_options connection_options_for(const socket_choice& choice, const std
     if (plain && co.kind && plain_binds(choice, *co.kind)) co.bind = true;
     if (choice.bind) co.bind = true;
     if (choice.connect) co.bind = false;
-    if (choice.heartbeat_ms > 0) co.heartbeat = std::chrono::milliseconds(choice.heartbeat_ms);
+    if (choice.heartbeat > 0)
+        co.heartbeat = std::max(std::chrono::milliseconds(1), std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                                  std::chrono::duration<double>(choice.heartbeat)));
     if (choice.receiving) co.decode.limits.max_bytes = choice.max_bytes;
     co.acked = choice.acked;
     co.credit = choice.credit;

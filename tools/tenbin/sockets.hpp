@@ -23,7 +23,7 @@ struct socket_choice {
     std::string socket;  ///< empty: from the URL, or the command's default
     bool bind = false;
     bool connect = false;
-    int heartbeat_ms = 0;  ///< 0: no heartbeats
+    double heartbeat = 0;  ///< seconds; 0: no heartbeats
     /// Receiving commands: tensor bytes a message may carry (--max-bytes).
     std::uint64_t max_bytes = tenbin::limits{}.max_bytes;
     /// CURVE: this side's secret certificate, the server's public one, a
@@ -44,7 +44,7 @@ struct socket_choice {
 
 /// Records what the command can do in `choice` (the socket kinds it allows,
 /// the kind a plain endpoint gets without --socket, whether it receives) and
-/// adds --socket (one of `kinds`), --bind, --connect, --heartbeat-ms and
+/// adds --socket (one of `kinds`), --bind, --connect, --heartbeat and
 /// --curve-cert, --curve-server, --curve-allow, --acked; a receiving command
 /// also gets --max-bytes, --credit and --ack.
 void add_socket_choice(CLI::App& app, socket_choice& choice, std::vector<std::string> kinds,
