@@ -167,8 +167,8 @@ class EpochEnd(Error):
 
 @public
 class StreamEnd(EpochEnd):
-    """Every producer of a numbered stream ended it: nothing more comes
-    (an ``EpochEnd`` too, as the stream's end ends every epoch after it)."""
+    """Every producer of a numbered stream ended it: nothing more comes. An
+    ``EpochEnd`` too: the stream's end also ends the epoch it is in."""
 
 
 ERRC: dict[str, type[Error]] = {

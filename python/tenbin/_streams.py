@@ -11,11 +11,12 @@ __all__ = ["state_json", "stream_end"]
 
 
 def stream_end(conn, urls):
-    """The exception of a receive that gave nothing at a stream's end."""
+    """The exception of a receive that gave nothing at an end: StreamEnd
+    once the stream ended (with the epoch it ended, if any), else EpochEnd."""
     where = urls[0] if len(urls) == 1 else f"{urls[0]} and {len(urls) - 1} more"
-    if conn.epoch_ended():
-        return EpochEnd(f"epoch {conn.epoch() - 1} ended on {where}")
-    return StreamEnd(f"the stream ended on {where}")
+    if conn.stream_ended():
+        return StreamEnd(f"the stream ended on {where}")
+    return EpochEnd(f"epoch {conn.epoch() - 1} ended on {where}")
 
 
 def state_json(state):
