@@ -116,6 +116,23 @@ def test_a_state_loaded_drops_what_it_says_was_taken():
     rx.close()
 
 
+def test_a_loaders_state_leaves_out_the_short_epochs_it_prefetched():
+    port = free_port()
+    with tenbin.Loader(f"zpull://127.0.0.1:{port}", timeout=10) as loader:
+        with tenbin.Connection(f"zpush://127.0.0.1:{port}", producer="p") as tx:
+            for epoch in range(3):
+                for i in range(2):
+                    tx.send([np.array([i], "i4")])
+                tx.end_epoch()
+            tx.end_stream()
+        deadline = time.monotonic() + 10
+        while not loader.queued_messages >= 6 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        loader.next()
+        assert loader.state_dict() == {"epoch": 0, "producers": {"p": {"epoch": 0, "next": 1, "taken": [],
+                                                                        "finished": False}}}
+
+
 def test_stream_keywords_are_checked():
     with pytest.raises(tenbin.BadArgument, match="release"):
         tenbin.Connection("zpull://127.0.0.1:0", ack="later")
