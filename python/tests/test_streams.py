@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import tenbin
+import tensorcom_peer as peer  # tests/peers/ (see conftest)
 from conftest import free_port
 
 EPOCH_SIZES = [5, 3, 4]
@@ -131,6 +132,26 @@ def test_a_loaders_state_leaves_out_the_short_epochs_it_prefetched():
         loader.next()
         assert loader.state_dict() == {"epoch": 0, "producers": {"p": {"epoch": 0, "next": 1, "taken": [],
                                                                         "finished": False}}}
+
+
+def test_plain_messages_of_a_tensorcom_style_peer_still_come_as_they_are():
+    zmq = pytest.importorskip("zmq")
+    port = free_port()
+    with tenbin.Loader(f"zpull://127.0.0.1:{port}", timeout=0.5, expect_producers=2, epoch_timeout=1) as loader:
+        ctx = zmq.Context()
+        push = ctx.socket(zmq.PUSH)
+        push.setsockopt(zmq.LINGER, 0)
+        push.connect(f"tcp://127.0.0.1:{port}")
+        for i in range(3):
+            push.send_multipart(peer.encode_list([np.array([i], "i4")]))
+        assert [int(b[0][0]) for b in loader] == [0, 1, 2]  # ends at the timeout: no epochs
+        assert not loader.epoch_ended() and loader.stream_epoch == 0
+        push.close()
+        ctx.term()
+    # A producer for a tensorcom receiver cannot send end marks (no tensors).
+    with tenbin.Connection(f"zpush://127.0.0.1:{free_port()}", producer="p", tensorcom_compatible=True) as tx:
+        with pytest.raises(tenbin.BadArgument, match="tensorcom"):
+            tx.end_epoch()
 
 
 def test_stream_keywords_are_checked():
