@@ -25,7 +25,7 @@ url, name, n, epochs = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[
 with tenbin.Connection(url, producer=name, wait_for=2, pub_nodrop=True, send_timeout=60) as tx:
     for epoch in range(epochs):
         for seq in range(n):
-            x = np.full((8, 4), seq, "f4")
+            x = np.full((8, 4), 100 * int(name[1:]) + seq, "f4")  # names the batch
             tx.send([x, x.sum(axis=1, keepdims=True) / 10])
         tx.end_epoch()
     tx.end_stream()
@@ -42,7 +42,7 @@ dist.init_process_group("gloo", init_method=init, rank=rank, world_size=2, timeo
 torch.manual_seed(0)
 data = tenbin.TensorcomDataset(urls, timeout=30, epoch_timeout=20, expect_producers=2)  # rank, world size: dist's
 model = DistributedDataParallel(torch.nn.Linear(4, 1))
-opt = torch.optim.SGD(model.parameters(), lr=0.001)
+opt = torch.optim.SGD(model.parameters(), lr=1e-5)
 counts = []
 for epoch in range(epochs):
     n = 0
@@ -53,21 +53,33 @@ for epoch in range(epochs):
         n += 1
     counts.append(n)
 dist.barrier()
+assert all(torch.isfinite(p).all() for p in model.parameters())
 print(json.dumps({"counts": counts, "weights": model.module.weight.detach().flatten().tolist(),
                   "stats": data.con.stream_stats()}), flush=True)
 """
 
 
-def test_ddp_ranks_get_equal_batches_every_epoch_and_train_to_the_end():
-    ports = [free_port() for _ in SIZES]
-    producers = [subprocess.Popen([sys.executable, "-c", PRODUCER, f"zpub://127.0.0.1:{port}", f"p{i}", str(n),
-                                   str(EPOCHS)])
+def start_job(rank_code, producer_code, ports, *args):
+    """The producers, then the 2 ranks (given `args` before the URLs)."""
+    producers = [subprocess.Popen([sys.executable, "-c", producer_code, f"zpub://127.0.0.1:{port}", f"p{i}",
+                                   str(n), str(EPOCHS)])
                  for i, (port, n) in enumerate(zip(ports, SIZES))]
     init = f"tcp://127.0.0.1:{free_port()}"
-    ranks = [subprocess.Popen([sys.executable, "-c", RANK, str(r), init, str(EPOCHS)]
+    ranks = [subprocess.Popen([sys.executable, "-c", rank_code, str(r), init, str(EPOCHS), *args]
                               + [f"zsub://127.0.0.1:{port}" for port in ports],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for r in range(2)]
+    return producers, ranks
+
+
+def stop_job(producers, ranks):
+    for p in producers + ranks:
+        p.kill()
+        p.wait()
+
+
+def finish_job(producers, ranks):
+    """What each rank printed, once every process ended well (bounded)."""
     try:
         results = []
         for r in ranks:
@@ -76,10 +88,13 @@ def test_ddp_ranks_get_equal_batches_every_epoch_and_train_to_the_end():
             results.append(json.loads(out))
         for p in producers:
             assert p.wait(timeout=30) == 0
+        return results
     finally:
-        for p in producers + ranks:
-            p.kill()
-            p.wait()
+        stop_job(producers, ranks)
+
+
+def test_ddp_ranks_get_equal_batches_every_epoch_and_train_to_the_end():
+    results = finish_job(*start_job(RANK, PRODUCER, [free_port() for _ in SIZES]))
     # Each rank takes the sequence numbers of its rank modulo 2, of each
     # producer; drop_last drops what would make one rank's share larger.
     share = sum(n // 2 for n in SIZES)
@@ -107,7 +122,7 @@ rank, init, epochs, ckpts, urls = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]
 dist.init_process_group("gloo", init_method=init, rank=rank, world_size=2, timeout=datetime.timedelta(seconds=60))
 data = tenbin.TensorcomDataset(urls, timeout=30, epoch_timeout=20, expect_producers=2)
 model = DistributedDataParallel(torch.nn.Linear(4, 1))
-opt = torch.optim.SGD(model.parameters(), lr=0.001)
+opt = torch.optim.SGD(model.parameters(), lr=1e-5)
 steps = lambda r: {int(p.stem.split("-")[2]) for p in ckpts.glob(f"ckpt-{r}-*.json")}
 both = steps(0) & steps(1)
 step, epoch, trained = 0, 0, []
@@ -134,26 +149,10 @@ dist.barrier()
 print(json.dumps({"trained": trained, "resumed_from": resumed_from, "stats": data.con.stream_stats()}), flush=True)
 """
 
-# Each batch names itself: 100 * producer + seq.
-NAMED_PRODUCER = PRODUCER.replace("np.full((8, 4), seq, \"f4\")", "np.full((8, 4), 100 * int(name[1:]) + seq, \"f4\")")
-
-
-def start_job(ports, ckpts):
-    producers = [subprocess.Popen([sys.executable, "-c", NAMED_PRODUCER, f"zpub://127.0.0.1:{port}", f"p{i}",
-                                   str(n), str(EPOCHS)])
-                 for i, (port, n) in enumerate(zip(ports, SIZES))]
-    init = f"tcp://127.0.0.1:{free_port()}"
-    ranks = [subprocess.Popen([sys.executable, "-c", CHECKPOINTING_RANK, str(r), init, str(EPOCHS), str(ckpts)]
-                              + [f"zsub://127.0.0.1:{port}" for port in ports],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for r in range(2)]
-    return producers, ranks
-
 
 def test_ddp_job_restarted_after_a_rank_was_killed_trains_each_batch_once(tmp_path):
-    assert "100 * int(name[1:])" in NAMED_PRODUCER
     ports = [free_port() for _ in SIZES]
-    producers, ranks = start_job(ports, tmp_path)
+    producers, ranks = start_job(CHECKPOINTING_RANK, PRODUCER, ports, str(tmp_path))
     try:
         deadline = time.monotonic() + 60
         while len(list(tmp_path.glob("ckpt-1-*.json"))) < 7:  # mid epoch 1
@@ -161,25 +160,12 @@ def test_ddp_job_restarted_after_a_rank_was_killed_trains_each_batch_once(tmp_pa
             time.sleep(0.02)
         ranks[1].send_signal(signal.SIGKILL)
     finally:
-        for p in producers + ranks:  # the job fails as a whole: every process goes
-            p.kill()
-            p.wait()
+        stop_job(producers, ranks)  # the job fails as a whole: every process goes
     killed_at = max(int(p.stem.split("-")[2]) for p in tmp_path.glob("ckpt-1-*.json"))
     assert killed_at < EPOCHS * sum(n // 2 for n in SIZES)
 
-    producers, ranks = start_job(ports, tmp_path)  # the producers replay from their start
-    try:
-        results = []
-        for r in ranks:
-            out, err = r.communicate(timeout=120)
-            assert r.returncode == 0, err
-            results.append(json.loads(out))
-        for p in producers:
-            assert p.wait(timeout=30) == 0
-    finally:
-        for p in producers + ranks:
-            p.kill()
-            p.wait()
+    # The producers replay from their start.
+    results = finish_job(*start_job(CHECKPOINTING_RANK, PRODUCER, ports, str(tmp_path)))
     # Both went back to the last step both had saved, mid epoch 1 (what the
     # producers sent again of what they had is dropped: trained once below).
     assert 6 <= results[0]["resumed_from"] == results[1]["resumed_from"] <= killed_at
