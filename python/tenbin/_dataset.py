@@ -121,7 +121,7 @@ class TensorcomDataset(IterableDataset):
                 "give DataLoader batch_size=None")
         return self._batches(self._share())
 
-    def _batches(self, n):
+    def _open(self):
         if self.con is None:
             rank, world_size = self._ranks()
             self.con = Loader(self.urls, converters=self.converters, rank=rank, world_size=world_size,
@@ -129,6 +129,10 @@ class TensorcomDataset(IterableDataset):
             if self._resume is not None:
                 self.con.load_state_dict(self._resume)
                 self._resume = None
+        return self.con
+
+    def _batches(self, n):
+        self._open()
         for _ in range(n):
             try:
                 yield self.con.next()
@@ -144,12 +148,17 @@ class TensorcomDataset(IterableDataset):
         return self._resume if self._resume is not None else {"epoch": 0, "producers": {}}
 
     def load_state_dict(self, state):
-        """Resumes from ``state`` (a ``state_dict()`` saved before): given to
-        the Loader, at once or when iteration opens it."""
-        if self.con is not None:
-            self.con.load_state_dict(state)
-        else:
+        """Resumes from ``state`` (a ``state_dict()`` saved before). In the
+        main process (``num_workers=0``) it opens the Loader now, so that
+        the state is in place before the producers send (call it after
+        ``init_process_group``: the Loader takes the rank then); in a
+        worker, when iteration opens it."""
+        if self.con is None:
             self._resume = state
+            if get_worker_info() is None:
+                self._open()
+        else:
+            self.con.load_state_dict(state)
 
     def __len__(self):
         return self.length

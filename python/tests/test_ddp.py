@@ -5,7 +5,7 @@ epoch, training runs to its end in step, nothing hangs (every wait is
 bounded, so a failure fails); then a rank SIGKILLed mid-run and the job
 restarted from the ranks' saved states: every batch trained once."""
 import json
-import pathlib
+import select
 import signal
 import subprocess
 import sys
@@ -59,16 +59,23 @@ print(json.dumps({"counts": counts, "weights": model.module.weight.detach().flat
 """
 
 
-def start_job(rank_code, producer_code, ports, *args):
-    """The producers, then the 2 ranks (given `args` before the URLs)."""
-    producers = [subprocess.Popen([sys.executable, "-c", producer_code, f"zpub://127.0.0.1:{port}", f"p{i}",
-                                   str(n), str(EPOCHS)])
-                 for i, (port, n) in enumerate(zip(ports, SIZES))]
+def start_job(rank_code, producer_code, ports, *args, resuming=False):
+    """The 2 ranks (given `args` before the URLs) and the producers; ranks
+    resuming first say they loaded their states, so that no batch comes
+    before it."""
     init = f"tcp://127.0.0.1:{free_port()}"
     ranks = [subprocess.Popen([sys.executable, "-c", rank_code, str(r), init, str(EPOCHS), *args]
                               + [f"zsub://127.0.0.1:{port}" for port in ports],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for r in range(2)]
+    for r in ranks if resuming else []:
+        ready = select.select([r.stdout], [], [], 60)[0] and r.stdout.readline().strip() == "ready"
+        if not ready:
+            stop_job([], ranks)
+            raise AssertionError("a rank did not resume")
+    producers = [subprocess.Popen([sys.executable, "-c", producer_code, f"zpub://127.0.0.1:{port}", f"p{i}",
+                                   str(n), str(EPOCHS)])
+                 for i, (port, n) in enumerate(zip(ports, SIZES))]
     return producers, ranks
 
 
@@ -130,7 +137,8 @@ resumed_from = 0
 if both:
     step = resumed_from = max(both)
     saved = json.loads((ckpts / f"ckpt-{rank}-{step:05d}.json").read_text())
-    data.load_state_dict(saved["data"])
+    data.load_state_dict(saved["data"])  # opens its loader, subscribed: producers may start
+    print("ready", flush=True)
     epoch, trained = saved["data"]["epoch"], saved["trained"]
     model.module.load_state_dict({k: torch.tensor(v) for k, v in saved["model"].items()})
 for epoch in range(epoch, epochs):
@@ -165,13 +173,13 @@ def test_ddp_job_restarted_after_a_rank_was_killed_trains_each_batch_once(tmp_pa
     assert killed_at < EPOCHS * sum(n // 2 for n in SIZES)
 
     # The producers replay from their start.
-    results = finish_job(*start_job(CHECKPOINTING_RANK, PRODUCER, ports, str(tmp_path)))
+    results = finish_job(*start_job(CHECKPOINTING_RANK, PRODUCER, ports, str(tmp_path), resuming=True))
     # Both went back to the last step both had saved, mid epoch 1 (what the
     # producers sent again of what they had is dropped: trained once below).
     assert 6 <= results[0]["resumed_from"] == results[1]["resumed_from"] <= killed_at
-    assert all(res["stats"]["gaps"] == 0 for res in results), [res["stats"] for res in results]
     for epoch in range(EPOCHS):
         per_rank = [sorted(i for e, i in res["trained"] if e == epoch) for res in results]
         assert len(per_rank[0]) == len(per_rank[1]) == sum(n // 2 for n in SIZES), (epoch, per_rank)
         for rank, got in enumerate(per_rank):
             assert got == sorted(100 * p + seq for p, n in enumerate(SIZES) for seq in range(rank, n - n % 2, 2))
+    assert [res["stats"]["gaps"] for res in results] == [0, 0], [(res["stats"], res["resumed_from"]) for res in results]

@@ -4,6 +4,7 @@ state_dict against `tenbin serve` replaying a shard, over tcp, ipc and
 +shm; what the keywords refuse."""
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -186,6 +187,7 @@ if os.path.exists(ckpt):
         saved = json.load(f)
     processed = saved["processed"]
     loader.load_state_dict(saved["state"])
+print("ready", flush=True)  # a batch that came before the state would be counted wrong
 
 def checkpoint():
     with open(ckpt + ".tmp", "w") as f:
@@ -213,6 +215,13 @@ def shard(tmp_path):
             tenbin.save(str(member), np.array([i], "i4"))
             tar.add(member, arcname=member.name)
     return path
+
+
+def ready(process, seconds=30):
+    """Whether `process` said "ready" on its stdout within `seconds`."""
+    if not select.select([process.stdout], [], [], seconds)[0]:
+        return False
+    return process.stdout.readline().strip() == "ready"
 
 
 def processed(ckpt):
@@ -246,6 +255,7 @@ def test_a_trainer_killed_mid_epoch_resumes_from_its_state_each_batch_once(tmp_p
     # Restarted from the checkpoint; the producer replays the shard from its start.
     trainer = subprocess.Popen([sys.executable, "-c", TRAINER, recv_url, ckpt, "0"], stdout=subprocess.PIPE,
                                text=True)
+    assert ready(trainer), "the trainer did not start"
     producer = subprocess.Popen(serve, stderr=subprocess.PIPE, text=True)
     out, _ = trainer.communicate(timeout=60)
     assert trainer.returncode == 0 and out.strip() == "done"
