@@ -133,6 +133,20 @@ TEST_CASE("a buffer's keeper lives as long as any copy or slice") {
     }
 }
 
+TEST_CASE("keep shares owned bytes and copies views and borrowed bytes") {
+    std::array<std::byte, 4> storage{};
+    const tensor owned(dtype::u1, {4}, buffer::copy(storage));
+    const tensor borrowed(dtype::u1, {4}, buffer::borrow(storage));
+    const std::vector<tensor> list{owned, borrowed};
+    const std::vector<tensor> kept = keep(list);
+    CHECK(kept[0].data().data() == owned.data().data());
+    CHECK(kept[1].data().data() != borrowed.data().data());
+    storage[0] = std::byte{7};  // the caller refills its memory after the send
+    CHECK(kept[1].data().data()[0] == std::byte{0});
+    const std::vector<tensor_view> views{borrowed.view()};
+    CHECK(keep(views)[0].data().data() != borrowed.data().data());
+}
+
 TEST_CASE("shapes keep small ranks inline, larger ones on the heap, and behave as values") {
     shape_t small{2, 3, 4};
     CHECK(small.size() == 3);

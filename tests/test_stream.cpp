@@ -310,6 +310,21 @@ TEST_CASE("the state leaves out what was given but not taken; resuming from it d
           0);
 }
 
+TEST_CASE("the state of a consumer whose queue holds several short epochs stands at its oldest untaken batch") {
+    consumer c;
+    for (std::uint64_t e = 0; e < 3; ++e) {
+        for (std::uint64_t k = 0; k < 4; ++k) c.batch("a", e, k);
+        c.end("a", e, 4);
+    }
+    c.end("a", 3, 0, stream_position::mark::stream_end);
+    // The user took a0.0 and a0.1; the rest of the three epochs waits in its queue.
+    const std::vector<stream_position> pending(c.given.begin() + 2, c.given.end());
+    const stream_state s = c.tracker.state(0, pending);
+    CHECK(to_json(s) == R"({"epoch":0,"producers":{"a":{"epoch":0,"next":2,"taken":[],"finished":false}}})");
+    CHECK_FALSE(stream_tracker::taken_in(s, stream_position{"a", 0, 1, 3}));
+    CHECK(stream_tracker::taken_in(s, stream_position{"a", 0, 0, 1}));
+}
+
 TEST_CASE("ranks of a distributed job get equal shares: drop_last drops the remainder, otherwise ranks are padded") {
     for (const bool drop_last : {true, false}) {
         CAPTURE(drop_last);

@@ -280,6 +280,19 @@ stream_state stream_tracker::state(std::uint64_t consumer_epoch, const std::vect
             next = p.prev.next;
             taken = p.prev.above;
         }
+        // One older than what is remembered here (a consumer whose queue
+        // holds several short epochs): the consumer takes its queue in
+        // order, so nothing of the producer after that batch was taken.
+        const stream_position* oldest = nullptr;
+        for (const stream_position* q : mine)
+            if (q->kind == stream_position::mark::batch && q->epoch < epoch &&
+                (!oldest || q->epoch < oldest->epoch || (q->epoch == oldest->epoch && q->seq < oldest->seq)))
+                oldest = q;
+        if (oldest) {
+            epoch = oldest->epoch;
+            next = oldest->seq;
+            taken.clear();
+        }
         std::set<std::uint64_t> out_of_it;
         for (const stream_position* q : mine)
             if (q->epoch == epoch && q->kind == stream_position::mark::batch) out_of_it.insert(q->seq);
@@ -295,7 +308,7 @@ stream_state stream_tracker::state(std::uint64_t consumer_epoch, const std::vect
         ps.epoch = epoch;
         ps.next = next;
         ps.taken.assign(taken.begin(), taken.end());
-        ps.finished = p.finished && !in_prev && out_of_it.empty();
+        ps.finished = p.finished && !in_prev && !oldest && out_of_it.empty();
         s.producers.emplace(name, std::move(ps));
     }
     return s;

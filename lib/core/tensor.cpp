@@ -212,7 +212,8 @@ std::vector<tensor> keep(tensor_span tensors) {
     for (std::size_t i = 0; i < tensors.size(); ++i) {
         const tensor_view v = tensors[i];
         const buffer* owner = tensors.owner(i);
-        out.push_back(owner ? tensor(v.dtype, shape_t(v.shape.begin(), v.shape.end()), *owner, v.info) : tensor::copy(v));
+        // A borrowed buffer is the caller's memory, free to change after the call.
+        out.push_back(owner && owner->owned() ? tensor(v.dtype, shape_t(v.shape.begin(), v.shape.end()), *owner, v.info) : tensor::copy(v));
     }
     return out;
 }

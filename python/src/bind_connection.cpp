@@ -30,6 +30,11 @@ bool can_send(tenbin::socket_kind k) {
     return k != tenbin::socket_kind::pull && k != tenbin::socket_kind::sub;
 }
 
+// A time as seconds since the Unix epoch (Python's time.time()).
+double unix_seconds(std::chrono::system_clock::time_point t) {
+    return std::chrono::duration<double>(t.time_since_epoch()).count();
+}
+
 // ---- Connection ------------------------------------------------------------
 
 class py_connection {
@@ -96,7 +101,9 @@ public:
         }
     }
 
-    py::list recv(const py::object& timeout) {
+    // One message, or None at the end of an epoch of a numbered stream
+    // (epoch_ended() and stream_ended() tell which end).
+    py::object recv(const py::object& timeout) {
         drain_deferred();
         emit_notices();
         // A message already waiting is taken with the GIL held: releasing
@@ -104,20 +111,110 @@ public:
         // whose receive asks the sender on its side channel and may wait.
         if (!shm_) {
             std::unique_lock lock(use_, std::try_to_lock);
-            if (lock && !closed_ && conn_)
+            if (lock && !closed_ && conn_) {
                 if (auto m = conn_->try_recv()) return arrays_of(*m);
+                if (conn_->epoch_ended() || conn_->stream_ended()) return py::none();
+            }
         }
         const auto t = timeout.is_none() ? recv_timeout_ : seconds_arg(timeout, "timeout");
         const auto deadline = deadline_after(t);
         for (;;) {
-            auto m = without_gil([&] { return use([&](tenbin::connection& c) { return c.recv(); }); });
+            bool ended = false;
+            auto m = without_gil([&] {
+                return use([&](tenbin::connection& c) {
+                    auto got = c.recv();
+                    ended = !got && (c.epoch_ended() || c.stream_ended());  // an end, not a slice's timeout
+                    return got;
+                });
+            });
             if (m) return arrays_of(*m);
+            if (ended) return py::none();
             check_signals();
             if (clock_type::now() >= deadline) {
                 emit_notices();
                 raise_error(tenbin::errc::timeout, "no message arrived within " + seconds_text(t) + " on " + where_);
             }
         }
+    }
+
+    // Numbered streams, sending: an end mark, waiting as send() does.
+    void end(bool stream) {
+        drain_deferred();
+        emit_notices();
+        const auto deadline = deadline_after(send_timeout_);
+        for (;;) {
+            if (without_gil([&] {
+                    return use([&](tenbin::connection& c) { return stream ? c.end_stream() : c.end_epoch(); });
+                }))
+                return;
+            check_signals();
+            if (clock_type::now() >= deadline)
+                raise_error(tenbin::errc::timeout, std::string(stream ? "the stream's" : "the epoch's") +
+                                                       " end could not be sent within " + seconds_text(send_timeout_) +
+                                                       " on " + where_ + " (no receiver?)");
+        }
+    }
+
+    py::object position() {
+        const auto p = without_gil([&] { return use([](tenbin::connection& c) { return c.position(); }); });
+        if (!p) return py::none();
+        return py::make_tuple(p->producer, p->epoch, p->seq);
+    }
+    void seek(std::uint64_t epoch, std::uint64_t seq) {
+        without_gil([&] { use([&](tenbin::connection& c) { c.seek(epoch, seq); }); });
+    }
+    std::uint64_t epoch() {
+        return inspect([](tenbin::connection& c) { return c.epoch(); }, final_state_.epoch);
+    }
+    bool epoch_ended() {
+        return inspect([](tenbin::connection& c) { return c.epoch_ended(); }, false);
+    }
+    bool stream_ended() {
+        return inspect([](tenbin::connection& c) { return c.stream_ended(); }, final_stream_ended_);
+    }
+    std::string state() {
+        return tenbin::to_json(inspect([](tenbin::connection& c) { return c.state(); }, final_state_));
+    }
+    void load_state(const std::string& json) {
+        const auto s = tenbin::stream_state_from_json(json);
+        without_gil([&] { use([&](tenbin::connection& c) { c.load_state(s); }); });
+    }
+    py::dict stream_stats() {
+        return stream_stats_dict(inspect([](tenbin::connection& c) { return c.stream_stats(); }, final_stream_stats_));
+    }
+    std::size_t subscribers() {
+        return inspect([](tenbin::connection& c) { return c.subscribers(); }, std::size_t{0});
+    }
+    std::vector<std::string> subscriber_names() {
+        return inspect([](tenbin::connection& c) { return c.subscriber_names(); }, std::vector<std::string>{});
+    }
+    py::list consumers() {
+        py::list out;
+        for (const auto& c : inspect([](tenbin::connection& c) { return c.consumers(); }, std::vector<tenbin::consumer_info>{})) {
+            py::dict d;
+            d["name"] = c.name;
+            d["connected_since"] = unix_seconds(c.connected_since);
+            d["last_heard"] = unix_seconds(c.last_heard);
+            d["credits"] = c.credits;
+            d["in_flight"] = c.in_flight;
+            d["acknowledged"] = c.acknowledged;
+            d["redelivered"] = c.redelivered;
+            out.append(d);
+        }
+        return out;
+    }
+    py::dict delivery_stats() {
+        const auto n = inspect([](tenbin::connection& c) { return c.delivery_stats(); }, final_delivery_);
+        py::dict d;
+        d["sent"] = n.sent;
+        d["acknowledged"] = n.acknowledged;
+        d["redelivered"] = n.redelivered;
+        d["skipped"] = n.skipped;
+        d["consumers_lost"] = n.consumers_lost;
+        d["producers_lost"] = n.producers_lost;
+        d["bad_acks"] = n.bad_acks;
+        d["bad_messages"] = n.bad_messages;
+        return d;
     }
 
     // A writable array on a block of the connection's pool: its +shm pool
@@ -167,6 +264,10 @@ public:
             final_stats_ = conn_->stats();
             final_endpoints_ = conn_->endpoints();
             final_other_topics_ = conn_->other_topics();
+            final_state_ = conn_->state();
+            final_stream_ended_ = conn_->stream_ended();
+            final_stream_stats_ = conn_->stream_stats();
+            final_delivery_ = conn_->delivery_stats();
             conn_->close();
             conn_.reset();
             heap_pool_.reset();
@@ -241,6 +342,10 @@ private:
     tenbin::statistics final_stats_;
     std::vector<tenbin::endpoint> final_endpoints_;
     std::uint64_t final_other_topics_ = 0;
+    tenbin::stream_state final_state_;
+    bool final_stream_ended_ = false;
+    tenbin::stream_counters final_stream_stats_;
+    tenbin::delivery_counters final_delivery_;
 };
 
 }  // namespace
@@ -254,6 +359,19 @@ py::list endpoints_list(const std::vector<tenbin::endpoint>& eps) {
     py::list out;
     for (const auto& e : eps) out.append(py::make_tuple(std::string(tenbin::name(e.kind)), e.bind, e.address));
     return out;
+}
+
+py::dict stream_stats_dict(const tenbin::stream_counters& n) {
+    py::dict d;
+    d["gaps"] = n.gaps;
+    d["duplicates"] = n.duplicates;
+    d["late"] = n.late;
+    d["epochs"] = n.epochs;
+    d["producers_timed_out"] = n.producers_timed_out;
+    d["dropped_remainder"] = n.dropped_remainder;
+    d["padded"] = n.padded;
+    d["after_end"] = n.after_end;
+    return d;
 }
 
 py::dict stats_dict(const tenbin::statistics& s) {
@@ -283,7 +401,21 @@ void bind_connection(py::module_& m) {
         .def("reset_stats", &py_connection::reset_stats)
         .def("endpoints", &py_connection::endpoints)
         .def("other_topics", &py_connection::other_topics)
-        .def("refused_handshakes", &py_connection::refused_handshakes);
+        .def("refused_handshakes", &py_connection::refused_handshakes)
+        .def("end_epoch", [](py_connection& c) { c.end(false); })
+        .def("end_stream", [](py_connection& c) { c.end(true); })
+        .def("position", &py_connection::position)
+        .def("seek", &py_connection::seek)
+        .def("epoch", &py_connection::epoch)
+        .def("epoch_ended", &py_connection::epoch_ended)
+        .def("stream_ended", &py_connection::stream_ended)
+        .def("state", &py_connection::state)
+        .def("load_state", &py_connection::load_state)
+        .def("stream_stats", &py_connection::stream_stats)
+        .def("subscribers", &py_connection::subscribers)
+        .def("subscriber_names", &py_connection::subscriber_names)
+        .def("consumers", &py_connection::consumers)
+        .def("delivery_stats", &py_connection::delivery_stats);
 
     m.def("parse_urls", [](const std::vector<std::string>& urls, const py::object& kind, const py::object& bind) {
         tenbin::url_options u{kind_arg(kind), bind.is_none() ? std::nullopt : std::optional<bool>(truth(bind))};

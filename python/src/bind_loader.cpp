@@ -49,10 +49,11 @@ public:
         take_gil_back(state);
     }
 
-    // The next batch; Timeout after `timeout` seconds (default: the
-    // loader's); Closed once closed (or ended by a socket failure) and
-    // drained.
-    py::list next(const py::object& timeout) {
+    // The next batch, or None at the end of an epoch of a numbered stream
+    // (epoch_ended() and stream_ended() tell which end); Timeout after
+    // `timeout` seconds (default: the loader's); Closed once closed (or
+    // ended by a socket failure) and drained.
+    py::object next(const py::object& timeout) {
         drain_deferred();
         emit_notices();
         // A batch already queued is taken with the GIL held (as
@@ -60,14 +61,19 @@ public:
         // a timed wait that returns at once, a system call.
         auto queued = share();
         std::optional<std::vector<tenbin::tensor>> waiting;
-        if (queued && queued->queued_messages() > 0) waiting = queued->next(0ms);
+        bool at_end = false;
+        if (queued && (queued->queued_messages() > 0 || queued->stream_ended())) {
+            waiting = queued->next(0ms);
+            at_end = !waiting && (queued->epoch_ended() || queued->stream_ended());
+        }
         let_go(queued);
         if (waiting) return arrays_of(*waiting);
+        if (at_end) return py::none();
         const auto t = timeout.is_none() ? timeout_ : seconds_arg(timeout, "timeout");
         const auto deadline = deadline_after(t);
         for (;;) {
             const auto slice = slice_until(deadline);
-            bool ended = false;
+            bool ended = false, epoch_end = false;
             auto m = without_gil([&] {
                 auto l = share();
                 if (!l) {
@@ -75,10 +81,13 @@ public:
                     return std::optional<std::vector<tenbin::tensor>>();
                 }
                 auto batch = l->next(slice);
-                ended = !batch && l->closed();  // nothing back: a timeout, unless closed and drained
+                // Nothing back: a timeout, unless an end or closed and drained.
+                epoch_end = !batch && (l->epoch_ended() || l->stream_ended());
+                ended = !batch && l->closed();
                 return batch;
             });
             if (m) return arrays_of(*m);
+            if (epoch_end) return py::none();
             if (ended) {
                 emit_notices();
                 raise_error(tenbin::errc::closed,
@@ -112,6 +121,9 @@ public:
             final_stats_ = loader_->stats();
             final_endpoints_ = loader_->endpoints();
             final_malformed_ = loader_->malformed();
+            final_state_ = loader_->state();
+            final_stream_ended_ = loader_->stream_ended();
+            final_stream_stats_ = loader_->stream_stats();
             l.swap(loader_);
         }
         // The last reference destroys it (waiting for its thread), here or
@@ -135,6 +147,22 @@ public:
     std::uint64_t refused_handshakes() { return read([](auto& l) { return l.refused_handshakes(); }, std::uint64_t{0}); }
     py::list endpoints() { return endpoints_list(read([](auto& l) { return l.endpoints(); }, final_endpoints_)); }
     bool closed() const { return closed_; }
+    std::uint64_t epoch() { return read([](auto& l) { return l.epoch(); }, final_state_.epoch); }
+    bool epoch_ended() { return read([](auto& l) { return l.epoch_ended(); }, false); }
+    bool stream_ended() { return read([](auto& l) { return l.stream_ended(); }, final_stream_ended_); }
+    std::string state() { return tenbin::to_json(read([](auto& l) { return l.state(); }, final_state_)); }
+    void load_state(const std::string& json) {
+        const auto s = tenbin::stream_state_from_json(json);
+        auto l = share();
+        if (!l) raise_error(tenbin::errc::closed, "the loader on " + where_ + " was closed: it cannot load a state");
+        without_gil([&] {
+            l->load_state(s);
+            l.reset();
+        });
+    }
+    py::dict stream_stats() {
+        return stream_stats_dict(read([](auto& l) { return l.stream_stats(); }, final_stream_stats_));
+    }
 
 private:
     std::shared_ptr<tenbin::loader> share() {
@@ -170,6 +198,9 @@ private:
     tenbin::statistics final_stats_;
     std::vector<tenbin::endpoint> final_endpoints_;
     std::uint64_t final_malformed_ = 0;
+    tenbin::stream_state final_state_;
+    bool final_stream_ended_ = false;
+    tenbin::stream_counters final_stream_stats_;
 };
 
 }  // namespace
@@ -187,7 +218,13 @@ void bind_loader(py::module_& m) {
         .def("queued_bytes", &py_loader::queued_bytes)
         .def("malformed", &py_loader::malformed)
         .def("refused_handshakes", &py_loader::refused_handshakes)
-        .def("endpoints", &py_loader::endpoints);
+        .def("endpoints", &py_loader::endpoints)
+        .def("epoch", &py_loader::epoch)
+        .def("epoch_ended", &py_loader::epoch_ended)
+        .def("stream_ended", &py_loader::stream_ended)
+        .def("state", &py_loader::state)
+        .def("load_state", &py_loader::load_state)
+        .def("stream_stats", &py_loader::stream_stats);
 }
 
 }  // namespace tenbin_py

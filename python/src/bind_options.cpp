@@ -91,6 +91,15 @@ void bind_options(py::module_& m) {
     TENBIN_INT("recv_hwm", recv_hwm, INT_MAX);
     TENBIN_INT("stats_horizon", stats_horizon, SIZE_MAX);
     TENBIN_INT("shm_pool_bytes", shm_pool_bytes, SIZE_MAX);
+    TENBIN_BOOL("stream", stream);
+    TENBIN_INT("expect_producers", streams.expect_producers, SIZE_MAX);
+    TENBIN_INT("rank", streams.rank, SIZE_MAX);
+    TENBIN_INT("world_size", streams.world_size, SIZE_MAX);
+    TENBIN_BOOL("drop_last", streams.drop_last);
+    TENBIN_BOOL("acked", acked);
+    TENBIN_INT("credit", credit, SIZE_MAX);
+    TENBIN_INT("wait_for", wait_for, SIZE_MAX);
+    TENBIN_INT("replay_window", replay_window, SIZE_MAX);
 #undef TENBIN_BOOL
 #undef TENBIN_INT
     c.def_property(
@@ -99,6 +108,37 @@ void bind_options(py::module_& m) {
     c.def_property(
         "expect_infos", [](const O& o) { return py::cast(o.options.decode.expect_infos); },
         [](O& o, const py::handle& v) { o.options.decode.expect_infos = strings_arg(v, "expect_infos"); });
+    c.def_property(
+        "wait_for_names", [](const O& o) { return py::cast(o.options.wait_for_names); },
+        [](O& o, const py::handle& v) {
+            o.options.wait_for_names = strings_arg(v, "wait_for_names").value_or(std::vector<std::string>{});
+        });
+    // Names: None for none (the library makes one up where it needs one).
+    const auto name_property = [&](const char* keyword, std::string tenbin::connection_options::*field) {
+        c.def_property(
+            keyword,
+            [field](const O& o) -> py::object {
+                return (o.options.*field).empty() ? py::object(py::none()) : py::str(o.options.*field);
+            },
+            [field, keyword](O& o, const py::handle& v) {
+                if (!v.is_none() && !py::isinstance<py::str>(v))
+                    raise_error(tenbin::errc::bad_argument, std::string(keyword) + " must be a string or None");
+                o.options.*field = v.is_none() ? std::string() : v.cast<std::string>();
+            });
+    };
+    name_property("producer", &tenbin::connection_options::producer);
+    name_property("name", &tenbin::connection_options::name);
+    c.def_property(
+        "ack",
+        [](const O& o) { return o.options.ack == tenbin::ack_mode::on_take ? "take" : "release"; },
+        [](O& o, const py::handle& v) {
+            const std::string mode = py::isinstance<py::str>(v) ? v.cast<std::string>() : "";
+            if (mode != "take" && mode != "release")
+                raise_error(tenbin::errc::bad_argument, "ack=" + py::repr(v).cast<std::string>() +
+                                                            ": \"release\" (when the batch's arrays are dropped) or "
+                                                            "\"take\" (when recv or next gives it)");
+            o.options.ack = mode == "take" ? tenbin::ack_mode::on_take : tenbin::ack_mode::on_release;
+        });
     c.def_property(
         "kind",
         [](const O& o) -> py::object {
@@ -129,6 +169,12 @@ void bind_options(py::module_& m) {
     c.def_property(
         "shm_lease", [](const O& o) { return seconds_of(o.options.shm_lease); },
         [](O& o, const py::handle& v) { o.options.shm_lease = seconds_or_forever(v, "shm_lease"); });
+    c.def_property(
+        "epoch_timeout", [](const O& o) { return seconds_of(o.options.streams.epoch_timeout); },
+        [](O& o, const py::handle& v) { o.options.streams.epoch_timeout = seconds_or_forever(v, "epoch_timeout"); });
+    c.def_property(
+        "ack_heartbeat", [](const O& o) { return seconds_of(o.options.ack_heartbeat); },
+        [](O& o, const py::handle& v) { o.options.ack_heartbeat = seconds_or_forever(v, "ack_heartbeat"); });
     // CURVE: certificate files, read when set (a bad one fails at once).
     c.def_property(
         "curve_cert", [](const O& o) { return o.curve_cert; },

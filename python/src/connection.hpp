@@ -34,6 +34,8 @@ std::string urls_text(const std::vector<std::string>& urls);
 py::list endpoints_list(const std::vector<tenbin::endpoint>& eps);
 // A statistics snapshot as a dict (tenbin.Statistics reads it).
 py::dict stats_dict(const tenbin::statistics& s);
+// A consumer's stream counters as a dict (stream_stats()).
+py::dict stream_stats_dict(const tenbin::stream_counters& n);
 // A pool's counts as a dict (TensorPool.stats, Connection.pool_stats).
 py::dict pool_stats_dict(const tenbin::pool_stats& st);
 

@@ -24,9 +24,9 @@ Importing tenbin changes nothing outside it (see ``reuse_large_allocations``).
 
 from ._tenbin import __version__, reuse_large_allocations
 from ._errors import (BadArgument, BadCertificate, BadExtension, BadHeader, BadMagic, BadURL, Closed,
-                      DataSizeMismatch, ERRC, Error, InfoMismatch, IOFailure, LengthBeyondEnd, LimitExceeded,
-                      Malformed, NegativeLength, Notice, OddChunkCount, Timeout, Truncated, UnknownDtype,
-                      Unsupported)
+                      DataSizeMismatch, EpochEnd, ERRC, Error, InfoMismatch, IOFailure, LengthBeyondEnd, LimitExceeded,
+                      Malformed, NegativeLength, Notice, OddChunkCount, StreamEnd, Timeout, Truncated,
+                      UnknownDtype, Unsupported)
 from ._codec import (decode_buffer, decode_list, encode_buffer, encode_list, load, load_mmap, read, save,
                      write)
 from ._sockets import (sctp_recv, sctp_send, zrecv, zrecv_multipart, zrecv_single, zsend_multipart,
@@ -55,5 +55,6 @@ __all__ = [
     # errors
     "Error", "Malformed", "BadMagic", "Truncated", "LengthBeyondEnd", "NegativeLength", "UnknownDtype",
     "OddChunkCount", "DataSizeMismatch", "BadHeader", "LimitExceeded", "BadArgument", "InfoMismatch",
-    "BadExtension", "IOFailure", "Timeout", "BadURL", "Unsupported", "BadCertificate", "Closed", "ERRC", "Notice",
+    "BadExtension", "IOFailure", "Timeout", "BadURL", "Unsupported", "BadCertificate", "Closed", "EpochEnd", "StreamEnd", "ERRC",
+    "Notice",
 ]

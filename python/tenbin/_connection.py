@@ -6,9 +6,12 @@ from ._public import public
 
 from . import _tenbin
 from ._convert import converters_of, listify, transform_with
-from ._errors import BadArgument, Closed, Timeout
+import json
+
+from ._errors import BadArgument, Closed, EpochEnd, Timeout
 from ._options import DEFAULTS, OPTION_KEYWORDS, SEND_TIMEOUT, checked_keywords, connection_options
 from ._statistics import Statistics
+from ._streams import state_json, stream_end
 from ._urls import describe_endpoints, url_list
 
 __all__ = ["Connection"]
@@ -65,6 +68,34 @@ class Connection:
     folder of the public certificates of the clients allowed in, on the side
     that binds; without it any client holding a key pair).
 
+    Numbered streams (see the Python guide's "Epochs and resume"), sending:
+    ``producer`` (a name, stable across restarts, under which the messages
+    are numbered: epoch and sequence), ``stream`` (number them under a
+    made-up name); ``end_epoch()``, ``end_stream()``, ``position()``,
+    ``seek()``. Receiving: ``recv()`` raises ``EpochEnd`` at an epoch's end
+    (``StreamEnd`` at the stream's) and iteration stops there, so ``for
+    batch in connection`` is one epoch and the next loop the next one;
+    ``epoch_timeout`` (seconds a producer that has not ended an epoch the
+    others ended may stay silent; 30), ``expect_producers`` (producers an
+    epoch waits for), ``rank``, ``world_size``, ``drop_last`` (each of
+    ``world_size`` consumers takes the batches whose sequence number is its
+    rank modulo the world size, as many per epoch: the remainder dropped,
+    or short ranks padded); ``state_dict()``, ``load_state_dict()``. The
+    stream's epoch is ``stream_epoch``: ``epoch`` stays tensorcom's (the
+    length ``len()`` gives).
+
+    Acknowledged delivery, zpush/zpull on both ends: ``acked=True``;
+    consumers take ``credit`` batches at most before acknowledging them,
+    ``ack="release"`` (when the batch's arrays are all dropped, so a batch
+    being worked on by a consumer that dies goes to another) or ``"take"``
+    (when ``recv`` gives it); ``ack_heartbeat`` (seconds; three missed make
+    the other end dead; 1); ``name`` (this end's name, as its producers and
+    metrics see it). A producer's ``consumers()`` and ``delivery_stats()``.
+    PUB: ``wait_for`` (the first send waits, at most ``send_timeout``, for
+    that many subscribers), ``wait_for_names`` (named ones), ``replay_window``
+    (a late subscriber gets the first batches of the current epoch);
+    ``subscribers()``, ``subscriber_names()``.
+
     ``on_notice``: a function given what the connection says once (a
     message of a longer topic passed over, ...); by default a
     ``tenbin.Notice`` warning.
@@ -85,7 +116,10 @@ class Connection:
                  max_tensors=DEFAULTS.max_tensors, max_rank=DEFAULTS.max_rank, max_bytes=DEFAULTS.max_bytes,
                  tensorcom_compatible=False, pub_nodrop=False, immediate=DEFAULTS.immediate, heartbeat=None,
                  shm_pool_bytes=DEFAULTS.shm_pool_bytes, shm_lease=DEFAULTS.shm_lease, curve_cert=None,
-                 curve_server=None, curve_allow=None, on_notice=None):
+                 curve_server=None, curve_allow=None, producer=None, stream=False,
+                 epoch_timeout=DEFAULTS.epoch_timeout, expect_producers=0, rank=0, world_size=1, drop_last=True,
+                 acked=False, credit=DEFAULTS.credit, ack="release", ack_heartbeat=DEFAULTS.ack_heartbeat,
+                 name=None, wait_for=0, wait_for_names=None, replay_window=0, on_notice=None):
         given = locals()
         self._options, self._on_notice = connection_options(
             **{k: given[k] for k in OPTION_KEYWORDS if k in given})
@@ -223,9 +257,15 @@ class Connection:
         the received frames, then applies batch_transforms and converters.
         Raises ``Timeout`` after ``timeout`` seconds (default: the
         connection's), ``Closed`` once closed, a ``Malformed`` subclass for
-        a bad message (the connection stays usable). A message already
-        waiting is taken without releasing the GIL."""
-        data = (self._conn or self._open()).recv(timeout)
+        a bad message (the connection stays usable). A numbered stream:
+        ``EpochEnd`` at the end of an epoch (the next call gives the next
+        epoch's first batch), ``StreamEnd`` once every producer ended its
+        stream. A message already waiting is taken without releasing the
+        GIL."""
+        conn = self._conn or self._open()
+        data = conn.recv(timeout)
+        if data is None:
+            raise stream_end(conn, self._urls)
         if self.batch_transforms:
             data = transform_with(data, self.batch_transforms)
         if self.converters:
@@ -254,7 +294,8 @@ class Connection:
 
     def items(self, report=-1):
         """Yields received lists; ends after ``total`` samples if given, at
-        a receive timeout (``timeout``), or once closed."""
+        a receive timeout (``timeout``), at the end of a numbered stream's
+        epoch, or once closed."""
         next_report = 0
         report = report if report > 0 else self.report
         while True:
@@ -262,7 +303,7 @@ class Connection:
                 return
             try:
                 result = self.recv()
-            except (Timeout, Closed):
+            except (Timeout, Closed, EpochEnd):
                 return
             if report > 0 and self.count >= next_report:
                 print("count", self.count, self.stats.summary())
@@ -272,6 +313,87 @@ class Connection:
 
     def __iter__(self):
         return self.items()
+
+    # ---- numbered streams, sending
+
+    def end_epoch(self):
+        """Ends this producer's epoch (an end mark after its batches) and
+        begins the next. Needs ``producer`` or ``stream``; waits as ``send``
+        does."""
+        self._open().end_epoch()
+
+    def end_stream(self):
+        """Ends this producer's stream: consumers' iteration ends for good
+        (``StreamEnd``) once every producer ended its own."""
+        self._open().end_stream()
+
+    def position(self):
+        """Where the next message sent stands, ``(producer, epoch, seq)``;
+        None unless the connection numbers its messages."""
+        return self._open().position()
+
+    def seek(self, epoch, seq):
+        """Numbers the next message ``seq`` of ``epoch``: a producer that
+        replays its data resumes the numbering where its consumers are."""
+        self._open().seek(int(epoch), int(seq))
+
+    # ---- numbered streams, receiving
+
+    @property
+    def stream_epoch(self) -> int:
+        """The numbered stream's epoch this consumer is in (counted from
+        the state it resumed from); ``epoch`` is tensorcom's length."""
+        return self._open().epoch()
+
+    def epoch_ended(self) -> bool:
+        """Whether the last receive that gave nothing ended an epoch."""
+        return self._open().epoch_ended()
+
+    def stream_ended(self) -> bool:
+        """Whether every producer ended its stream."""
+        return self._open().stream_ended()
+
+    def state_dict(self):
+        """What this consumer has taken of its streams, to resume from: a
+        plain dict (picklable, JSON-able) ``{"epoch": E, "producers":
+        {name: {"epoch", "next", "taken", "finished"}}}``. Readable after
+        ``close()``."""
+        return json.loads(self._open().state())
+
+    def load_state_dict(self, state):
+        """Resumes from ``state`` (a ``state_dict()`` saved before): the
+        batches it says were taken are dropped as duplicates when they come
+        again, and the epoch is its epoch. ``BadArgument`` for a dict that
+        is no state."""
+        self._open().load_state(state_json(state))
+
+    def stream_stats(self):
+        """What this consumer counted of its streams: gaps, duplicates,
+        late, epochs, producers_timed_out, dropped_remainder, padded,
+        after_end."""
+        return self._open().stream_stats()
+
+    # ---- acked delivery and publishing
+
+    def delivery_stats(self):
+        """An acked connection's counts: sent, acknowledged, redelivered,
+        skipped, consumers_lost, producers_lost, bad_acks, bad_messages."""
+        return self._open().delivery_stats()
+
+    def consumers(self):
+        """An acked producer's consumers, one dict each: name,
+        connected_since and last_heard (Unix times), credits, in_flight,
+        acknowledged, redelivered."""
+        return self._open().consumers()
+
+    def subscribers(self) -> int:
+        """A PUB with ``wait_for``, ``wait_for_names`` or ``replay_window``:
+        the subscribers joined so far."""
+        return self._open().subscribers()
+
+    def subscriber_names(self):
+        """The names of the named subscribers joined (see subscribers)."""
+        return self._open().subscriber_names()
 
     def __len__(self):
         """The ``epoch`` given (for frameworks that ask a length)."""
@@ -284,3 +406,4 @@ class Connection:
         kind = eps[0][0] if eps else "?"
         where = describe_endpoints(eps)
         return f"<tenbin.Connection {kind} {where}{' (closed)' if self._conn.closed() else ''}>"
+

@@ -9,8 +9,8 @@ from ._public import public
 __all__ = [
     "Error", "Malformed", "BadMagic", "Truncated", "LengthBeyondEnd", "NegativeLength", "UnknownDtype",
     "OddChunkCount", "DataSizeMismatch", "BadHeader", "LimitExceeded", "BadArgument", "InfoMismatch",
-    "BadExtension", "IOFailure", "Timeout", "BadURL", "Unsupported", "BadCertificate", "Closed", "ERRC",
-    "Notice",
+    "BadExtension", "IOFailure", "Timeout", "BadURL", "Unsupported", "BadCertificate", "Closed", "EpochEnd",
+    "StreamEnd", "ERRC", "Notice",
 ]
 
 
@@ -156,6 +156,19 @@ class Closed(Error):
     """The connection, loader or socket was closed (perhaps by another
     thread while this call waited)."""
     errc = "closed"
+
+
+@public
+class EpochEnd(Error):
+    """A numbered stream's epoch ended: ``recv()`` or ``next()`` has
+    nothing more of it, and the next call gives the next epoch's first
+    batch. Iteration ends here (``for batch in loader`` is one epoch)."""
+
+
+@public
+class StreamEnd(EpochEnd):
+    """Every producer of a numbered stream ended it: nothing more comes. An
+    ``EpochEnd`` too: the stream's end also ends the epoch it is in."""
 
 
 ERRC: dict[str, type[Error]] = {

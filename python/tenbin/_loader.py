@@ -6,15 +6,19 @@ from ._public import public
 
 from . import _tenbin
 from ._convert import converters_of, listify, transform_with
-from ._errors import Closed, Timeout
+import json
+
+from ._errors import Closed, EpochEnd, Timeout
 from ._options import DEFAULTS, OPTION_KEYWORDS, checked_keywords, connection_options
 from ._statistics import Statistics
+from ._streams import state_json, stream_end
 from ._urls import describe_endpoints, url_list
 
 __all__ = ["Loader"]
 
 _SENDING = ("send_timeout", "send_hwm", "linger", "pub_nodrop", "immediate", "tensorcom_compatible",
-            "shm_pool_bytes", "shm_lease", "multipart", "infos", "allow64")
+            "shm_pool_bytes", "shm_lease", "multipart", "infos", "allow64", "producer", "stream", "wait_for",
+            "wait_for_names", "replay_window")
 
 
 @public
@@ -44,6 +48,17 @@ class Loader:
     when the loader starts (process-wide; see there). The other keywords
     are Connection's receiving ones.
 
+    A numbered stream (producers given ``producer=``, ``tenbin serve
+    --producer``): ``next()`` raises ``EpochEnd`` at an epoch's end
+    (``StreamEnd`` at the stream's) and iteration stops there, so ``for
+    epoch in range(E): for batch in loader:`` trains epoch by epoch; a batch
+    of the next epoch prefetched meanwhile is kept for the next loop.
+    ``state_dict()`` / ``load_state_dict()`` save and resume the position
+    (torch's convention); ``stream_epoch``, ``stream_stats()``. The stream
+    keywords ``epoch_timeout``, ``expect_producers``, ``rank``,
+    ``world_size``, ``drop_last`` and acked delivery's ``acked``,
+    ``credit``, ``ack``, ``ack_heartbeat``, ``name`` are Connection's.
+
     ``next()`` holds no GIL while it waits; Ctrl-C raises KeyboardInterrupt
     within about 50 ms. Several threads may call ``next()``; each batch goes
     to one. ``close()`` (from any thread) stops receiving: batches queued
@@ -56,20 +71,28 @@ class Loader:
                  recv_hwm=DEFAULTS.recv_hwm, kind=None, bind=None, topic="", expect_infos=None,
                  max_tensors=DEFAULTS.max_tensors, max_rank=DEFAULTS.max_rank, max_bytes=DEFAULTS.max_bytes,
                  heartbeat=None, stats_horizon=DEFAULTS.stats_horizon, curve_cert=None, curve_server=None,
-                 curve_allow=None, on_notice=None):
+                 curve_allow=None, epoch_timeout=DEFAULTS.epoch_timeout, expect_producers=0, rank=0, world_size=1,
+                 drop_last=True, acked=False, credit=DEFAULTS.credit, ack="release",
+                 ack_heartbeat=DEFAULTS.ack_heartbeat, name=None, on_notice=None):
         given = locals()
+        self._urls = url_list(url)
         options, notice = connection_options(**{k: given[k] for k in OPTION_KEYWORDS if k in given})
         self.batch_transforms = listify(batch_transforms)
         self.converters = converters_of(converters, device)
-        self._loader = _tenbin.Loader(url_list(url), options, int(queue_messages), int(queue_bytes),
+        self._loader = _tenbin.Loader(self._urls, options, int(queue_messages), int(queue_bytes),
                                       bool(skip_malformed), bool(reuse_allocations), notice)
         self.stats = Statistics(self._loader.stats)
 
     def next(self, timeout=None):
         """The next batch (a list of arrays). Raises ``Timeout`` after
         ``timeout`` seconds (default: the loader's), ``Closed`` once closed
-        and drained, or the error of a malformed message."""
+        and drained, ``EpochEnd`` at the end of a numbered stream's epoch
+        (the next call gives the next epoch's first batch), ``StreamEnd``
+        once every producer ended its stream, or the error of a malformed
+        message."""
         batch = self._loader.next(timeout)
+        if batch is None:
+            raise stream_end(self._loader, self._urls)
         if self.batch_transforms:
             batch = transform_with(batch, self.batch_transforms)
         if self.converters:
@@ -82,7 +105,7 @@ class Loader:
     def __next__(self):
         try:
             return self.next()
-        except (Timeout, Closed):
+        except (Timeout, Closed, EpochEnd):
             raise StopIteration from None
 
     def close(self):
@@ -95,6 +118,41 @@ class Loader:
 
     def __exit__(self, *exc):
         self._loader.destroy()
+
+    @property
+    def stream_epoch(self) -> int:
+        """The numbered stream's epoch this loader's consumer is in
+        (counted from the state it resumed from)."""
+        return self._loader.epoch()
+
+    def epoch_ended(self) -> bool:
+        """Whether the last ``next()`` that gave nothing ended an epoch."""
+        return self._loader.epoch_ended()
+
+    def stream_ended(self) -> bool:
+        """Whether every producer ended its stream."""
+        return self._loader.stream_ended()
+
+    def state_dict(self):
+        """What was taken (by ``next()``; batches still queued are not) of
+        the streams, to save with a checkpoint: a plain dict, picklable and
+        JSON-able (``{"epoch": E, "producers": {name: {"epoch", "next",
+        "taken", "finished"}}}``). Readable after the loader is closed."""
+        return json.loads(self._loader.state())
+
+    def load_state_dict(self, state):
+        """Resumes from ``state`` (a ``state_dict()`` saved before, by this
+        process or another): batches it says were taken, queued ones too,
+        are dropped as duplicates, the others come once; the epoch is its
+        epoch. Give it before the producers replay (right after creating the
+        loader). ``BadArgument`` for a dict that is no state."""
+        self._loader.load_state(state_json(state))
+
+    def stream_stats(self):
+        """What this loader counted of its streams: gaps, duplicates,
+        late, epochs, producers_timed_out, dropped_remainder, padded,
+        after_end."""
+        return self._loader.stream_stats()
 
     @property
     def closed(self) -> bool:

@@ -51,3 +51,25 @@ def test_a_readable_secret_certificate_is_refused(certs):
         tenbin.Connection(f"zpush://127.0.0.1:{free_port()}", curve_cert=certs["client"][1],
                           curve_server=certs["server"][0])
     assert "600" in str(err.value)
+
+
+@pytest.mark.parametrize("acked", [False, True])
+def test_numbered_epochs_and_acked_delivery_over_curve(certs, acked):
+    port = free_port()
+    allowed = os.path.dirname(certs["client"][0])
+    server = dict(curve_cert=certs["server"][1], curve_allow=allowed)
+    client = dict(curve_cert=certs["client"][1], curve_server=certs["server"][0])
+    # Acked delivery: the producer binds; otherwise the loader does.
+    tx_url, rx_url = ((f"zrpush://127.0.0.1:{port}", f"zrpull://127.0.0.1:{port}") if acked
+                      else (f"zpush://127.0.0.1:{port}", f"zpull://127.0.0.1:{port}"))
+    with tenbin.Loader(rx_url, timeout=10, acked=acked, **(client if acked else server)) as rx, \
+            tenbin.Connection(tx_url, producer="p", acked=acked, **(server if acked else client)) as tx:
+        for epoch in range(2):
+            for i in range(3):
+                tx.send([np.full(4, 10 * epoch + i, "i4")])
+            tx.end_epoch()
+        tx.end_stream()
+        assert [[int(b[0][0]) for b in rx] for _ in range(2)] == [[0, 1, 2], [10, 11, 12]]
+        assert rx.stream_stats()["gaps"] == 0
+        if acked:
+            assert tx.delivery_stats()["sent"] >= 6

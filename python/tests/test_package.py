@@ -85,7 +85,8 @@ def test_every_connection_option_is_a_keyword_in_signatures_and_stubs():
     assert {"tensorcom_compatible", "shm_pool_bytes", "shm_lease", "heartbeat", "timeout"} <= options
     assert options <= keywords(tenbin.Connection)
     receiving = options - {"send_timeout", "send_hwm", "linger", "pub_nodrop", "immediate", "tensorcom_compatible",
-                           "shm_pool_bytes", "shm_lease", "multipart", "infos", "allow64"}
+                           "shm_pool_bytes", "shm_lease", "multipart", "infos", "allow64", "producer", "stream",
+                           "wait_for", "wait_for_names", "replay_window"}
     assert receiving <= keywords(tenbin.Loader)
     for cls in (tenbin.Connection, tenbin.Loader, tenbin.TensorPool):
         assert keywords(cls) == stub_keywords(cls.__name__), cls
@@ -115,6 +116,15 @@ def test_every_option_reaches_the_library():
     with pytest.raises(tenbin.BadArgument, match="tensorcom"):
         c.send([np.zeros(3, "u4")])
     c.close()
+    o = tenbin.Connection(producer="feed", stream=True, epoch_timeout=2.5, expect_producers=3, rank=1, world_size=4,
+                          drop_last=False, acked=True, credit=5, ack="take", ack_heartbeat=0.25, name="me",
+                          wait_for=2, wait_for_names=["a", "b"], replay_window=8)._options
+    assert (o.producer, o.stream, o.epoch_timeout, o.expect_producers, o.rank, o.world_size, o.drop_last) == (
+        "feed", True, 2.5, 3, 1, 4, False)
+    assert (o.acked, o.credit, o.ack, o.ack_heartbeat, o.name) == (True, 5, "take", 0.25, "me")
+    assert (o.wait_for, o.wait_for_names, o.replay_window) == (2, ["a", "b"], 8)
+    d = tenbin.Connection()._options
+    assert (d.producer, d.name, d.ack, d.epoch_timeout, d.ack_heartbeat, d.credit) == (None, None, "release", 30, 1, 16)
 
 
 def test_the_extension_is_split_by_area():

@@ -1,0 +1,115 @@
+"""Acknowledged delivery and publishing to a known audience, across
+processes: two acked consumers, one SIGKILLed mid-stream, over tcp, ipc and
++shm (every batch processed, none twice by the survivor); a PUB that waits
+for named subscribers."""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import tenbin
+from conftest import free_port
+
+COUNT = 60
+
+# A consumer: writes each batch's number once processed, then drops it
+# (ack="release": the acknowledgement goes when the arrays are let go).
+CONSUMER = """
+import sys, time, tenbin
+url, name, delay, ack = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4]
+with tenbin.Loader(url, acked=True, credit=2, ack=ack, name=name, timeout=30, ack_heartbeat=0.2) as loader:
+    while True:
+        try:
+            batch = loader.next()
+        except tenbin.StreamEnd:
+            break
+        time.sleep(delay)
+        print(int(batch[0][0]), flush=True)
+        del batch
+"""
+
+
+def places(tmp_path):
+    port = free_port()
+    return {
+        "tcp": (f"zrpush://127.0.0.1:{port}", f"zrpull://127.0.0.1:{port}"),
+        "ipc": (f"zrpush+ipc://{tmp_path}/a.sock", f"zrpull+ipc://{tmp_path}/a.sock"),
+        "shm": (f"zrpush+shm://{tmp_path}/m.sock", f"zrpull+shm://{tmp_path}/m.sock"),
+    }
+
+
+def lines(path):
+    with open(path) as f:
+        return [int(line) for line in f.read().splitlines() if line]
+
+
+def wait_until(condition, seconds, what):
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.02)
+
+
+@pytest.mark.parametrize("where", ["tcp", "ipc", "shm"])
+def test_acked_consumers_one_killed_the_other_gets_the_rest_once(tmp_path, where):
+    send_url, recv_url = places(tmp_path)[where]
+    producer = tenbin.Connection(send_url, acked=True, producer="feed", ack_heartbeat=0.2, send_timeout=30)
+    outs = [tmp_path / f"c{i}.txt" for i in range(2)]
+    consumers = []
+    for i, out in enumerate(outs):
+        with open(out, "w") as f:
+            consumers.append(subprocess.Popen([sys.executable, "-c", CONSUMER, recv_url, f"c{i}",
+                                               "0.05" if i == 0 else "0.01", "release"], stdout=f))
+    try:
+        wait_until(lambda: len(producer.consumers()) == 2, 20, "the consumers did not come")
+        assert sorted(c["name"] for c in producer.consumers()) == ["c0", "c1"]
+        for i in range(COUNT):
+            producer.send([np.array([i], "i4")])
+            if i == COUNT // 3:
+                wait_until(lambda: len(lines(outs[0])) >= 3, 20, "the first consumer processed nothing")
+                consumers[0].send_signal(signal.SIGKILL)
+                consumers[0].wait(timeout=10)
+        wait_until(lambda: producer.delivery_stats()["acknowledged"] >= COUNT, 30,
+                   f"not every batch was acknowledged: {producer.delivery_stats()}")
+        producer.end_stream()
+        assert consumers[1].wait(timeout=30) == 0
+    finally:
+        for c in consumers:
+            c.kill()
+            c.wait()
+    killed, survivor = lines(outs[0]), lines(outs[1])
+    assert len(survivor) == len(set(survivor)), "the survivor got a batch twice"
+    assert set(killed) | set(survivor) == set(range(COUNT))
+    # At most the batch the killed one was working on is processed twice.
+    assert len(killed) + len(survivor) <= COUNT + 1
+    stats = producer.delivery_stats()
+    assert stats["consumers_lost"] >= 1 and stats["redelivered"] >= 1 and stats["bad_acks"] == 0
+    producer.close()
+
+
+def test_pub_waits_for_named_subscribers(tmp_path):
+    port = free_port()
+    code = """
+import sys, tenbin
+with tenbin.Connection(sys.argv[1], name=sys.argv[2], timeout=20) as rx:
+    print(int(rx.recv()[0][0]), flush=True)
+"""
+    pub = tenbin.Connection(f"zpub://127.0.0.1:{port}", wait_for=2, wait_for_names=["late"], producer="p",
+                            send_timeout=30)
+    subs = [subprocess.Popen([sys.executable, "-c", code, f"zsub://127.0.0.1:{port}", name],
+                             stdout=subprocess.PIPE, text=True) for name in ("early", "late")]
+    try:
+        pub.send([np.array([7], "i4")])  # waits until both joined
+        assert pub.subscribers() == 2 and sorted(pub.subscriber_names()) == ["early", "late"]
+        for s in subs:
+            out, _ = s.communicate(timeout=30)
+            assert out.strip() == "7"
+    finally:
+        for s in subs:
+            s.kill()
+            s.wait()
+    pub.close()
