@@ -91,6 +91,12 @@ void bind_options(py::module_& m) {
     TENBIN_INT("recv_hwm", recv_hwm, INT_MAX);
     TENBIN_INT("stats_horizon", stats_horizon, SIZE_MAX);
     TENBIN_INT("shm_pool_bytes", shm_pool_bytes, SIZE_MAX);
+    TENBIN_INT("shm_max_peers", shm_max_peers, SIZE_MAX);
+    TENBIN_INT("shm_max_held_bytes", shm_max_held_bytes, UINT64_MAX);
+    TENBIN_INT("shm_max_senders", shm_max_senders, SIZE_MAX);
+    TENBIN_INT("shm_max_mappings", shm_max_mappings, SIZE_MAX);
+    TENBIN_INT("shm_max_mapped_bytes", shm_max_mapped_bytes, UINT64_MAX);
+    TENBIN_BOOL("count_peers", count_peers);
     TENBIN_BOOL("stream", stream);
     TENBIN_INT("expect_producers", streams.expect_producers, SIZE_MAX);
     TENBIN_INT("rank", streams.rank, SIZE_MAX);
@@ -169,6 +175,12 @@ void bind_options(py::module_& m) {
     c.def_property(
         "shm_lease", [](const O& o) { return seconds_of(o.options.shm_lease); },
         [](O& o, const py::handle& v) { o.options.shm_lease = seconds_or_forever(v, "shm_lease"); });
+    c.def_property(
+        "shm_laggard_after", [](const O& o) { return seconds_of(o.options.shm_laggard_after); },
+        [](O& o, const py::handle& v) { o.options.shm_laggard_after = seconds_or_forever(v, "shm_laggard_after"); });
+    c.def_property(
+        "shm_claim_timeout", [](const O& o) { return seconds_of(o.options.shm_claim_timeout); },
+        [](O& o, const py::handle& v) { o.options.shm_claim_timeout = seconds_arg(v, "shm_claim_timeout"); });
     c.def_property(
         "epoch_timeout", [](const O& o) { return seconds_of(o.options.streams.epoch_timeout); },
         [](O& o, const py::handle& v) { o.options.streams.epoch_timeout = seconds_or_forever(v, "epoch_timeout"); });

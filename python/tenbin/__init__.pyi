@@ -95,7 +95,10 @@ class Connection:
                  topic: str = ..., expect_infos: Sequence[str] | None = ..., max_tensors: int = ...,
                  max_rank: int = ..., max_bytes: int = ..., tensorcom_compatible: bool = ...,
                  pub_nodrop: bool = ..., immediate: bool = ..., heartbeat: _Seconds = ...,
-                 shm_pool_bytes: int = ..., shm_lease: _Seconds = ..., curve_cert: _Path = ...,
+                 shm_pool_bytes: int = ..., shm_lease: _Seconds = ..., shm_max_peers: int = ...,
+                 shm_max_held_bytes: int = ..., shm_laggard_after: _Seconds = ..., shm_claim_timeout: _Seconds = ...,
+                 shm_max_senders: int = ..., shm_max_mappings: int = ..., shm_max_mapped_bytes: int = ...,
+                 count_peers: bool = ..., curve_cert: _Path = ...,
                  curve_server: _Path = ..., curve_allow: _Path = ..., producer: str | None = ...,
                  stream: bool = ..., epoch_timeout: _Seconds = ..., expect_producers: int = ..., rank: int = ...,
                  world_size: int = ..., drop_last: bool = ..., acked: bool = ..., credit: int = ...,
@@ -163,6 +166,8 @@ class Loader:
                  epoch_timeout: _Seconds = ..., expect_producers: int = ..., rank: int = ...,
                  world_size: int = ..., drop_last: bool = ..., acked: bool = ..., credit: int = ...,
                  ack: Literal["release", "take"] = ..., ack_heartbeat: _Seconds = ..., name: str | None = ...,
+                 shm_claim_timeout: _Seconds = ..., shm_max_senders: int = ..., shm_max_mappings: int = ...,
+                 shm_max_mapped_bytes: int = ..., count_peers: bool = ...,
                  on_notice: Callable[[str], None] | None = ...) -> None: ...
     def next(self, timeout: _Seconds = ...) -> list[Any]: ...
     def __iter__(self) -> Loader: ...

@@ -58,7 +58,13 @@ class Connection:
     ``expect_infos``, ``max_tensors``, ``max_rank``, ``max_bytes``;
     ``tensorcom_compatible`` refuses to send what a Python tensorcom
     receiver cannot decode. ``+shm``: ``shm_pool_bytes`` (shared memory the
-    sender may hold), ``shm_lease`` (seconds a receiver may hold a message).
+    sender may hold), ``shm_lease`` (seconds a receiver may hold a message);
+    against hostile or stalled peers (see the shared-memory docs): a
+    sender's ``shm_max_peers``, ``shm_max_held_bytes``, ``shm_laggard_after``
+    (seconds), a receiver's ``shm_claim_timeout`` (seconds; None: the
+    receive timeout, or 30), ``shm_max_senders``, ``shm_max_mappings``,
+    ``shm_max_mapped_bytes``. ``count_peers`` counts the connected peers for
+    the metrics.
 
     CURVE security, as the ``tenbin`` tool's ``--curve-*`` options (the
     files are ZeroMQ certificates, as ``tenbin keygen`` or pyzmq's
@@ -115,7 +121,11 @@ class Connection:
                  recv_hwm=DEFAULTS.recv_hwm, kind=None, bind=None, topic="", expect_infos=None,
                  max_tensors=DEFAULTS.max_tensors, max_rank=DEFAULTS.max_rank, max_bytes=DEFAULTS.max_bytes,
                  tensorcom_compatible=False, pub_nodrop=False, immediate=DEFAULTS.immediate, heartbeat=None,
-                 shm_pool_bytes=DEFAULTS.shm_pool_bytes, shm_lease=DEFAULTS.shm_lease, curve_cert=None,
+                 shm_pool_bytes=DEFAULTS.shm_pool_bytes, shm_lease=DEFAULTS.shm_lease,
+                 shm_max_peers=DEFAULTS.shm_max_peers, shm_max_held_bytes=DEFAULTS.shm_max_held_bytes,
+                 shm_laggard_after=DEFAULTS.shm_laggard_after, shm_claim_timeout=None,
+                 shm_max_senders=DEFAULTS.shm_max_senders, shm_max_mappings=DEFAULTS.shm_max_mappings,
+                 shm_max_mapped_bytes=DEFAULTS.shm_max_mapped_bytes, count_peers=False, curve_cert=None,
                  curve_server=None, curve_allow=None, producer=None, stream=False,
                  epoch_timeout=DEFAULTS.epoch_timeout, expect_producers=0, rank=0, world_size=1, drop_last=True,
                  acked=False, credit=DEFAULTS.credit, ack="release", ack_heartbeat=DEFAULTS.ack_heartbeat,

@@ -17,7 +17,7 @@ from ._urls import describe_endpoints, url_list
 __all__ = ["Loader"]
 
 _SENDING = ("send_timeout", "send_hwm", "linger", "pub_nodrop", "immediate", "tensorcom_compatible",
-            "shm_pool_bytes", "shm_lease", "multipart", "infos", "allow64", "producer", "stream", "wait_for",
+            "shm_pool_bytes", "shm_lease", "shm_max_peers", "shm_max_held_bytes", "shm_laggard_after", "multipart", "infos", "allow64", "producer", "stream", "wait_for",
             "wait_for_names", "replay_window")
 
 
@@ -73,7 +73,9 @@ class Loader:
                  heartbeat=None, stats_horizon=DEFAULTS.stats_horizon, curve_cert=None, curve_server=None,
                  curve_allow=None, epoch_timeout=DEFAULTS.epoch_timeout, expect_producers=0, rank=0, world_size=1,
                  drop_last=True, acked=False, credit=DEFAULTS.credit, ack="release",
-                 ack_heartbeat=DEFAULTS.ack_heartbeat, name=None, on_notice=None):
+                 ack_heartbeat=DEFAULTS.ack_heartbeat, name=None, shm_claim_timeout=None,
+                 shm_max_senders=DEFAULTS.shm_max_senders, shm_max_mappings=DEFAULTS.shm_max_mappings,
+                 shm_max_mapped_bytes=DEFAULTS.shm_max_mapped_bytes, count_peers=False, on_notice=None):
         given = locals()
         self._urls = url_list(url)
         options, notice = connection_options(**{k: given[k] for k in OPTION_KEYWORDS if k in given})

@@ -85,8 +85,9 @@ def test_every_connection_option_is_a_keyword_in_signatures_and_stubs():
     assert {"tensorcom_compatible", "shm_pool_bytes", "shm_lease", "heartbeat", "timeout"} <= options
     assert options <= keywords(tenbin.Connection)
     receiving = options - {"send_timeout", "send_hwm", "linger", "pub_nodrop", "immediate", "tensorcom_compatible",
-                           "shm_pool_bytes", "shm_lease", "multipart", "infos", "allow64", "producer", "stream",
-                           "wait_for", "wait_for_names", "replay_window"}
+                           "shm_pool_bytes", "shm_lease", "shm_max_peers", "shm_max_held_bytes", "shm_laggard_after",
+                           "multipart", "infos", "allow64", "producer", "stream", "wait_for", "wait_for_names",
+                           "replay_window"}
     assert receiving <= keywords(tenbin.Loader)
     for cls in (tenbin.Connection, tenbin.Loader, tenbin.TensorPool):
         assert keywords(cls) == stub_keywords(cls.__name__), cls
@@ -205,3 +206,23 @@ def test_notices_are_warnings():
     assert len(got) == 1 and "other_topics" in got[0] and "()" not in got[0]
     for c in (pub, sub, collected):
         c.close()
+
+
+def cpp_fields(struct, header):
+    """The fields of C++ `struct` as its public header declares them."""
+    text = (pathlib.Path(__file__).resolve().parents[2] / "include" / "tenbin" / header).read_text()
+    body = re.search(r"struct %s \{(.*?)\n\};" % struct, text, re.S)[1]
+    return set(re.findall(r"^    [\w:<>,\s]+?\b(\w+)(?:\{[^;]*\})?(?: = [^;]*)?;$", body, re.M))
+
+
+def test_every_cpp_connection_option_has_a_python_keyword():
+    """What a C++ user can set, a Python user can: each field of
+    connection_options and stream_options (the nested ones spelled out)."""
+    fields = cpp_fields("connection_options", "connection.hpp") | cpp_fields("stream_options", "stream.hpp")
+    assert {"shm_max_peers", "count_peers", "epoch_timeout", "recv_timeout"} <= fields, fields
+    spelled = {"recv_timeout": "timeout", "decode": None, "streams": None, "curve": None}
+    missing = {spelled.get(f, f) for f in fields} - {None} - keywords(tenbin.Connection)
+    assert not missing, f"connection options without a Python keyword: {sorted(missing)}"
+    # The nested ones: the decoder's limits and the CURVE files.
+    assert {"max_tensors", "max_rank", "max_bytes", "expect_infos", "curve_cert", "curve_server",
+            "curve_allow"} <= keywords(tenbin.Connection)
