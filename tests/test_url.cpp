@@ -168,3 +168,16 @@ TEST_CASE("socket kinds by name") {
     CHECK(binds_by_default(socket_kind::pull));
     CHECK_FALSE(binds_by_default(socket_kind::push));
 }
+
+TEST_CASE("peer_needed says what a socket needs at the other end, for a message that nothing arrived") {
+    CHECK(peer_needed(parse_url("zsub://h:1")) ==
+          "this SUB socket connected to tcp://h:1 needs a PUB that binds there, and gets only what the PUB sends "
+          "after it joined");
+    CHECK(peer_needed(parse_url("zpull://h:2")) == "this PULL socket bound to tcp://h:2 needs a PUSH that connects there");
+    CHECK(peer_needed(parse_url("zpub://h:3")).ends_with("and drops what it sends before a SUB joined (see wait_for)"));
+    CHECK(peer_needed(parse_url("tcp://h:4", {.kind = socket_kind::req})).find("needs a REP or ROUTER that binds there") !=
+          std::string::npos);
+    for (socket_kind k : {socket_kind::push, socket_kind::pull, socket_kind::pub, socket_kind::sub, socket_kind::req,
+                          socket_kind::rep, socket_kind::dealer, socket_kind::router, socket_kind::pair})
+        CHECK(peer_kinds(k) != "?");
+}

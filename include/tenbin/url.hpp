@@ -56,6 +56,16 @@ struct endpoint {
     friend bool operator==(const endpoint&, const endpoint&) = default;
 };
 
+/// The kinds a socket of `kind` talks to: "PULL" for push, "REP or ROUTER"
+/// for req, ...
+[[nodiscard]] std::string_view peer_kinds(socket_kind kind) noexcept;
+/// What a socket made from `ep` needs at the other end, for a message
+/// saying that nothing arrived or nothing could be sent: "this SUB socket
+/// connected to tcp://h:7880 needs a PUB that binds there, and gets only
+/// what the PUB sends after it joined". Both ends binding, or both
+/// connecting, never meet; nor do kinds that do not pair (a SUB and a PUSH).
+[[nodiscard]] std::string peer_needed(const endpoint& ep);
+
 /// Expands braces: "a{1..3}" -> a1 a2 a3, "{x,y}z" -> xz yz, nested and
 /// repeated groups multiply; "{01..10}" keeps the zero padding. Text without
 /// braces comes back as it is. Throws `error(errc::bad_url)` on unbalanced

@@ -322,6 +322,32 @@ endpoint parse_url(std::string_view url, const url_options& opt) {
     return ep;
 }
 
+std::string_view peer_kinds(socket_kind kind) noexcept {
+    using k = socket_kind;
+    switch (kind) {
+    case k::push: return "PULL";
+    case k::pull: return "PUSH";
+    case k::pub: return "SUB";
+    case k::sub: return "PUB";
+    case k::req: return "REP or ROUTER";
+    case k::rep: return "REQ or DEALER";
+    case k::dealer: return "ROUTER or REP";
+    case k::router: return "DEALER or REQ";
+    case k::pair: return "PAIR";
+    }
+    return "?";
+}
+
+std::string peer_needed(const endpoint& ep) {
+    std::string kind(name(ep.kind));
+    for (char& c : kind) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    std::string out = "this " + kind + " socket " + (ep.bind ? "bound to " : "connected to ") + ep.address +
+                      " needs a " + std::string(peer_kinds(ep.kind)) + " that " + (ep.bind ? "connects" : "binds") + " there";
+    if (ep.kind == socket_kind::sub) out += ", and gets only what the PUB sends after it joined";
+    if (ep.kind == socket_kind::pub) out += ", and drops what it sends before a SUB joined (see wait_for)";
+    return out;
+}
+
 std::vector<endpoint> parse_urls(std::span<const std::string> urls, const url_options& opt) {
     std::vector<endpoint> out;
     for (const std::string& u : urls)

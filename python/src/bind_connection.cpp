@@ -52,6 +52,7 @@ public:
         o.on_notice = notices_.collector();
         without_gil([&] { conn_.emplace(std::span<const std::string>(urls), std::move(o)); });
         shm_ = conn_->endpoints().front().shm;
+        hint_ = silence_hint(conn_->endpoints());
         kind_ = conn_->endpoints().front().kind;
     }
 
@@ -96,7 +97,7 @@ public:
             if (clock_type::now() >= deadline) {
                 emit_notices();
                 raise_error(tenbin::errc::timeout, "the message could not be sent within " + seconds_text(send_timeout_) +
-                                                       " on " + where_ + " (no receiver?): send_timeout=None waits for ever");
+                                                       " on " + where_ + " (no receiver?): send_timeout=None waits for ever" + hint_);
             }
         }
     }
@@ -132,7 +133,7 @@ public:
             check_signals();
             if (clock_type::now() >= deadline) {
                 emit_notices();
-                raise_error(tenbin::errc::timeout, "no message arrived within " + seconds_text(t) + " on " + where_);
+                raise_error(tenbin::errc::timeout, "no message arrived within " + seconds_text(t) + " on " + where_ + hint_);
             }
         }
     }
@@ -151,7 +152,7 @@ public:
             if (clock_type::now() >= deadline)
                 raise_error(tenbin::errc::timeout, std::string(stream ? "the stream's" : "the epoch's") +
                                                        " end could not be sent within " + seconds_text(send_timeout_) +
-                                                       " on " + where_ + " (no receiver?)");
+                                                       " on " + where_ + " (no receiver?)" + hint_);
         }
     }
 
@@ -332,6 +333,7 @@ private:
     notices notices_;
     std::mutex use_;
     std::optional<tenbin::connection> conn_;
+    std::string hint_;  // silence_hint of the endpoints
     std::atomic<bool> closed_{false};
     std::optional<std::chrono::milliseconds> recv_timeout_, send_timeout_;
     bool shm_ = false;

@@ -35,6 +35,7 @@ public:
         o.skip_malformed = skip_malformed;
         o.reuse_allocations = reuse_allocations;
         loader_ = without_gil([&] { return std::make_shared<tenbin::loader>(std::span<const std::string>(urls), std::move(o)); });
+        hint_ = silence_hint(loader_->endpoints());
     }
 
     ~py_loader() {
@@ -97,7 +98,7 @@ public:
             check_signals();
             if (clock_type::now() >= deadline) {
                 emit_notices();
-                raise_error(tenbin::errc::timeout, "no batch arrived within " + seconds_text(t) + " on " + where_);
+                raise_error(tenbin::errc::timeout, "no batch arrived within " + seconds_text(t) + " on " + where_ + hint_);
             }
         }
     }
@@ -188,6 +189,7 @@ private:
     void emit_notices() { notices_.emit(on_notice_); }
 
     std::string where_;
+    std::string hint_;  // silence_hint of the endpoints
     py::object on_notice_;
     notices notices_;
     std::mutex mutex_;

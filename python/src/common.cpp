@@ -119,6 +119,12 @@ std::chrono::milliseconds seconds_or_forever(const py::handle& seconds, std::str
         .value_or(std::chrono::milliseconds(static_cast<std::int64_t>(forever_seconds * 1000.0)));
 }
 
+std::string silence_hint(const std::vector<tenbin::endpoint>& endpoints) {
+    if (endpoints.empty()) return {};
+    return "; hint: " + tenbin::peer_needed(endpoints.front()) +
+           (endpoints.size() > 1 ? " (its other endpoints alike)" : "");
+}
+
 std::string seconds_text(std::optional<std::chrono::milliseconds> t) {
     if (!t) return "for ever";
     char text[32];

@@ -8,6 +8,7 @@
 
 #include <tenbin/error.hpp>
 #include <tenbin/buffer.hpp>
+#include <tenbin/url.hpp>
 
 #include <chrono>
 #include <functional>
@@ -95,6 +96,9 @@ std::optional<std::chrono::milliseconds> seconds_arg(const py::handle& seconds, 
 std::chrono::milliseconds seconds_or_forever(const py::handle& seconds, std::string_view keyword);
 // "3 s", "0.25 s", "for ever".
 std::string seconds_text(std::optional<std::chrono::milliseconds> t);
+// For a timeout's message: what the socket needs at the other end
+// (tenbin::peer_needed of its first endpoint), "; hint: ..."; "" for none.
+std::string silence_hint(const std::vector<tenbin::endpoint>& endpoints);
 // The end of a wait of `t` (nothing: no end).
 clock_type::time_point deadline_after(std::optional<std::chrono::milliseconds> t);
 // The next slice of a wait that ends at `deadline` (at most wait_slice).

@@ -274,6 +274,26 @@ def test_timeouts_name_the_url_and_the_seconds():
             ld.next(timeout=0.1)
 
 
+def test_nothing_arriving_says_what_the_socket_needs_at_the_other_end():
+    """The usual reasons nothing arrives: a SUB pointed at a PUSH producer,
+    both ends connecting, a SUB that joined after the PUB sent. The timeout
+    says what this end made and what it needs at the other end."""
+    port = free_port()
+    with tenbin.Connection(f"zpush://127.0.0.1:{port}", bind=True, send_timeout=0.3), \
+         tenbin.Connection(f"zsub://127.0.0.1:{port}", timeout=0.3) as sub:
+        with pytest.raises(tenbin.Timeout, match="this SUB socket connected to tcp://127.0.0.1:%d needs a PUB that "
+                                                 "binds there, and gets only what the PUB sends after it joined" % port):
+            sub.recv()
+    # Both ends connecting: each says it needs a peer that binds.
+    with tenbin.Loader(f"zpull://127.0.0.1:{port}", bind=False, timeout=0.3) as pull, \
+         tenbin.Connection(f"zpush://127.0.0.1:{port}", send_timeout=0.3) as push:
+        with pytest.raises(tenbin.Timeout, match="this PULL socket connected to .* needs a PUSH that binds there"):
+            pull.next()
+        with pytest.raises(tenbin.Timeout, match=r"\(no receiver\?\).*this PUSH socket connected to .* needs a "
+                                                 "PULL that binds there"):
+            push.send([np.zeros(3, "f4")])
+
+
 def test_iteration_ends_at_a_timeout_and_next_raises():
     port = free_port()
     ld = tenbin.Loader(f"zpull://127.0.0.1:{port}", timeout=0.5)

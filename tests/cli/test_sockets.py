@@ -68,11 +68,14 @@ class Sockets(CliTest):
                 self.assertIsNotNone(m, err)
                 self.assertEqual((m["where"], m["cls"]), (f"tenbin {command}", "timeout"))
                 self.assertTrue(m["msg"].startswith(prefix), m["msg"])
-                self.assertIn(f"{did} {endpoint} and needs a {peer}", m["msg"])
-        # A tensorcom URL says what it makes: no hint.
+                self.assertIn(f"{did} {endpoint} needs a {peer}", m["msg"])
+        # A tensorcom URL: what the socket needs at the other end, without
+        # the plain endpoint's options.
         code, _, err = finish(start("stat", f"zsub://127.0.0.1:{free_port()}", "--count", "1", "--timeout", "0.5"))
         self.assertEqual(code, 2, err)
-        self.assertNotIn("hint", err)
+        self.assertIn("; hint: this SUB socket connected to tcp://127.0.0.1:", err)
+        self.assertIn("needs a PUB that binds there, and gets only what the PUB sends after it joined", err)
+        self.assertNotIn("--socket", err)
 
     def test_count_0_means_until_interrupted_in_every_command(self):
         # Receivers: three messages come, then Ctrl-C; what came is printed,

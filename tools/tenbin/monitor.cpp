@@ -126,7 +126,7 @@ int run_monitor(const monitor_cli_options& opt) {
         if (opt.timeout > 0 && clock::now() - last_arrival >= std::chrono::duration<double>(opt.timeout)) {
             report(true);
             std::cerr << "tenbin monitor: error: timeout: nothing for " << seconds_text(opt.timeout)
-                      << plain_endpoint_hint(opt.urls, conn.endpoints()) << "\n";
+                      << silence_hint(opt.urls, conn.endpoints()) << "\n";
             return exit_timeout;
         }
     }

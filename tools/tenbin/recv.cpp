@@ -169,7 +169,7 @@ int run_recv(const recv_cli_options& opt) {
             if (interrupted()) break;
             std::cerr << "tenbin recv: error: " << name(errc::timeout) << ": received " << received << of_count
                       << " messages; nothing arrived within " << seconds_text(opt.timeout)
-                      << plain_endpoint_hint({opt.url}, conn.endpoints()) << std::endl;
+                      << silence_hint({opt.url}, conn.endpoints()) << std::endl;
             save();
             return exit_timeout;
         }

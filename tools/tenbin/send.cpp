@@ -76,7 +76,7 @@ int run_send(const send_cli_options& opt) {
             if (interrupted()) break;
             std::cerr << where << ": error: " << name(errc::timeout) << ": " << numbered(i)
                       << " could not be sent within " << seconds_text(opt.timeout) << " (is a receiver there?)"
-                      << plain_endpoint_hint({opt.url}, conn.endpoints()) << std::endl;
+                      << silence_hint({opt.url}, conn.endpoints()) << std::endl;
             return exit_timeout;
         }
         if (is_req) {

@@ -263,7 +263,7 @@ int run_serve(const serve_cli_options& opt) {
     sleep_unless_interrupted(opt.delay.value_or(pub && opt.wait_for == 0 ? 1.0 : 0.0));
     const auto timed_out = [&](const std::string& what, const std::string& why = {}) {
         std::cerr << "tenbin serve: error: timeout: " << what << " within " << seconds_text(opt.timeout) << why
-                  << plain_endpoint_hint({opt.url}, conn.endpoints()) << "\n";
+                  << silence_hint({opt.url}, conn.endpoints()) << "\n";
         return exit_timeout;
     };
     if (opt.socket.acked && opt.wait_for > 0) {  // a pub connection waits itself, at its first send

@@ -323,7 +323,7 @@ std::vector<std::vector<tensor>> receive(const show_cli_options& opt) {
             throw tenbin::error(errc::timeout, "received " + std::to_string(received) +
                                                    (opt.count ? " of " + std::to_string(opt.count) : std::string()) +
                                                    " messages; nothing within " + seconds_text(opt.timeout) +
-                                                   plain_endpoint_hint({opt.source}, conn.endpoints()));
+                                                   silence_hint({opt.source}, conn.endpoints()));
         }
         ++received;
         const std::size_t more = images_in(batch->tensors, opt.max_images - std::min(images, opt.max_images));

@@ -31,29 +31,6 @@ bool plain_binds(const socket_choice& choice, tenbin::socket_kind kind) {
     return binds_by_default(kind) || (choice.receiving && kind == tenbin::socket_kind::pair);
 }
 
-// The socket kinds that talk to `kind`.
-std::string peers_of(tenbin::socket_kind kind) {
-    using k = tenbin::socket_kind;
-    switch (kind) {
-    case k::push: return "PULL";
-    case k::pull: return "PUSH";
-    case k::pub: return "SUB";
-    case k::sub: return "PUB";
-    case k::req: return "REP or ROUTER";
-    case k::rep: return "REQ or DEALER";
-    case k::dealer: return "ROUTER or REP";
-    case k::router: return "DEALER or REQ";
-    case k::pair: return "PAIR";
-    }
-    return "?";
-}
-
-// "this PUSH socket connected to tcp://... and needs a PULL that binds".
-std::string what_it_did(tenbin::socket_kind kind, bool bind, const std::string& where) {
-    return "this " + upper(name(kind)) + " socket " + (bind ? "bound to " : "connected to ") + where +
-           " and needs a " + peers_of(kind) + " that " + (bind ? "connects" : "binds");
-}
-
 }  // namespace
 
 bool is_plain_endpoint(const std::string& url) {
@@ -138,7 +115,7 @@ std::string plain_endpoint_note(const socket_choice& choice) {
     const tenbin::socket_kind kind = choice.plain_default;
     const bool bind = plain_binds(choice, kind);
     return "Without --socket, a plain endpoint (tcp://, ipc://, inproc://) makes a\n" + upper(name(kind)) +
-           " socket that " + (bind ? "binds" : "connects") + ", so the peer must be a " + peers_of(kind) + " that " +
+           " socket that " + (bind ? "binds" : "connects") + ", so the peer must be a " + std::string(peer_kinds(kind)) + " that " +
            (bind ? "connects" : "binds") + "\n(--bind, --connect and --socket change that).\n";
 }
 
@@ -172,13 +149,12 @@ std::vector<endpoint> resolve_endpoints(const socket_choice& choice, const std::
     return eps;
 }
 
-std::string plain_endpoint_hint(const std::vector<std::string>& urls, const std::vector<endpoint>& endpoints) {
-    if (endpoints.empty() || std::none_of(urls.begin(), urls.end(), is_plain_endpoint)) return {};
-    const endpoint& ep = endpoints.front();
-    std::string where = ep.address;
-    if (endpoints.size() > 1) where += " (and " + std::to_string(endpoints.size() - 1) + " more)";
-    return "; hint: a plain endpoint, so " + what_it_did(ep.kind, ep.bind, where) +
-           " (see --socket, --bind, --connect)";
+std::string silence_hint(const std::vector<std::string>& urls, const std::vector<endpoint>& endpoints) {
+    if (endpoints.empty()) return {};
+    endpoint shown = endpoints.front();
+    if (endpoints.size() > 1) shown.address += " (and " + std::to_string(endpoints.size() - 1) + " more)";
+    if (std::none_of(urls.begin(), urls.end(), is_plain_endpoint)) return "; hint: " + peer_needed(shown);
+    return "; hint: a plain endpoint, so " + peer_needed(shown) + " (see --socket, --bind, --connect)";
 }
 
 std::optional<curve_options> curve_for(const socket_choice& choice, const std::vector<endpoint>& endpoints,

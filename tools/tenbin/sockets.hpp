@@ -100,10 +100,10 @@ connection_options connection_options_for(const socket_choice& choice, const std
 /// reads them; the kind must be one the command allows. Throws bad_url.
 std::vector<endpoint> resolve_endpoints(const socket_choice& choice, const std::vector<std::string>& urls);
 
-/// For a timeout message: when one of `urls` is a plain endpoint, what the
-/// socket did there and what peer it needs ("; hint: ..."), since a plain
-/// endpoint's defaults are easy to mismatch; empty for tensorcom URLs.
-std::string plain_endpoint_hint(const std::vector<std::string>& urls, const std::vector<endpoint>& endpoints);
+/// For a timeout message: what the socket did and what peer it needs at the
+/// other end ("; hint: ...", tenbin::peer_needed); for a plain endpoint,
+/// whose defaults are easy to mismatch, the options that change them.
+std::string silence_hint(const std::vector<std::string>& urls, const std::vector<endpoint>& endpoints);
 
 /// The CURVE settings --curve-cert, --curve-server and --curve-allow give
 /// for a socket on `endpoints` (nothing without --curve-cert): certificates

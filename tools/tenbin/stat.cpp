@@ -141,7 +141,7 @@ int run_stat(const stat_cli_options& opt) {
         if (!batch) {
             if (interrupted()) break;
             std::cerr << "tenbin stat: error: timeout: " << received << of_count << " messages within "
-                      << seconds_text(opt.timeout) << plain_endpoint_hint(opt.urls, conn.endpoints()) << "\n";
+                      << seconds_text(opt.timeout) << silence_hint(opt.urls, conn.endpoints()) << "\n";
             return exit_timeout;
         }
         last_good = clock::now();
