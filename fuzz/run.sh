@@ -69,7 +69,7 @@ began=$SECONDS
 # One target: fuzz, report one line, leave its status in $work/$t.status.
 fuzz_one() {
   local t="$1" cap="$2" started=$SECONDS log="$work/$t.log" status execs corpus
-  mkdir -p "$work/corpus/$t" "$root/fuzz/corpus/$t" "$work/run-$t"
+  mkdir -p "$work/corpus/$t" "$root/fuzz/corpus/$t" "$work/seeds/$t" "$work/run-$t"
   rm -f "$work/run-$t"/fuzz-*.log
   # -timeout: one input taking 10 s is a hang; -rss_limit_mb: memory a
   # hostile input makes the library use is a finding too. Its own folder:
