@@ -67,9 +67,11 @@ void suite::resume() {
                 },
                 [&](const std::function<void()>& ready) {
                     const auto t0 = clock_type::now();
-                    ready();
                     l.emplace(receiver_url(tx), lo);
                     if (resumed) l->load_state(tenbin::stream_state_from_json(checkpoint));
+                    // The producer sends once the state is in: a batch that came before
+                    // it would be taken as the stream's start (see loader::load_state).
+                    ready();
                     const auto batch = l->next();
                     if (!batch) fail("no first batch");
                     const double sec = seconds_since(t0);
