@@ -181,3 +181,9 @@ TEST_CASE("peer_needed says what a socket needs at the other end, for a message 
                           socket_kind::rep, socket_kind::dealer, socket_kind::router, socket_kind::pair})
         CHECK(peer_kinds(k) != "?");
 }
+
+TEST_CASE("peer_needed of a socket's endpoints names the first and counts the rest") {
+    const std::vector<endpoint> two = parse_urls(std::vector<std::string>{"zpull://h:1", "zpull://h:2"});
+    CHECK(peer_needed(two) == "this PULL socket bound to tcp://h:1 (and 1 more) needs a PUSH that connects there");
+    CHECK(peer_needed(std::span<const endpoint>()).empty());
+}

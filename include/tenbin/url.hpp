@@ -65,6 +65,9 @@ struct endpoint {
 /// what the PUB sends after it joined". Both ends binding, or both
 /// connecting, never meet; nor do kinds that do not pair (a SUB and a PUSH).
 [[nodiscard]] std::string peer_needed(const endpoint& ep);
+/// The same for a socket of several endpoints: its first, "(and N more)";
+/// "" for none.
+[[nodiscard]] std::string peer_needed(std::span<const endpoint> endpoints);
 
 /// Expands braces: "a{1..3}" -> a1 a2 a3, "{x,y}z" -> xz yz, nested and
 /// repeated groups multiply; "{01..10}" keeps the zero padding. Text without

@@ -348,6 +348,13 @@ std::string peer_needed(const endpoint& ep) {
     return out;
 }
 
+std::string peer_needed(std::span<const endpoint> endpoints) {
+    if (endpoints.empty()) return {};
+    endpoint shown = endpoints.front();
+    if (endpoints.size() > 1) shown.address += " (and " + std::to_string(endpoints.size() - 1) + " more)";
+    return peer_needed(shown);
+}
+
 std::vector<endpoint> parse_urls(std::span<const std::string> urls, const url_options& opt) {
     std::vector<endpoint> out;
     for (const std::string& u : urls)

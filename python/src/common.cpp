@@ -120,9 +120,7 @@ std::chrono::milliseconds seconds_or_forever(const py::handle& seconds, std::str
 }
 
 std::string silence_hint(const std::vector<tenbin::endpoint>& endpoints) {
-    if (endpoints.empty()) return {};
-    return "; hint: " + tenbin::peer_needed(endpoints.front()) +
-           (endpoints.size() > 1 ? " (its other endpoints alike)" : "");
+    return endpoints.empty() ? std::string() : "; hint: " + tenbin::peer_needed(endpoints);
 }
 
 std::string seconds_text(std::optional<std::chrono::milliseconds> t) {

@@ -97,7 +97,7 @@ std::chrono::milliseconds seconds_or_forever(const py::handle& seconds, std::str
 // "3 s", "0.25 s", "for ever".
 std::string seconds_text(std::optional<std::chrono::milliseconds> t);
 // For a timeout's message: what the socket needs at the other end
-// (tenbin::peer_needed of its first endpoint), "; hint: ..."; "" for none.
+// (tenbin::peer_needed), "; hint: ..."; "" for none.
 std::string silence_hint(const std::vector<tenbin::endpoint>& endpoints);
 // The end of a wait of `t` (nothing: no end).
 clock_type::time_point deadline_after(std::optional<std::chrono::milliseconds> t);

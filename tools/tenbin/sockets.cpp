@@ -151,10 +151,8 @@ std::vector<endpoint> resolve_endpoints(const socket_choice& choice, const std::
 
 std::string silence_hint(const std::vector<std::string>& urls, const std::vector<endpoint>& endpoints) {
     if (endpoints.empty()) return {};
-    endpoint shown = endpoints.front();
-    if (endpoints.size() > 1) shown.address += " (and " + std::to_string(endpoints.size() - 1) + " more)";
-    if (std::none_of(urls.begin(), urls.end(), is_plain_endpoint)) return "; hint: " + peer_needed(shown);
-    return "; hint: a plain endpoint, so " + peer_needed(shown) + " (see --socket, --bind, --connect)";
+    if (std::none_of(urls.begin(), urls.end(), is_plain_endpoint)) return "; hint: " + peer_needed(endpoints);
+    return "; hint: a plain endpoint, so " + peer_needed(endpoints) + " (see --socket, --bind, --connect)";
 }
 
 std::optional<curve_options> curve_for(const socket_choice& choice, const std::vector<endpoint>& endpoints,
