@@ -495,6 +495,9 @@ TEST_CASE("a producer that goes silent mid-epoch is waited for epoch_timeout, th
     CHECK(l.epoch_ended());
     CHECK(std::chrono::steady_clock::now() - t0 < 8s);  // a hang bound, not a timing
     CHECK(l.stream_stats().producers_timed_out == 1);
+    // A wait that times out ends no epoch: the flag speaks of the last next() only.
+    CHECK_FALSE(l.next(50ms));
+    CHECK_FALSE(l.epoch_ended());
 
     // A replaying producer sends epoch 1's batches 0..3, then 2..5 again.
     for (std::int32_t k = 0; k < 4; ++k) REQUIRE(alive.send(numbered_batch(10 + k)));
@@ -539,4 +542,23 @@ TEST_CASE("a consumer that resumes from its saved state gets the rest of a repla
     std::iota(all.begin(), all.end(), 0);
     CHECK(taken == all);
     CHECK(second.stream_stats().duplicates == 7);
+
+    // The same state given in the options is in place before the first batch.
+    lo.connection.resume_from = saved;
+    loader third("zpull://127.0.0.1:*", lo);
+    CHECK(third.state().producers.at("shard").next == 7);
+    serve_epoch("zpush://" + third.endpoints().at(0).address.substr(6));
+    std::vector<std::int32_t> rest;
+    for (auto& b : third) rest.push_back(value_of(b));
+    CHECK(rest == std::vector<std::int32_t>(all.begin() + 7, all.end()));
+    CHECK(third.stream_stats().duplicates == 7);
+    CHECK(third.stream_ended());
+    // A connection takes it too; a producer has none to take.
+    connection_options rx_opt = quick();
+    rx_opt.resume_from = saved;
+    connection rx("zpull://127.0.0.1:*", rx_opt);
+    CHECK(rx.state().producers.at("shard").next == 7);
+    connection_options tx_opt = quick();
+    tx_opt.resume_from = saved;
+    CHECK(error_text([&] { connection tx("zpush://127.0.0.1:1", tx_opt); }).find("seek()") != std::string::npos);
 }

@@ -214,6 +214,12 @@ struct connection_options {
     bool stream = false;
     /// Receiving: how numbered streams are followed (epochs, sharding).
     stream_options streams{};
+    /// Receiving a numbered stream: the state to resume from (see state()),
+    /// in place before the socket opens. The same as load_state() right
+    /// after construction, except that no batch can come before it (a
+    /// loader receives from the start), and an acked consumer's producers
+    /// hear of it in its first hello.
+    std::optional<stream_state> resume_from{};
     /// Acknowledged delivery, for zpush/zpull URLs (both ends must set it):
     /// a consumer holds `credit` credits and the producer sends a batch
     /// only to a consumer with one, so no batch waits in a queue towards a

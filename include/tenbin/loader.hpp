@@ -112,7 +112,8 @@ public:
     stream_state state() const;
     /// Resumes from `s`, as connection::load_state does: batches at or
     /// before its positions, queued ones too, are dropped as duplicates
-    /// (thread-safe).
+    /// (thread-safe). Batches may arrive before the call:
+    /// connection_options::resume_from resumes before the first.
     void load_state(const stream_state& s);
     /// Gaps, duplicates and epochs counted so far (thread-safe).
     stream_counters stream_stats() const;

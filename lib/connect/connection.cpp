@@ -148,6 +148,8 @@ connection::connection(std::shared_ptr<zmq::context_t> context, std::span<const 
     s.stats = statistics(s.opt.stats_horizon);
     std::vector<endpoint> eps = parse_urls(urls, {.kind = s.opt.kind, .bind = s.opt.bind});
     s.kind = eps.front().kind;
+    if (s.opt.resume_from && !detail::can_receive(s.kind))
+        throw error(errc::bad_argument, "resume_from is a receiver's state; a producer resumes with seek()");
     // The URL's #topic is the option's, spelled in the URL.
     if (const std::string& url_topic = eps.front().topic; !url_topic.empty()) {
         if (!s.opt.topic.empty() && s.opt.topic != url_topic)
@@ -236,12 +238,16 @@ connection::connection(std::shared_ptr<zmq::context_t> context, std::span<const 
         d.heartbeat = s.opt.ack_heartbeat;
         d.decode = s.opt.decode;
         d.connected = s.connected;
+        if (detail::can_receive(s.kind)) d.resume_from = s.opt.resume_from;
         s.delivery = detail::delivery::start(*s.context, s.socket, *s.link, std::move(d));
     }
     std::vector<std::string> addresses;
     for (const endpoint& ep : s.endpoints) addresses.push_back(ep.address);
     s.meter->label(s.opt.name, addresses);
     s.meter->attach([&s](detail::metric_writer& w) { s.collect(w); });
+    // Nothing was taken yet: the caller's thread reads the socket (an
+    // acked consumer's engine has the state already).
+    if (s.opt.resume_from) load_state(*s.opt.resume_from);
 }
 
 void connection::add(std::string_view url) { add(std::vector<std::string>{std::string(url)}); }

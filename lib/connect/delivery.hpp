@@ -44,6 +44,8 @@ struct delivery_options {
     // Routing ids this end gave the peers it connects to (the others say
     // hello first).
     std::vector<std::string> connected;
+    // A consumer: what it has already (connection_options::resume_from).
+    std::optional<stream_state> resume_from;
 };
 
 class delivery {

@@ -57,6 +57,7 @@ public:
         : delivery_engine(context, socket, l, std::move(opt)), sink_(std::make_shared<ack_sink>()) {
         sink_->wake_fd = wake_fd();
         for (const std::string& rid : opt_.connected) producers_[rid].ours = true;
+        if (opt_.resume_from) seed(*opt_.resume_from);
         begin();
     }
     ~consumer_engine() override {

@@ -28,6 +28,8 @@ loader::loader(std::shared_ptr<zmq::context_t> context, std::span<const std::str
     s_->opt = std::move(opt);
     s_->urls.assign(urls.begin(), urls.end());
     s_->context = std::move(context);
+    // Before the thread: its first batch is already checked against it.
+    if (s_->opt.connection.resume_from) load_state(*s_->opt.connection.resume_from);
     s_->thread = std::thread([s = s_] { s->run(); });
     // A refused endpoint is the constructor's error, as for a connection.
     std::exception_ptr failure;
@@ -145,8 +147,10 @@ std::optional<std::vector<tensor>> loader::next(std::chrono::milliseconds timeou
     s.flush_acks();
     const auto since = s.wait_begins();
     // A timeout returns nothing, as connection::recv does (would-block is no error).
-    if (!s.changed.wait_until(lock, detail::deadline_after(timeout), [&] { return s.ready(); }))
+    if (!s.changed.wait_until(lock, detail::deadline_after(timeout), [&] { return s.ready(); })) {
+        s.epoch_ended = false;  // an epoch_ended() after a timeout must not tell of an earlier end
         return s.waited(std::nullopt, since);
+    }
     return s.waited(s.take(), since);
 }
 

@@ -119,6 +119,18 @@ void bind_options(py::module_& m) {
         [](O& o, const py::handle& v) {
             o.options.wait_for_names = strings_arg(v, "wait_for_names").value_or(std::vector<std::string>{});
         });
+    // A state_dict() as JSON (the Python side turns a dict into it).
+    c.def_property(
+        "resume_from",
+        [](const O& o) -> py::object {
+            return o.options.resume_from ? py::object(py::str(tenbin::to_json(*o.options.resume_from))) : py::none();
+        },
+        [](O& o, const py::handle& v) {
+            if (v.is_none()) return o.options.resume_from.reset();
+            if (!py::isinstance<py::str>(v))
+                raise_error(tenbin::errc::bad_argument, "resume_from must be a state_dict() (or its JSON) or None");
+            o.options.resume_from = tenbin::stream_state_from_json(v.cast<std::string>());
+        });
     // Names: None for none (the library makes one up where it needs one).
     const auto name_property = [&](const char* keyword, std::string tenbin::connection_options::*field) {
         c.def_property(

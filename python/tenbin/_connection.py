@@ -86,7 +86,8 @@ class Connection:
     epoch waits for), ``rank``, ``world_size``, ``drop_last`` (each of
     ``world_size`` consumers takes the batches whose sequence number is its
     rank modulo the world size, as many per epoch: the remainder dropped,
-    or short ranks padded); ``state_dict()``, ``load_state_dict()``. The
+    or short ranks padded); ``state_dict()``, ``load_state_dict()``
+    (``resume_from=`` a saved state does it as the connection opens). The
     stream's epoch is ``stream_epoch``: ``epoch`` stays tensorcom's (the
     length ``len()`` gives).
 
@@ -129,7 +130,8 @@ class Connection:
                  curve_server=None, curve_allow=None, producer=None, stream=False,
                  epoch_timeout=DEFAULTS.epoch_timeout, expect_producers=0, rank=0, world_size=1, drop_last=True,
                  acked=False, credit=DEFAULTS.credit, ack="release", ack_heartbeat=DEFAULTS.ack_heartbeat,
-                 name=None, wait_for=0, wait_for_names=None, replay_window=0, on_notice=None):
+                 name=None, wait_for=0, wait_for_names=None, replay_window=0, resume_from=None,
+                 on_notice=None):
         given = locals()
         self._options, self._on_notice = connection_options(
             **{k: given[k] for k in OPTION_KEYWORDS if k in given})

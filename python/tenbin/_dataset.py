@@ -124,11 +124,12 @@ class TensorcomDataset(IterableDataset):
     def _open(self):
         if self.con is None:
             rank, world_size = self._ranks()
+            options = dict(self.loader_options)
+            if self._resume is not None:  # in place before the first batch
+                options["resume_from"] = self._resume
             self.con = Loader(self.urls, converters=self.converters, rank=rank, world_size=world_size,
-                              drop_last=self.drop_last, **self.loader_options)
-            if self._resume is not None:
-                self.con.load_state_dict(self._resume)
-                self._resume = None
+                              drop_last=self.drop_last, **options)
+            self._resume = None
         return self.con
 
     def _batches(self, n):

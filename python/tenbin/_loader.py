@@ -54,7 +54,8 @@ class Loader:
     epoch in range(E): for batch in loader:`` trains epoch by epoch; a batch
     of the next epoch prefetched meanwhile is kept for the next loop.
     ``state_dict()`` / ``load_state_dict()`` save and resume the position
-    (torch's convention); ``stream_epoch``, ``stream_stats()``. The stream
+    (torch's convention); ``resume_from=`` a saved ``state_dict()`` resumes
+    before the first batch can arrive; ``stream_epoch``, ``stream_stats()``. The stream
     keywords ``epoch_timeout``, ``expect_producers``, ``rank``,
     ``world_size``, ``drop_last`` and acked delivery's ``acked``,
     ``credit``, ``ack``, ``ack_heartbeat``, ``name`` are Connection's.
@@ -75,7 +76,8 @@ class Loader:
                  drop_last=True, acked=False, credit=DEFAULTS.credit, ack="release",
                  ack_heartbeat=DEFAULTS.ack_heartbeat, name=None, shm_claim_timeout=None,
                  shm_max_senders=DEFAULTS.shm_max_senders, shm_max_mappings=DEFAULTS.shm_max_mappings,
-                 shm_max_mapped_bytes=DEFAULTS.shm_max_mapped_bytes, count_peers=False, on_notice=None):
+                 shm_max_mapped_bytes=DEFAULTS.shm_max_mapped_bytes, count_peers=False, resume_from=None,
+                 on_notice=None):
         given = locals()
         self._urls = url_list(url)
         options, notice = connection_options(**{k: given[k] for k in OPTION_KEYWORDS if k in given})
@@ -147,7 +149,8 @@ class Loader:
         process or another): batches it says were taken, queued ones too,
         are dropped as duplicates, the others come once; the epoch is its
         epoch. Give it before the producers replay (right after creating the
-        loader). ``BadArgument`` for a dict that is no state."""
+        loader), or better as ``Loader(..., resume_from=state)``, in place
+        before any batch. ``BadArgument`` for a dict that is no state."""
         self._loader.load_state(state_json(state))
 
     def stream_stats(self):

@@ -11,6 +11,7 @@ import warnings
 
 from . import _tenbin
 from ._errors import BadArgument, Notice
+from ._streams import state_json
 
 # The library's defaults, which the signatures show.
 DEFAULTS = _tenbin.ConnectionOptions()
@@ -26,6 +27,8 @@ def connection_options(on_notice=None, **keywords):
     by the extension as it is set), and the function notices go to."""
     options = _tenbin.ConnectionOptions()
     for name, value in keywords.items():
+        if name == "resume_from" and value is not None and not isinstance(value, str):
+            value = state_json(value)
         setattr(options, name, value)
     return options, on_notice if on_notice is not None else warn_notice
 

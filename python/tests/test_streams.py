@@ -118,6 +118,40 @@ def test_a_state_loaded_drops_what_it_says_was_taken():
     rx.close()
 
 
+def test_a_wait_after_an_epochs_end_is_a_timeout_not_another_end():
+    port = free_port()
+    with tenbin.Loader(f"zpull://127.0.0.1:{port}", timeout=10) as loader:
+        with tenbin.Connection(f"zpush://127.0.0.1:{port}", producer="p") as tx:
+            tx.send([np.array([1], "i4")])
+            tx.end_epoch()
+            assert [int(b[0][0]) for b in loader] == [1] and loader.epoch_ended()
+            with pytest.raises(tenbin.Timeout):  # beyond one wait slice
+                loader.next(timeout=0.3)
+            assert not loader.epoch_ended() and loader.stream_epoch == 1
+            tx.send([np.array([2], "i4")])
+            assert int(loader.next()[0][0]) == 2
+
+
+def test_resume_from_is_in_place_before_the_first_batch():
+    state = {"epoch": 0, "producers": {"p": {"epoch": 0, "next": 3, "taken": [4], "finished": False}}}
+    port = free_port()
+    with tenbin.Loader(f"zpull://127.0.0.1:{port}", timeout=10, resume_from=state) as loader:
+        assert loader.state_dict() == state
+        with tenbin.Connection(f"zpush://127.0.0.1:{port}", producer="p") as tx:
+            for i in range(6):
+                tx.send([np.array([i], "i4")])
+            tx.end_stream()
+            assert [int(b[0][0]) for b in loader] == [3, 5]
+        assert loader.stream_stats()["duplicates"] == 4 and loader.stream_ended()
+    # Its JSON too; a Connection takes it; a sender has nothing to resume.
+    with tenbin.Connection(f"zpull://127.0.0.1:{free_port()}", resume_from=json.dumps(state)) as rx:
+        assert rx.state_dict() == state
+    with pytest.raises(tenbin.BadArgument, match="seek"):
+        tenbin.Connection(f"zpush://127.0.0.1:{free_port()}", resume_from=state)
+    with pytest.raises(tenbin.BadArgument):
+        tenbin.Loader(f"zpull://127.0.0.1:{free_port()}", resume_from={"epoch": "one"})
+
+
 def test_a_loaders_state_leaves_out_the_short_epochs_it_prefetched():
     port = free_port()
     with tenbin.Loader(f"zpull://127.0.0.1:{port}", timeout=10) as loader:
@@ -180,14 +214,13 @@ SHARD_SIZE = 12
 TRAINER = """
 import json, os, sys, time, tenbin
 url, ckpt, delay = sys.argv[1], sys.argv[2], float(sys.argv[3])
-loader = tenbin.Loader(url, timeout=20, queue_messages=4)
-processed = []
+processed, state = [], None
 if os.path.exists(ckpt):
     with open(ckpt) as f:
         saved = json.load(f)
-    processed = saved["processed"]
-    loader.load_state_dict(saved["state"])
-print("ready", flush=True)  # a batch that came before the state would be counted wrong
+    processed, state = saved["processed"], saved["state"]
+loader = tenbin.Loader(url, timeout=20, queue_messages=4, resume_from=state)
+print("ready", flush=True)
 
 def checkpoint():
     with open(ckpt + ".tmp", "w") as f:
