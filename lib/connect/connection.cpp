@@ -1,5 +1,6 @@
 // A connection: its socket made, endpoints opened, parts reached.
 #include "connect/connection_impl.hpp"
+#include "transport/ipc_readers.hpp"
 
 namespace tenbin {
 
@@ -299,9 +300,18 @@ connection& connection::operator=(connection&& o) noexcept {
     s_ = std::move(o.s_);
     return *this;
 }
+void connection::impl::await_ipc_readers() const {
+    if (!socket || !detail::can_send(kind) || opt.linger.count() <= 0) return;
+    std::vector<std::string> ipc;
+    for (const endpoint& ep : endpoints)
+        if (ep.address.rfind("ipc://", 0) == 0) ipc.push_back(ep.address);
+    if (!ipc.empty()) (void)detail::await_ipc_readers(ipc, opt.linger);
+}
+
 connection::~connection() {
     if (!s_) return;
     s_->stop_delivery();
+    s_->await_ipc_readers();
     s_->link->close(s_->opt.linger);
 }
 
@@ -325,6 +335,7 @@ tensor_pool& connection::pool() {
 void connection::close() {
     if (!s_) return;
     s_->stop_delivery();
+    s_->await_ipc_readers();
     s_->link->close(s_->opt.linger);
     if (s_->socket) s_->socket.close();
 }

@@ -133,6 +133,8 @@ struct connection::impl {
     std::optional<detail::tracked> receive_tracked(zmq::recv_flags flags);
     std::optional<detail::tracked> delivered(std::optional<std::chrono::milliseconds> wait);
     std::optional<message> next(zmq::recv_flags flags);
+    // Before the socket closes (see transport/ipc_readers.hpp).
+    void await_ipc_readers() const;
     void stop_delivery() {
         if (delivery) delivery->stop(opt.linger);
     }

@@ -115,10 +115,9 @@ int run_recv(const recv_cli_options& opt) {
     connection_options co = connection_options_for(opt.socket, opt.url);
     co.linger = std::chrono::milliseconds(1000);  // replies only; never hang at exit
     name_for_metrics(opt.metrics, co, "recv");
+    if (!opt.state.empty()) co.resume_from = read_state(opt.state);
     connection conn = open_connection(opt.socket, {opt.url}, co, "tenbin recv");
     const socket_kind kind = conn.endpoints().front().kind;
-    if (!opt.state.empty())
-        if (const auto resumed = read_state(opt.state)) conn.load_state(*resumed);
 
     // What arrived before a timeout is kept too.
     const auto save = [&] {
