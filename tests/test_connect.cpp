@@ -191,7 +191,7 @@ TEST_CASE("an ipc sender that closes lingers until its slow receiver read everyt
         zmq::context_t ctx;
         zmq::socket_t pull(ctx, zmq::socket_type::pull);
         pull.set(zmq::sockopt::rcvhwm, 1);
-        pull.set(zmq::sockopt::rcvtimeo, 5000);
+        pull.set(zmq::sockopt::rcvtimeo, 15000);
         pull.set(zmq::sockopt::linger, 0);
         if (!sender_binds) pull.bind("ipc://" + path);
         constexpr int count = 40;
@@ -205,7 +205,7 @@ TEST_CASE("an ipc sender that closes lingers until its slow receiver read everyt
                 }
         });
         {
-            connection_options o = bounded_options();
+            connection_options o = bounded_options(5s, 10s);  // the linger is a hang bound
             o.send_hwm = 1;
             connection push((sender_binds ? "zrpush+ipc://" : "zpush+ipc://") + path, o);
             for (int k = 0; k < count; ++k) REQUIRE(push.send(batch_of(1024, k)));
