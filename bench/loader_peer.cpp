@@ -16,9 +16,12 @@
 // senders, nobody refills them), --shm fill the same, each filled with the
 // set's bytes first (a producer writing every byte of its batch in place),
 // --shm copy (the default) the same heap tensors each time, which the
-// connection copies into shared memory.
+// connection copies into shared memory. On other URLs (ipc, tcp) the pool
+// is a tensor_pool of the producer's own, as Python's Connection.acquire
+// gives there.
 #include <tenbin/connect.hpp>
 #include <tenbin/pool.hpp>
+#include <tenbin/url.hpp>
 
 #include <chrono>
 #include <cstdlib>
@@ -70,13 +73,17 @@ int send_main(std::map<std::string, std::string>& args) {
     o.send_timeout = std::chrono::milliseconds(120000);
     // Room for the messages in flight (high-water marks on both sides) and a few more.
     o.shm_pool_bytes = std::min<std::uint64_t>(std::uint64_t{4} << 30, (2 * static_cast<std::uint64_t>(o.send_hwm) + 40) * (payload + (64 << 10)));
+    tenbin::pool_options own_options;
+    own_options.max_bytes = o.shm_pool_bytes;
+    tenbin::tensor_pool own(own_options);
     tenbin::connection c(args["send"], o);
+    tenbin::tensor_pool& source = tenbin::parse_url(args["send"]).shm ? c.pool() : own;
     auto send_one = [&] {
         bool sent;
         if (pool) {
             std::vector<tenbin::tensor> m;
             for (const auto& t : w) {
-                m.push_back(c.pool().acquire(t.dtype(), t.shape(), t.info()));
+                m.push_back(source.acquire(t.dtype(), t.shape(), t.info()));
                 if (shm == "fill") std::memcpy(m.back().mutable_bytes().data(), t.data().data(), t.nbytes());
             }
             sent = c.send(m);

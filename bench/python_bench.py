@@ -23,14 +23,20 @@ shared memory, one memcpy a message) against (a) over tcp, which cannot
 use shared memory. Each repetition starts fresh processes; the receivers
 run in rotating order and the medians are compared.
 
-The "producer" rows turn it around: one trainer process (a tenbin.Loader
-on zpull+shm://, touching every byte of each 77 MB batch) is fed by one
-producer process at a time, each writing every byte of every batch it
-sends: (p) the C++ producer (tenbin-bench-loader --shm fill: tensors from
-the connection's pool, filled in place), (q) a Python producer filling
-arrays from Connection.acquire (the same pool, no copy), (r) a Python
-producer filling an array of its own, which send() copies into shared
-memory. (q)/(p) and (r)/(p) are the end-to-end ratios.
+The "end to end" rows are what a trainer sees: one trainer process
+touching every byte of each 77 MB batch (a max over its 64-bit words) is
+fed by one producer process at a time, which makes and writes every byte of
+every batch it sends: the C++ producer (tenbin-bench-loader --shm fill:
+tensors from the connection's pool, or over ipc and tcp from a pool of its
+own, filled in place), a Python producer filling arrays from
+Connection.acquire (the same pools), and over +shm a Python producer
+filling an array of its own, which send() copies into shared memory. Their
+trainer takes the batches from a tenbin.Loader over +shm, ipc or tcp. The
+baseline is a PyTorch DataLoader (batch_size=None) whose worker processes
+make the same batch, filled the same way into fresh tensors (a Dataset's
+item is handed over: torch moves it into shared memory), for the same
+trainer loop; the bound is the trainer's touch of a warm batch, in one
+process.
 
 Prints a table and, with --json FILE, the rows in tenbin-bench's JSON
 shape.
@@ -38,9 +44,10 @@ shape.
     /usr/bin/python3 bench/python_bench.py [--quick] [--json FILE] [--build DIR] [--filter TEXT]
 
 As its receiving end this script runs itself with --peer connection|loader
-(or trainer), and as a Python producer with --peer acquire|own.
+(or trainer|dataloader), and as a Python producer with --peer acquire|own.
 """
 import argparse
+import importlib.util
 import json
 import os
 import statistics
@@ -67,10 +74,17 @@ WORKLOADS = [
 ]
 QUEUED_HWM = 10000
 BATCH = 256 * 3 * 224 * 224 * 2 + 256 * 4
-# The producer rows: (kind, label); p is the baseline.
-PRODUCERS = [("cpp", "C++ producer, pool filled in place"), ("acquire", "Connection.acquire, filled in place"),
-             ("own", "own array, copied in by send()")]
-PRODUCER_COUNTS = (3, 60, 12)  # warmup, count, quick count
+# The end-to-end rows: who makes the batches, over which transport (None: the
+# DataLoader's own worker processes, the baseline).
+E2E = [("cpp", "shm"), ("acquire", "shm"), ("own", "shm"), ("cpp", "ipc"), ("acquire", "ipc"), ("cpp", "tcp"),
+       ("acquire", "tcp"), ("dataloader", None)]
+# One worker a core: torch warns past that on this machine, and three or
+# four were no faster here (one: two thirds of the rate).
+DATALOADER_WORKERS = 2
+MAKERS = {"cpp": "C++ producer, pool filled in place", "acquire": "Python, Connection.acquire filled",
+          "own": "Python, own array copied by send()",
+          "dataloader": f"PyTorch DataLoader, {DATALOADER_WORKERS} workers"}
+E2E_COUNTS = (3, 60, 8)  # warmup, count, quick count
 
 
 def hwm_for(payload):  # as tenbin-bench's senders
@@ -112,26 +126,55 @@ def touch(batch):
     return [a.reshape(-1).view(np.uint64).max() if a.nbytes % 8 == 0 else a.max() for a in batch]
 
 
+def dataloader_batches(workers, length):
+    """A PyTorch DataLoader whose worker processes make the batch as the
+    Python producers do: fresh arrays, every byte written."""
+    import torch
+    import python_peer
+    source, _ = python_peer.workload("batch", BATCH)
+
+    class Batches(torch.utils.data.Dataset):
+        def __len__(self):
+            return length
+
+        def __getitem__(self, i):
+            batch = [torch.from_numpy(np.empty_like(x)) for x in source]
+            for t, x in zip(batch, source):
+                np.copyto(t.numpy(), x)
+            return batch
+
+    it = iter(torch.utils.data.DataLoader(Batches(), batch_size=None, num_workers=workers))
+    return lambda: [t.numpy() for t in next(it)]
+
+
 def trainer_main(args):
-    """The producer rows' receiving end: a Loader touching every byte."""
-    sys.path.insert(0, os.path.join(args.build, "python"))
-    import tenbin
-    ld = tenbin.Loader(args.url, timeout=120)
-    print("endpoint", ld.endpoints[0][2], flush=True)
+    """The end-to-end rows' receiving end: a trainer touching every byte of
+    each batch, from a tenbin.Loader (--peer trainer) or a DataLoader."""
     sys.path.insert(0, HERE)
     import python_peer
+    warmup, count = int(args.warmup), int(args.count)
+    if args.peer == "dataloader":
+        take, close = dataloader_batches(DATALOADER_WORKERS, warmup + count), None
+        print("endpoint -", flush=True)
+    else:
+        sys.path.insert(0, os.path.join(args.build, "python"))
+        import tenbin
+        ld = tenbin.Loader(args.url, timeout=120)
+        take, close = ld.next, ld.close
+        print("endpoint", ld.endpoints[0][2], flush=True)
     expected, _ = python_peer.workload("batch", BATCH)
-    for i in range(int(args.warmup)):
-        got = ld.next()
+    for i in range(warmup):
+        got = take()
         if i == 0 and [(a.dtype, a.shape, a.tobytes()) for a in got] != [(a.dtype, a.shape, a.tobytes()) for a in expected]:
-            raise SystemExit("trainer: received arrays differ")
+            raise SystemExit(f"{args.peer}: received arrays differ")
         touch(got)
     print("ready", flush=True)
     t0 = time.monotonic()
-    for _ in range(int(args.count)):
-        touch(ld.next())
+    for _ in range(count):
+        touch(take())
     print("seconds", time.monotonic() - t0, flush=True)
-    ld.close()
+    if close:
+        close()
 
 
 def touch_rate(seconds=1.0):
@@ -182,72 +225,85 @@ def timed_run(rx, make_tx, who, path):
     """The protocol of the two ends: the receiver `rx` prints "endpoint E";
     the sender `make_tx(E)` starts and sends its warmup; the receiver prints
     "ready"; "go" on the sender's stdin starts the counted messages; the
-    receiver prints "seconds S" for them. Returns S."""
+    receiver prints "seconds S" for them. Returns S. A receiver making its
+    own batches has no sender (make_tx gives None)."""
     r = subprocess.Popen(rx, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     line = r.stdout.readline().split()
     if not line or line[0] != "endpoint":
         raise SystemExit(f"{who} said {line}")
-    s = subprocess.Popen(make_tx(line[1]), stdin=subprocess.PIPE, text=True)
+    tx = make_tx(line[1])
+    s = tx and subprocess.Popen(tx, stdin=subprocess.PIPE, text=True)
     if r.stdout.readline().strip() != "ready":
         raise SystemExit(f"{who} did not get ready")
-    s.stdin.write("go\n")
-    s.stdin.flush()
+    if s:
+        s.stdin.write("go\n")
+        s.stdin.flush()
     done = r.stdout.readline().split()
     if not done or done[0] != "seconds":
         raise SystemExit(f"{who} said {done}")
-    s.stdin.close()
-    s.wait(120)
+    if s:
+        s.stdin.close()
+        s.wait(120)
     r.wait(120)
     if path and os.path.exists(path):  # libzmq leaves a bound ipc socket's file
         os.unlink(path)
     return float(done[1])
 
 
-def run_producer_once(args, kind, count):
-    warmup = PRODUCER_COUNTS[0]
-    path = f"/tmp/tenbin-pybench-{os.getpid()}-producer"
-    common = ["--warmup", str(warmup), "--count", str(count)]
-    rx = [sys.executable, os.path.abspath(__file__), "--build", args.build, "--peer", "trainer",
-          "--url", f"zpull+shm://{path}"] + common
-    hwm = hwm_for(BATCH)
-    if kind == "cpp":
-        tx = [os.path.join(args.build, "bench", "tenbin-bench-loader"), "--send", f"zpush+shm://{path}", "--set",
-              "batch", "--hwm", str(hwm), "--shm", "fill"] + common
-    else:
-        tx = [sys.executable, os.path.abspath(__file__), "--build", args.build, "--peer", kind, "--hwm", str(hwm),
-              "--url", f"zpush+shm://{path}"] + common
-    seconds = timed_run(rx, lambda endpoint: tx, f"the trainer ({kind} producer)", path)
-    return BATCH * count / seconds / 1e9
+def run_e2e_once(args, maker, transport, count):
+    """GB/s of one end-to-end run: the trainer's touched bytes over its time."""
+    common = ["--warmup", str(E2E_COUNTS[0]), "--count", str(count)]
+    me = [sys.executable, os.path.abspath(__file__), "--build", args.build]
+    if maker == "dataloader":
+        return BATCH * count / timed_run(me + ["--peer", "dataloader"] + common, lambda endpoint: None,
+                                         "the DataLoader's trainer", None) / 1e9
+    path = None if transport == "tcp" else f"/tmp/tenbin-pybench-{os.getpid()}-e2e"
+    url = f"zpull+{transport}://{path}" if path else "zpull://127.0.0.1:0"
+
+    def make_tx(endpoint):
+        push = f"zpush+{transport}://{path}" if path else "zpush://" + endpoint.split("://", 1)[1]
+        if maker == "cpp":
+            return [os.path.join(args.build, "bench", "tenbin-bench-loader"), "--send", push, "--set", "batch",
+                    "--hwm", str(hwm_for(BATCH)), "--shm", "fill"] + common
+        return me + ["--peer", maker, "--hwm", str(hwm_for(BATCH)), "--url", push] + common
+
+    rx = me + ["--peer", "trainer", "--url", url] + common
+    return BATCH * count / timed_run(rx, make_tx, f"the trainer ({maker} over {transport})", path) / 1e9
 
 
-def producer_rows(args, reps):
-    count = PRODUCER_COUNTS[2] if args.quick else PRODUCER_COUNTS[1]
-    kinds = [k for k, _ in PRODUCERS]
-    results = {k: [] for k in kinds}
+def e2e_rows(args, reps):
+    """The end-to-end rows, each against the DataLoader and against the bound."""
+    if importlib.util.find_spec("torch") is None:
+        raise SystemExit("the end-to-end rows need PyTorch (Debian: python3-torch) for their DataLoader baseline")
+    count = E2E_COUNTS[2] if args.quick else E2E_COUNTS[1]
+    results = {case: [] for case in E2E}
+    bound = []
     for rep in range(reps):
-        for i in range(len(kinds)):
-            k = kinds[(i + rep) % len(kinds)]
-            results[k].append(run_producer_once(args, k, count))
-        results.setdefault("touch", []).append(touch_rate())
-    med = {k: statistics.median(v) for k, v in results.items()}
-    rows = [{"name": "python producer batch 77 MB shm: C++ producer vs the trainer's touch alone", "transport": "shm-2proc",
-             "bytes": BATCH, "tenbin": med["cpp"], "baseline": med["touch"], "unit": "GB/s",
-             "ratio": med["cpp"] / med["touch"] if med["touch"] else 0,
-             "versus": "the trainer's touch of a warm batch in one process (the bound of the rows below)",
-             "note": f"medians of {reps}", "reps": reps}]
-    for mine, label in PRODUCERS[1:]:
-        name = f"python producer batch 77 MB shm: {label} vs C++ producer"
-        row = {"name": name, "transport": "shm-2proc", "bytes": BATCH, "tenbin": med[mine], "baseline": med["cpp"],
-               "unit": "GB/s", "ratio": med[mine] / med["cpp"] if med["cpp"] else 0,
-               "versus": "the C++ producer filling tensors of the connection's pool (tenbin-bench-loader --shm fill)",
-               "note": f"end to end: a Python trainer (tenbin.Loader) touching every byte; medians of {reps}",
-               "reps": reps}
-        rows.append(row)
-    print("python producer batch 77 MB shm (one Python trainer touching every byte):")
-    for row in rows:
-        print(f"  {row['name'].split(': ', 1)[1]:<42.42}{row['tenbin']:>12.4g}{row['baseline']:>12.4g}{row['ratio']:>8.2f}  GB/s", flush=True)
-    print("  medians: " + ", ".join(f"{k} {v:.4g}" for k, v in med.items()), flush=True)
-    print("  all: " + ", ".join(f"{k} {[round(x, 3) for x in v]}" for k, v in results.items()), flush=True)
+        for i in range(len(E2E)):
+            case = E2E[(i + rep) % len(E2E)]
+            results[case].append(run_e2e_once(args, *case, count))
+        bound.append(touch_rate(0.3 if args.quick else 1.0))
+    med = {case: statistics.median(v) for case, v in results.items()}
+    base, top = med[("dataloader", None)], statistics.median(bound)
+    note = f"end to end: a trainer process touching every byte of each batch; medians of {reps}"
+    touch_versus = "the trainer's touch of a warm batch in one process (the bound)"
+    print(f"python end to end batch 77 MB (a trainer touching every byte; {MAKERS['dataloader']} the baseline):")
+    print(f"  {'producer':<38}{'transport':<11}{'GB/s':>8}{'x DataLoader':>14}{'x bound':>9}")
+    rows = []
+    for (maker, transport), rate in med.items():
+        where = {"shm": "+shm"}.get(transport, transport)
+        name = f"python end to end batch 77 MB{' ' + where if where else ''}: {MAKERS[maker]}"
+        kind = f"{transport}-2proc" if transport else "dataloader"
+        if maker != "dataloader":
+            rows.append({"name": f"{name} vs DataLoader", "transport": kind, "bytes": BATCH, "tenbin": rate,
+                         "baseline": base, "unit": "GB/s", "ratio": rate / base,
+                         "versus": MAKERS["dataloader"] + " feeding the same trainer loop", "note": note, "reps": reps})
+        rows.append({"name": f"{name} vs the bound", "transport": kind, "bytes": BATCH, "tenbin": rate, "baseline": top,
+                     "unit": "GB/s", "ratio": rate / top, "versus": touch_versus, "note": note, "reps": reps})
+        print(f"  {MAKERS[maker]:<38}{where or '-':<11}{rate:>8.3g}{rate / base:>14.2f}{rate / top:>9.3f}", flush=True)
+    print(f"  {'bound: the touch of a warm batch':<49}{top:>8.3g}{'':>14}{1:>9.3f}", flush=True)
+    print("  all: " + "; ".join(f"{m} {t}: {[round(x, 3) for x in v]}" for (m, t), v in results.items())
+          + f"; bound: {[round(x, 2) for x in bound]}", flush=True)
     return rows
 
 
@@ -293,7 +349,7 @@ def main():
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--reps", type=int)
     ap.add_argument("--filter", help="only the cases whose label contains this")
-    ap.add_argument("--peer", choices=["connection", "loader", "trainer", "acquire", "own"])
+    ap.add_argument("--peer", choices=["connection", "loader", "trainer", "dataloader", "acquire", "own"])
     ap.add_argument("--warmup")
     ap.add_argument("--count")
     ap.add_argument("--settle", type=float, default=0)
@@ -303,7 +359,7 @@ def main():
     ap.add_argument("--bytes")
     args = ap.parse_args()
     args.build = os.path.abspath(args.build)
-    if args.peer == "trainer":
+    if args.peer in ("trainer", "dataloader"):
         return trainer_main(args)
     if args.peer in ("acquire", "own"):
         return producer_main(args)
@@ -311,10 +367,10 @@ def main():
         return peer_main(args)
     reps = args.reps or (1 if args.quick else 3)
     rows = []
-    print(f"{'case':<44}{'tenbin':>12}{'baseline':>12}{'ratio':>8}  unit")
-    for w in WORKLOADS:
-        if args.filter and args.filter not in w[7]:
-            continue
+    workloads = [w for w in WORKLOADS if not args.filter or args.filter in w[7]]
+    if workloads:
+        print(f"{'case':<44}{'tenbin':>12}{'baseline':>12}{'ratio':>8}  unit")
+    for w in workloads:
         count = w[5] if args.quick else w[4]
         kinds = ["tensorcom", "connection", "loader"] + ([] if w[8] else ["cpp-loader"])
         results = {k: [] for k in kinds}
@@ -345,8 +401,8 @@ def main():
             rows.append(row)
             print(f"{name:<44.44}{row['tenbin']:>12.4g}{row['baseline']:>12.4g}{row['ratio']:>8.2f}  {w[6]}", flush=True)
         print("  medians: " + ", ".join(f"{k} {v:.4g}" for k, v in med.items()), flush=True)
-    if not args.filter or args.filter in "python producer batch 77 MB shm":
-        rows += producer_rows(args, reps)
+    if not args.filter or args.filter in "python end to end batch 77 MB":
+        rows += e2e_rows(args, reps)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
