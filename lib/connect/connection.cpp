@@ -246,8 +246,9 @@ connection::connection(std::shared_ptr<zmq::context_t> context, std::span<const 
     for (const endpoint& ep : s.endpoints) addresses.push_back(ep.address);
     s.meter->label(s.opt.name, addresses);
     s.meter->attach([&s](detail::metric_writer& w) { s.collect(w); });
-    // Nothing was taken yet: the caller's thread reads the socket (an
-    // acked consumer's engine has the state already).
+    // Nothing was taken yet: the caller's thread reads the socket. (An acked
+    // consumer's engine had the state before its thread began, for its
+    // first hello; seeding it again adds nothing.)
     if (s.opt.resume_from) load_state(*s.opt.resume_from);
 }
 
@@ -302,10 +303,9 @@ connection& connection::operator=(connection&& o) noexcept {
 }
 void connection::impl::await_ipc_readers() const {
     if (!socket || !detail::can_send(kind) || opt.linger.count() <= 0) return;
-    std::vector<std::string> ipc;
-    for (const endpoint& ep : endpoints)
-        if (ep.address.rfind("ipc://", 0) == 0) ipc.push_back(ep.address);
-    if (!ipc.empty()) (void)detail::await_ipc_readers(ipc, opt.linger);
+    std::vector<std::string> addresses;
+    for (const endpoint& ep : endpoints) addresses.push_back(ep.address);
+    (void)detail::await_ipc_readers(addresses, opt.linger);
 }
 
 connection::~connection() {

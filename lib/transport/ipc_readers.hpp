@@ -16,14 +16,12 @@
 
 namespace tenbin::detail {
 
-// Bytes written and not yet read by the peer on this process's unix
-// stream sockets connected to, or accepted on, the ipc `addresses`
-// ("ipc://path", "ipc://@abstract").
-[[nodiscard]] std::uint64_t ipc_unread_bytes(std::span<const std::string> addresses);
-
-// Waits until ipc_unread_bytes() stays 0 a few milliseconds (what ZeroMQ
-// still held meanwhile has gone out and been read too), or `linger` passed.
-// True when everything was read.
+// Waits until the peers of this process's unix stream sockets on the ipc
+// ones of `addresses` ("ipc://path", "ipc://@abstract"; others are passed
+// over) have read every byte written to them, as the kernel counts
+// (SIOCOUTQ), and go on having read it a few milliseconds (what ZeroMQ
+// still held meanwhile went out and was read too); or until `linger`
+// passed. True when everything was read, or there is no ipc address.
 bool await_ipc_readers(std::span<const std::string> addresses, std::chrono::milliseconds linger);
 
 }  // namespace tenbin::detail
