@@ -271,6 +271,17 @@ TEST_CASE("a consumer that starts after the producers' first epochs begins where
     CHECK(c.tracker.counters().epochs == 0);
 }
 
+TEST_CASE("the tracker's cheap clock is the steady clock, at most a few ticks behind") {
+    // A producer's last-heard time is read from it and compared with the
+    // steady clock's deadlines: another clock (realtime, say) would end
+    // epochs at once or never.
+    const auto before = clock_type::now();
+    const auto coarse = stream_tracker::coarse_now();
+    const auto after = clock_type::now();
+    CHECK(coarse <= after);
+    CHECK(before - coarse < std::chrono::milliseconds(50));
+}
+
 TEST_CASE("the state leaves out what was given but not taken; resuming from it drops what was taken") {
     consumer c;
     for (std::uint64_t s = 0; s < 6; ++s) c.batch("a", 0, s);

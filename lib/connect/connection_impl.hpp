@@ -97,6 +97,7 @@ struct connection::impl {
     std::optional<stream_position> numbering;
     std::optional<detail::stream_tracker> tracker;
     std::deque<detail::stream_event> ready;  // given by the tracker, not yet returned
+    std::vector<detail::stream_event> given;  // the tracker's output for one message (kept: perf)
     std::uint64_t consumer_epoch = 0;
     bool epoch_ended = false, stream_ended = false;
     // PUB watching its audience (an XPUB socket): subscribers joined, the

@@ -54,6 +54,7 @@ struct loader::shared : metrics_source {
     connection* conn = nullptr;      // the thread's, while it runs (acked: seeded by load_state)
     // Streams: what is given when (fed under the mutex), and the consumer's side.
     std::optional<detail::stream_tracker> tracker;
+    std::vector<detail::stream_event> given;  // the tracker's output for one message (kept: perf)
     std::uint64_t consumer_epoch = 0;
     bool epoch_ended = false, stream_ended = false;
     std::thread thread;

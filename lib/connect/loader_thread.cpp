@@ -98,9 +98,8 @@ void loader::shared::push(arrival& a) {
             queued_bytes += a.bytes;
         } else {
             if (!tracker) tracker.emplace(opt.connection.streams, opt.queue_messages, opt.queue_bytes, !opt.connection.acked);
-            std::vector<detail::stream_event> events;
-            tracker->add(std::move(m), std::chrono::steady_clock::now(), events);
-            push_events(events);
+            tracker->add(std::move(m), detail::stream_tracker::coarse_now(), given);
+            push_events(given);
         }
     }
     peak_messages = std::max(peak_messages, queue.size());

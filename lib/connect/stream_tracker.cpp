@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include <time.h>
+
 namespace tenbin::detail {
 
 stream_tracker::stream_tracker(stream_options opt, std::size_t hold_messages, std::uint64_t hold_bytes, bool count_gaps)
@@ -11,6 +13,14 @@ stream_tracker::stream_tracker(stream_options opt, std::size_t hold_messages, st
     if (opt_.world_size == 0 || opt_.rank >= opt_.world_size)
         throw error(errc::bad_argument, "rank " + std::to_string(opt_.rank) + " of a world of " +
                                             std::to_string(opt_.world_size) + ": a rank is 0 to world_size - 1");
+}
+
+// libstdc++'s steady_clock is CLOCK_MONOTONIC, of which this is the coarse reading.
+stream_tracker::clock::time_point stream_tracker::coarse_now() noexcept {
+    timespec ts{};
+    ::clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return clock::time_point(std::chrono::duration_cast<clock::duration>(std::chrono::seconds(ts.tv_sec) +
+                                                                         std::chrono::nanoseconds(ts.tv_nsec)));
 }
 
 // Whether `p` is done with the consumer's epoch `epoch`.
@@ -47,7 +57,7 @@ void stream_tracker::add(tracked m, clock::time_point now, std::vector<stream_ev
     try_close(now, out);
 }
 
-void stream_tracker::batch(producer& p, tracked m, std::vector<stream_event>& out) {
+void stream_tracker::batch(producer& p, tracked&& m, std::vector<stream_event>& out) {
     const std::uint64_t e = m.position->epoch, s = m.position->seq;
     if (e < p.epoch) {
         // Of the epoch before, and not had yet: late (a redelivery), not a duplicate.
@@ -117,7 +127,7 @@ void stream_tracker::leave_epoch(producer& p, std::optional<std::uint64_t> count
     p.given = p.top = p.received = 0;
 }
 
-void stream_tracker::shard(producer& p, tracked m, std::vector<stream_event>& out) {
+void stream_tracker::shard(producer& p, tracked&& m, std::vector<stream_event>& out) {
     const std::size_t w = opt_.world_size;
     if (w == 1) return route(std::move(m), out);
     const std::uint64_t s = m.position->seq;
@@ -149,7 +159,7 @@ void stream_tracker::release_groups(producer& p, std::uint64_t upto, std::vector
     }
 }
 
-void stream_tracker::route(tracked m, std::vector<stream_event>& out) {
+void stream_tracker::route(tracked&& m, std::vector<stream_event>& out) {
     const std::uint64_t e = m.position->epoch;
     if (e > epoch_) {
         ++held_messages_;
