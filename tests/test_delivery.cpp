@@ -120,6 +120,34 @@ TEST_CASE("acked: a producer shares its batches among consumers with credit, eac
     CHECK(d.redelivered == 0);
 }
 
+TEST_CASE("acked: on_take acknowledges a batch as it is taken, on_release once it is let go") {
+    connection producer("zrpush://127.0.0.1:*", acked());
+    const std::string at = "zrpull://" + producer.endpoints().at(0).address.substr(6);
+    // Whether the producer heard `n` acknowledgements within a few seconds.
+    const auto acknowledged = [&](std::uint64_t n) {
+        for (int i = 0; i < 500 && producer.delivery_stats().acknowledged < n; ++i) std::this_thread::sleep_for(10ms);
+        return producer.delivery_stats().acknowledged == n;
+    };
+    for (std::int32_t k = 0; k < 2; ++k) REQUIRE(producer.send(batch_of(k)));
+    SUBCASE("on_take") {
+        connection_options o = acked();
+        o.ack = ack_mode::on_take;
+        connection rx(at, o);
+        const auto held = rx.recv();  // kept, and no other receive: taking it is what acknowledges it
+        REQUIRE(held);
+        CHECK(acknowledged(1));
+    }
+    SUBCASE("on_release") {
+        connection rx(at, acked());
+        auto held = rx.recv();
+        REQUIRE(held);
+        std::this_thread::sleep_for(300ms);
+        CHECK(producer.delivery_stats().acknowledged == 0);  // still held
+        held.reset();
+        CHECK(acknowledged(1));
+    }
+}
+
 TEST_CASE("acked: an end mark or a confirmation that finds the consumer's queue full goes later, never lost") {
     // Queues of one message and batches of 4 MiB: the producer's queue
     // towards the consumer is full whenever the consumer lags.

@@ -161,8 +161,12 @@ std::optional<message> connection::impl::next(zmq::recv_flags flags) {
         given.clear();
         streams().add(std::move(*t), detail::stream_tracker::coarse_now(), given);
         // The usual case, one batch given for one received, skips the queue (perf).
-        if (ready.empty() && given.size() == 1 && given.front().what == detail::stream_event::kind::message)
-            return message_of(std::move(given.front().message));
+        // Out of `given` first: an on_take ack token goes as the batch is taken.
+        if (ready.empty() && given.size() == 1 && given.front().what == detail::stream_event::kind::message) {
+            detail::tracked t = std::move(given.front().message);
+            given.clear();
+            return message_of(std::move(t));
+        }
         for (detail::stream_event& x : given) ready.push_back(std::move(x));
     }
 }
