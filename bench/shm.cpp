@@ -12,6 +12,7 @@
 #include "suite.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <functional>
 #include <iostream>
@@ -25,9 +26,14 @@ namespace bench {
 
 namespace {
 
+// Forked while this process has no other thread: a thread of a ZeroMQ
+// context, say, caught inside the allocator at the fork leaves its lock
+// held in the child, whose first allocation then waits for ever (seen
+// under ASan, whose allocator takes no care of fork).
 struct receiver_process {
     pid_t pid = -1;
     int to = -1, from = -1;
+    std::string address;  // its connection's first endpoint
     receiver_process(const std::string& url, const tenbin::connection_options& o, bool reuse) {
         int a[2], b[2];
         if (::pipe(a) != 0 || ::pipe(b) != 0) fail("pipe");
@@ -40,6 +46,10 @@ struct receiver_process {
             try {
                 if (reuse) tenbin::reuse_large_allocations();
                 tenbin::connection c(url, o);
+                const std::string bound = c.endpoints().at(0).address;
+                const auto size = static_cast<std::uint32_t>(bound.size());
+                if (::write(b[1], &size, sizeof size) != sizeof size || ::write(b[1], bound.data(), size) != size)
+                    fail("the parent is gone");
                 for (int n = 0; ::read(a[0], &n, sizeof n) == sizeof n && n > 0;) {
                     for (int i = 0; i < n; ++i)
                         if (!c.recv()) fail("receive timed out");
@@ -56,6 +66,10 @@ struct receiver_process {
         ::close(b[1]);
         to = a[1];
         from = b[0];
+        std::uint32_t size = 0;
+        if (::read(from, &size, sizeof size) != sizeof size || size > 4096) fail("the shm receiver failed to start");
+        address.resize(size);
+        if (::read(from, address.data(), size) != static_cast<ssize_t>(size)) fail("the shm receiver failed to start");
     }
     receiver_process(const receiver_process&) = delete;
     receiver_process& operator=(const receiver_process&) = delete;
@@ -91,13 +105,14 @@ void suite::shm() {
         // One sender and receiver per transport, for all repetitions.
         const std::string shm_name = "/tmp/tenbin-bench-shm-" + tag, ipc_name = "/tmp/tenbin-bench-ipc-" + tag;
         const std::string copy_name = "/tmp/tenbin-bench-shm-copy-" + tag;
-        // Forked before the senders exist, so that no child holds their segments.
+        // Forked before the senders exist, so that no child holds their
+        // segments (and no sender's thread runs at a fork).
         receiver_process shm_rx("zpull+shm://" + shm_name, o, reuse);
         receiver_process copy_rx("zpull+shm://" + copy_name, o, reuse);
         receiver_process ipc_rx("zpull+ipc://" + ipc_name, o, reuse);
-        // tcp: the sender binds a port of the system's choice, the receiver dials it.
-        tenbin::connection tcp_tx("zrpush://127.0.0.1:*", o);
-        receiver_process tcp_rx("zrpull://" + tcp_tx.endpoints().at(0).address.substr(6), o, reuse);
+        // tcp: the receiver binds a port of the system's choice, the sender dials it.
+        receiver_process tcp_rx("zpull://127.0.0.1:*", o, reuse);
+        tenbin::connection tcp_tx("zpush://" + tcp_rx.address.substr(6), o);
         tenbin::connection shm_tx("zpush+shm://" + shm_name, o);
         tenbin::connection copy_tx("zpush+shm://" + copy_name, o);
         tenbin::connection ipc_tx("zpush+ipc://" + ipc_name, o);
