@@ -158,16 +158,9 @@ std::optional<message> connection::impl::next(zmq::recv_flags flags) {
             t = tracked_of(std::move(*m));
         }
         if (!t->position) return message_of(std::move(*t));
-        given.clear();
         streams().add(std::move(*t), detail::stream_tracker::coarse_now(), given);
-        // The usual case, one batch given for one received, skips the queue (perf).
-        // Out of `given` first: an on_take ack token goes as the batch is taken.
-        if (ready.empty() && given.size() == 1 && given.front().what == detail::stream_event::kind::message) {
-            detail::tracked t = std::move(given.front().message);
-            given.clear();
-            return message_of(std::move(t));
-        }
         for (detail::stream_event& x : given) ready.push_back(std::move(x));
+        given.clear();
     }
 }
 

@@ -243,17 +243,22 @@ bool zsend_multipart(zmq::socket_ref socket, tensor_span tensors, const send_opt
         }
     }
 
-    // The position frame after the headers (perf: no allocation of its own).
-    const std::size_t position_size = opt.position ? position_frame_size(*opt.position) : 0;
-    if (opt.position) encode_position_into(*opt.position, {headers.append(position_size), position_size});
+    // The position frame beside the headers (perf: no allocation of its
+    // own); the last append, so its bytes stay where they are.
+    bytes_view position;
+    if (opt.position) {
+        const std::size_t size = position_frame_size(*opt.position);
+        std::byte* p = headers.append(size);
+        encode_position_into(*opt.position, {p, size});
+        position = {p, size};
+    }
     const std::byte* at = headers.data();
-    const auto position = [&] { return bytes_view(at, position_size); };  // once `at` passed the headers
 
     // The empty list: no multipart form exists, send the single-part one.
     frame_sender out(socket, opt.flags,
                      opt.envelope.size() + std::max<std::size_t>(2 * n, 1) + (opt.position ? 1 : 0));
     if (!out.envelope(opt.envelope)) return false;
-    if (n == 0) return out.copy({}) && (!opt.position || out.copy(position()));
+    if (n == 0) return out.copy({}) && (!opt.position || out.copy(position));
     std::size_t next_zero_copy = 0;
     for (std::size_t i = 0; i < n; ++i) {
         const tensor_view t = tensors[i];
@@ -267,7 +272,7 @@ bool zsend_multipart(zmq::socket_ref socket, tensor_span tensors, const send_opt
     // Every zero-copy frame was sent, which left it empty (perf: closing
     // them cost a library call each).
     zero_copy.forget();
-    if (opt.position) out.copy(position());  // never the first frame: queued once the first was
+    if (opt.position) out.copy(position);  // never the first frame: queued once the first was
     return true;
 }
 
