@@ -35,8 +35,11 @@ struct ack_token {
     ~ack_token() {
         std::lock_guard lock(sink->mutex);
         if (!sink->open) return;
+        // A wake-up is due already when others wait: the thread takes them all.
+        const bool first = sink->pending.empty();
         sink->pending.push_back(std::move(what));
         ++sink->made;
+        if (!first) return;
         const std::uint64_t one = 1;
         [[maybe_unused]] const ssize_t r = ::write(sink->wake_fd, &one, sizeof one);
     }

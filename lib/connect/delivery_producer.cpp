@@ -34,9 +34,11 @@ public:
             changed_.wait(lock, room);
         }
         if (stopping_) throw error(errc::closed, "cannot send: the connection is closing");
+        // The thread is due already when the inbox has batches: it takes them all.
+        const bool first = inbox_.empty();
         inbox_.push_back(std::move(b));
         lock.unlock();
-        wake();
+        if (first) wake();
         return true;
     }
 
@@ -264,8 +266,7 @@ private:
             }
             const batch_id id = id_of(b.position);
             best->second.in_flight.emplace(id, std::move(b));
-            from.pop_front();
-            changed_.notify_all();  // room in the inbox
+            from.pop_front();  // room in the inbox: the turn's end tells the user's thread
         }
     }
 
