@@ -15,35 +15,79 @@ namespace {
 
 constexpr std::size_t credit = 16;
 
-tenbin::connection_options acked_options(tenbin::connection_options o) {
+tenbin::connection_options acked_options(tenbin::connection_options o, std::size_t credits = credit,
+                                         tenbin::ack_mode ack = tenbin::ack_mode::on_release) {
     o.acked = true;
-    o.credit = credit;
+    o.credit = credits;
+    o.ack = ack;
     return o;
+}
+
+// Round trips a second between two threads over tcp, raw libzmq, each end
+// with a context of its own as each connection has: the most batches a
+// second that a window of one could carry (with ack=on_release a consumer
+// waits for the confirmation of each release); a window of n, n times
+// that.
+double round_trips(int count) {
+    zmq::context_t near, far;
+    zmq::socket_t ask(near, zmq::socket_type::pair), echo(far, zmq::socket_type::pair);
+    ask.bind("tcp://127.0.0.1:*");
+    echo.connect(ask.get(zmq::sockopt::last_endpoint));
+    const int warmup = 100;
+    std::thread t([&] {
+        zmq::message_t m;
+        for (int i = 0; i < warmup + count; ++i)
+            if (!echo.recv(m) || !echo.send(m, zmq::send_flags::none)) return;
+    });
+    zmq::message_t m;
+    auto trip = [&] {
+        if (!ask.send(zmq::buffer("?", 1), zmq::send_flags::none) || !ask.recv(m)) fail("the echo went");
+    };
+    for (int i = 0; i < warmup; ++i) trip();
+    const auto t0 = clock_type::now();
+    for (int i = 0; i < count; ++i) trip();
+    const double s = seconds_since(t0);
+    t.join();
+    return count / s;
 }
 
 }  // namespace
 
 // Both ends tenbin connections in this process, the sender on a thread;
 // acked and plain pairs with the same options take turns. Over +shm each
-// pool holds what the credits and queues may keep in flight.
+// pool holds what the credits and queues may keep in flight. Also
+// ack=on_take (no round trip a batch), at 256 B with credit 16 and 256,
+// and ack=on_release against raw round trips (what it is bound by).
 void suite::acked() {
-    const std::vector<std::pair<std::string, std::uint64_t>> cases = {{"quad", MiB}, {"batch", 0}, {"small", 0}};
+    struct acked_case {
+        std::string set;
+        std::uint64_t size;
+        std::size_t credits = credit;
+        tenbin::ack_mode ack = tenbin::ack_mode::on_release;
+    };
+    const std::vector<acked_case> cases = {{"quad", MiB},
+                                           {"quad", MiB, credit, tenbin::ack_mode::on_take},
+                                           {"batch", 0},
+                                           {"small", 0},
+                                           {"small", 0, credit, tenbin::ack_mode::on_take},
+                                           {"small", 0, 256, tenbin::ack_mode::on_take}};
     for (const std::string transport : {"tcp", "shm"}) {
         if (!wanted("acked vs plain", transport)) continue;
-        for (const auto& [set, size] : cases) {
-            const form f = set == "small" ? form::small : form::multi;
+        for (const acked_case& c : cases) {
+            const form f = c.set == "small" ? form::small : form::multi;
+            const bool on_take = c.ack == tenbin::ack_mode::on_take;
             // The batch is slow to send: fewer repetitions, as its other rows.
-            const bool batch = set == "batch";
+            const bool batch = c.set == "batch";
             const int warmup = batch ? 1 : 2, reps = batch ? std::max(3, cfg.reps - 2) : cfg.reps;
-            const workload w = make_workload(set, size, false);
+            const workload w = make_workload(c.set, c.size, false);
             const int hwm = hwm_for(w.payload);
             tenbin::connection_options plain = case_options(hwm);
             plain.shm_pool_bytes =
-                std::min<std::uint64_t>(2 * GiB, (credit + 2 * hwm + 6) * (w.payload + 64 * KiB));
-            const tenbin::connection_options acked = acked_options(plain);
+                std::min<std::uint64_t>(2 * GiB, (c.credits + 2 * hwm + 6) * (w.payload + 64 * KiB));
+            const tenbin::connection_options acked = acked_options(plain, c.credits, c.ack);
             connection_pair with(transport, acked, acked), without(transport, plain, plain);
             const int count =
-                calibrate(cfg, [&](int c) { return run_connections(with, w, warmup, c); }, w.payload);
+                calibrate(cfg, [&](int n) { return run_connections(with, w, warmup, n); }, w.payload);
             auto rate = [&](connection_pair& p) {
                 return [&] { return throughput(w, f, count, run_connections(p, w, warmup, count)); };
             };
@@ -52,9 +96,20 @@ void suite::acked() {
             if (d.redelivered != 0 || d.bad_acks != 0 || d.sent < static_cast<std::uint64_t>(count))
                 fail("acked delivery lost its count");
             const std::string goal = f == form::small ? "goal: at least 0.7x" : "goal: at least 0.95x";
-            add({"acked vs plain", transport, w.payload, m.first, m.second, f == form::small ? "msg/s" : "GB/s",
-                 "plain PUSH/PULL, the same options",
-                 "credit " + std::to_string(credit) + (batch ? ", the 77 MB batch; " : "; ") + goal, reps});
+            const std::string how = "credit " + std::to_string(c.credits) + (on_take ? ", ack=on_take" : "");
+            add({on_take ? "acked vs plain, on_take" : "acked vs plain", transport, w.payload, m.first, m.second,
+                 f == form::small ? "msg/s" : "GB/s", "plain PUSH/PULL, the same options",
+                 how + (batch ? ", the 77 MB batch; " : "; ") + goal, reps});
+            if (transport == "tcp" && f == form::small && !on_take) {
+                std::vector<double> trips;
+                for (int i = 0; i < reps; ++i) trips.push_back(round_trips(count));
+                const double bound = median(trips);
+                add({"acked on_release vs a round trip", transport, w.payload, m.first, bound, "msg/s",
+                     "round trips between two threads, raw libzmq",
+                     "a confirmed release a batch; the window of credit " + std::to_string(credit) +
+                         " is bound by " + std::to_string(static_cast<long>(credit * bound)) + " msg/s",
+                     reps});
+            }
         }
     }
 }
