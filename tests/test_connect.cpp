@@ -620,6 +620,11 @@ TEST_CASE("messages already waiting are queued together, in order, errors in pla
     loader_options lo;
     lo.queue_messages = 32;
     loader l(ctx, strings{"zpull+inproc://burst"}, lo);
+    // Taken by the loader's thread while nobody asks (a consumer that asks
+    // first reads them itself, one at a time).
+    for (const auto t0 = std::chrono::steady_clock::now();
+         l.queued_messages() < 2 && std::chrono::steady_clock::now() - t0 < 5s;)
+        std::this_thread::sleep_for(1ms);
     for (int i = 0; i < 20; ++i) {
         CAPTURE(i);
         if (bad.count(i))
@@ -630,6 +635,38 @@ TEST_CASE("messages already waiting are queued together, in order, errors in pla
     CHECK(l.malformed() == 3);
     CHECK(l.stats().messages() == 17);
     CHECK(l.peak_queued_messages() > 1);  // they were queued together
+}
+
+TEST_CASE("a consumer reading the socket itself and the thread prefetching while it works keep the order") {
+    // The consumer finds the queue empty and reads the socket itself; when
+    // it pauses, the thread takes the socket back and queues what comes.
+    // Either way every batch comes once, in order, whoever took it.
+    auto ctx = std::make_shared<zmq::context_t>(1);
+    loader_options lo;
+    lo.queue_messages = 8;
+    loader l(ctx, strings{"zpull+inproc://hand-over"}, lo);
+    connection tx(ctx, strings{"zpush+inproc://hand-over"}, bounded_options());
+    constexpr int count = 2000;
+    std::thread producer([&] {
+        for (int i = 0; i < count; ++i) {
+            if (!tx.send(batch_of(1, i))) return;
+            if (i % 97 == 0) std::this_thread::sleep_for(2ms);  // the consumer waits on the socket
+        }
+    });
+    std::size_t peak = 0;
+    for (int i = 0; i < count; ++i) {
+        const auto b = l.next(5000ms);
+        REQUIRE(b);
+        REQUIRE(seed_of(*b) == i);
+        if (i % 89 == 0) {
+            std::this_thread::sleep_for(5ms);  // working: the thread prefetches
+            peak = std::max(peak, l.queued_messages());
+        }
+    }
+    producer.join();
+    CHECK(peak >= 2);  // the thread did prefetch while the consumer worked
+    CHECK_FALSE(l.next(10ms));
+    CHECK(l.stats().messages() == count);
 }
 
 TEST_CASE("a deep queue hands a long burst to the consumer in parts, not at its end") {

@@ -60,6 +60,11 @@ struct connection_access {
     static std::shared_ptr<connection_meter> meter(connection& c);
     // Any thread: a receive waiting for a +shm sender gives up (errc::closed).
     static void interrupt(connection& c) noexcept;
+    // The socket's ZMQ_FD when receiving is reading the ZeroMQ socket and
+    // nothing else (no delivery thread, no +shm link), else -1: after a
+    // receive found nothing, it turns readable when a message may have
+    // come, so a thread can wait on it without using the socket.
+    static int pollable_fd(connection& c);
 };
 
 inline bool can_send(socket_kind k) noexcept { return k != socket_kind::pull && k != socket_kind::sub; }

@@ -197,6 +197,11 @@ void detail::connection_access::interrupt(connection& c) noexcept {
     if (c.s_ && c.s_->link) c.s_->link->interrupt();
 }
 
+int detail::connection_access::pollable_fd(connection& c) {
+    if (c.s_->delivery || c.s_->shm) return -1;
+    return static_cast<int>(c.s_->socket.get(zmq::sockopt::fd));
+}
+
 void detail::connection_access::flush_acks(connection& c) {
     if (c.s_->delivery) c.s_->delivery->flush_acks();
 }

@@ -1,5 +1,10 @@
 #include "connect/loader_shared.hpp"
 
+#include "base/os_error.hpp"
+
+#include <sys/eventfd.h>
+#include <unistd.h>
+
 namespace tenbin {
 
 loader::loader(std::string_view url, loader_options opt)
@@ -28,6 +33,8 @@ loader::loader(std::shared_ptr<zmq::context_t> context, std::span<const std::str
     s_->opt = std::move(opt);
     s_->urls.assign(urls.begin(), urls.end());
     s_->context = std::move(context);
+    s_->stop_fd.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+    if (!s_->stop_fd) throw detail::os_error("eventfd for a loader");
     // Before the thread: its first batch is already checked against it.
     if (s_->opt.connection.resume_from) load_state(*s_->opt.connection.resume_from);
     s_->thread = std::thread([s = s_] { s->run(); });
@@ -125,33 +132,50 @@ void loader::close() {
     s_->stop = true;
     // A claim waiting for a silent +shm sender ends now, not at its timeout.
     if (s_->conn) detail::connection_access::interrupt(*s_->conn);
+    // Whoever waits on the socket's descriptor (the thread, a consumer).
+    const std::uint64_t one = 1;
+    [[maybe_unused]] const ssize_t r = ::write(s_->stop_fd.get(), &one, sizeof one);
     s_->changed.notify_all();
     s_->drained.notify_all();
+    s_->turn.notify_all();
+}
+
+std::optional<std::vector<tensor>> loader::next() {
+    const auto& t = s_->opt.connection.recv_timeout;
+    return s_->next(t ? detail::deadline_after(*t) : std::chrono::steady_clock::time_point::max());
+}
+
+std::optional<std::vector<tensor>> loader::next(std::chrono::milliseconds timeout) {
+    return s_->next(detail::deadline_after(timeout));
 }
 
 // Both wait and take under one lock: with several consumers, a batch one
 // was woken for cannot go to another in between.
-std::optional<std::vector<tensor>> loader::next() {
-    if (const auto& t = s_->opt.connection.recv_timeout) return next(*t);
-    shared& s = *s_;
-    std::unique_lock lock(s.mutex);
-    s.flush_acks();
-    const auto since = s.wait_begins();
-    s.changed.wait(lock, [&] { return s.ready(); });
-    return s.waited(s.take(), since);  // nothing: closed or ended, and drained
-}
-
-std::optional<std::vector<tensor>> loader::next(std::chrono::milliseconds timeout) {
-    shared& s = *s_;
-    std::unique_lock lock(s.mutex);
-    s.flush_acks();
-    const auto since = s.wait_begins();
-    // A timeout returns nothing, as connection::recv does (would-block is no error).
-    if (!s.changed.wait_until(lock, detail::deadline_after(timeout), [&] { return s.ready(); })) {
-        s.epoch_ended = false;  // an epoch_ended() after a timeout must not tell of an earlier end
-        return s.waited(std::nullopt, since);
+std::optional<std::vector<tensor>> loader::shared::next(std::chrono::steady_clock::time_point deadline) {
+    std::unique_lock lock(mutex);
+    flush_acks();
+    const auto since = wait_begins();
+    for (;;) {
+        if (ready()) return waited(take(), since);  // nothing: closed or ended, and drained
+        if (may_read_here()) {
+            // A silent producer's epoch timeout (tick) bounds the wait too.
+            const bool came = read_here(lock, tracker ? std::min(deadline, tracker->deadline()) : deadline);
+            if (!came) tick();
+            if (ready()) continue;
+        } else if (deadline == std::chrono::steady_clock::time_point::max()) {
+            changed.wait(lock);
+            continue;
+        } else {
+            changed.wait_until(lock, deadline);
+        }
+        if (!ready() && std::chrono::steady_clock::now() >= deadline) {
+            // A timeout returns nothing, as connection::recv does (would-block
+            // is no error); an epoch_ended() after it must not tell of an
+            // earlier end.
+            epoch_ended = false;
+            return waited(std::nullopt, since);
+        }
     }
-    return s.waited(s.take(), since);
 }
 
 bool loader::closed() const {

@@ -5,6 +5,7 @@
 
 #include <tenbin/connect.hpp>
 
+#include "base/fd.hpp"
 #include "connect/connect_detail.hpp"
 #include "connect/stream_tracker.hpp"
 #include "metrics/meter.hpp"
@@ -58,6 +59,24 @@ struct loader::shared : metrics_source {
     std::uint64_t consumer_epoch = 0;
     bool epoch_ended = false, stream_ended = false;
     std::thread thread;
+    // Who reads a plain socket (connection_access::pollable_fd; not with a
+    // transform, whose work is the thread's to overlap with the
+    // consumer's). A consumer that finds the queue empty while nobody reads
+    // receives on its own thread and waits on the socket itself: a message
+    // then wakes one thread, not two (perf: at 256 B the hand-over from
+    // the thread cost more than the receive). The thread takes the socket
+    // back once the consumer has been gone for `hand_back`, so that it
+    // prefetches while the consumer works, and waits on the socket's
+    // descriptor, not in a receive, when nothing is there, so that a
+    // consumer can take the socket meanwhile.
+    enum class reader { nobody, thread, consumer };
+    static constexpr std::chrono::milliseconds hand_back{1};
+    reader reading = reader::nobody;
+    std::chrono::steady_clock::time_point consumer_since{}, consumer_left{};
+    int socket_fd = -1;          // the thread's connection's, while it runs
+    detail::unique_fd stop_fd;   // eventfd: readable once closed (wakes whoever waits on socket_fd)
+    std::condition_variable turn;  // for the thread: a consumer gave the socket back
+    bool socket_failed = false;  // a consumer met a fatal error: raised, the thread ends
     // Metrics: the consumer's waits in next(), and the connection's meter
     // (set with `endpoints`).
     detail::wait_histogram waits;
@@ -84,7 +103,30 @@ struct loader::shared : metrics_source {
         std::size_t messages;
         std::uint64_t bytes;
     };
-    room_left queue_all(std::vector<arrival>& got);
+    // The thread's loop: receiving alone (it waits in the receive), or
+    // sharing the socket with the consumers (see `reading`).
+    void receive_alone(connection& c, std::vector<arrival>& got);
+    void receive_shared(connection& c, std::vector<arrival>& got);
+    // Receives what is waiting on the socket without waiting, as `room`
+    // allows (one message at least); true when it found no more.
+    bool receive_waiting(connection& c, std::vector<arrival>& got, room_left room);
+    // Waits until the socket's descriptor is readable (true: a message
+    // may be there), or `deadline`, or close().
+    bool wait_readable(std::chrono::steady_clock::time_point deadline);
+    // A consumer's next(): waits (reading the socket itself when it may)
+    // until `deadline`.
+    std::optional<std::vector<tensor>> next(std::chrono::steady_clock::time_point deadline);
+    bool may_read_here() const {
+        return reading == reader::nobody && conn && socket_fd >= 0 && !opt.transform && !stop && !finished &&
+               !socket_failed;
+    }
+    // Receives on the consumer's thread (the caller holds `lock`, released
+    // meanwhile) until a message came (true) or `deadline`; queues what
+    // came.
+    bool read_here(std::unique_lock<std::mutex>& lock, std::chrono::steady_clock::time_point deadline);
+    // Queues `got` (waiting for room); `give_back`: then nobody reads the
+    // socket (see `reading`).
+    room_left queue_all(std::vector<arrival>& got, bool give_back = false);
     // Adds `a` to the queue, through the stream tracker (the caller holds
     // the mutex).
     void push(arrival& a);

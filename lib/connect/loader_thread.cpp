@@ -1,6 +1,13 @@
-// A loader's receiving thread: messages off the connection, transformed,
-// queued for the consumers.
+// A loader's receiving: its thread's (messages off the connection,
+// transformed, queued for the consumers), and a consumer's that reads the
+// socket itself.
 #include "connect/loader_shared.hpp"
+
+#include <algorithm>
+#include <climits>
+
+#include <poll.h>
+#include <unistd.h>
 
 namespace tenbin {
 
@@ -71,7 +78,7 @@ bool loader::shared::receive_into(std::vector<arrival>& got, Receive&& receive) 
 // Queues what was received, in order, under one lock and with one wake-up
 // of the consumer (perf: three locks and a wake-up a message). Waits for
 // room as needed (see refill); returns the room left.
-loader::shared::room_left loader::shared::queue_all(std::vector<arrival>& got) {
+loader::shared::room_left loader::shared::queue_all(std::vector<arrival>& got, bool give_back) {
     std::unique_lock lock(mutex);
     for (arrival& a : got) {
         if (!has_room(a.bytes)) {
@@ -82,6 +89,7 @@ loader::shared::room_left loader::shared::queue_all(std::vector<arrival>& got) {
         push(a);
     }
     got.clear();
+    if (give_back) reading = reader::nobody;
     changed.notify_all();
     return {opt.queue_messages > queue.size() ? opt.queue_messages - queue.size() : 0,
             opt.queue_bytes > queued_bytes ? opt.queue_bytes - queued_bytes : 0};
@@ -175,49 +183,35 @@ void loader::shared::run() {
         changed.notify_all();
         return;
     }
+    int fd = -1;
+    try {
+        if (!opt.transform) fd = detail::connection_access::pollable_fd(*conn);
+    } catch (const std::exception&) {
+        // The thread reads alone then.
+    }
     {
         std::lock_guard lock(mutex);
         endpoints = conn->endpoints();
         connection_meter = detail::connection_access::meter(*conn);
         started = true;
         this->conn = &*conn;
+        socket_fd = fd;
         changed.notify_all();
     }
-    // One message waited for, then those already waiting while the queue
-    // had room for them, in messages and in bytes: never more in hand than
-    // that room, or one message when it is full (as before batching). What
-    // stays on the socket counts against its high-water mark instead. A
-    // burst is queued after at most max_burst messages, so that a deep
-    // queue does not keep the consumer waiting for a long burst to end.
     std::vector<arrival> got;
     std::exception_ptr fatal;
     try {
-        room_left room{opt.queue_messages, opt.queue_bytes};
-        while (!stop.load(std::memory_order_relaxed)) {
-            if (!receive_into(got, [&] { return detail::connection_access::receive(*conn, zmq::recv_flags::none); })) {
-                std::lock_guard lock(mutex);
-                tick();  // quiet: a silent producer may be due
-                continue;
-            }
-            const std::size_t most = std::min(room.messages, max_burst);
-            // A skipped malformed message adds nothing to `got`.
-            std::uint64_t in_hand = got.empty() ? 0 : got.back().bytes;
-            // Not after close(): what stays on the socket is not taken (nor
-            // transformed) only to be dropped.
-            for (std::size_t taken = 1; taken < most && in_hand < room.bytes &&
-                                        !stop.load(std::memory_order_relaxed);
-                 ++taken) {
-                const std::size_t before = got.size();
-                if (!receive_into(got, [&] { return detail::connection_access::receive(*conn, zmq::recv_flags::dontwait); }))
-                    break;
-                if (got.size() > before) in_hand += got.back().bytes;
-            }
-            room = queue_all(got);
+        if (socket_fd >= 0) {
+            receive_shared(*conn, got);
+        } else {
+            receive_alone(*conn, got);
         }
     } catch (...) {
         fatal = std::current_exception();
     }
-    std::lock_guard lock(mutex);
+    std::unique_lock lock(mutex);
+    // A consumer reading the socket gives it back (close() woke it) before it goes.
+    turn.wait(lock, [&] { return reading != reader::consumer; });
     this->conn = nullptr;
     // Fatal: the socket failed. Raised once in the consumer, after every
     // batch received before it, those still in hand included (no more
@@ -230,6 +224,140 @@ void loader::shared::run() {
     }
     finished = true;
     changed.notify_all();
+}
+
+// One message waited for, then those already waiting while the queue had
+// room for them, in messages and in bytes: never more in hand than that
+// room, or one message when it is full (as before batching). What stays
+// on the socket counts against its high-water mark instead. A burst is
+// queued after at most max_burst messages, so that a deep queue does not
+// keep the consumer waiting for a long burst to end.
+void loader::shared::receive_alone(connection& c, std::vector<arrival>& got) {
+    room_left room{opt.queue_messages, opt.queue_bytes};
+    while (!stop.load(std::memory_order_relaxed)) {
+        if (!receive_into(got, [&] { return detail::connection_access::receive(c, zmq::recv_flags::none); })) {
+            std::lock_guard lock(mutex);
+            tick();  // quiet: a silent producer may be due
+            continue;
+        }
+        const std::size_t most = std::min(room.messages, max_burst);
+        // A skipped malformed message adds nothing to `got`.
+        std::uint64_t in_hand = got.empty() ? 0 : got.back().bytes;
+        // Not after close(): what stays on the socket is not taken (nor
+        // transformed) only to be dropped.
+        for (std::size_t taken = 1; taken < most && in_hand < room.bytes && !stop.load(std::memory_order_relaxed);
+             ++taken) {
+            const std::size_t before = got.size();
+            if (!receive_into(got, [&] { return detail::connection_access::receive(c, zmq::recv_flags::dontwait); }))
+                break;
+            if (got.size() > before) in_hand += got.back().bytes;
+        }
+        room = queue_all(got);
+    }
+}
+
+bool loader::shared::receive_waiting(connection& c, std::vector<arrival>& got, room_left room) {
+    const std::size_t most = std::max<std::size_t>(1, std::min(room.messages, max_burst));
+    std::uint64_t in_hand = 0;
+    for (std::size_t taken = 0; taken < most && (taken == 0 || in_hand < room.bytes); ++taken) {
+        if (stop.load(std::memory_order_relaxed)) return false;  // see receive_alone
+        const std::size_t before = got.size();
+        if (!receive_into(got, [&] { return detail::connection_access::receive(c, zmq::recv_flags::dontwait); }))
+            return true;
+        if (got.size() > before) in_hand += got.back().bytes;
+    }
+    return false;
+}
+
+void loader::shared::receive_shared(connection& c, std::vector<arrival>& got) {
+    using clock = std::chrono::steady_clock;
+    room_left room{opt.queue_messages, opt.queue_bytes};
+    for (;;) {
+        {
+            // The thread's turn: nobody reads, and no consumer gave the
+            // socket back just now (it may be back for the next message).
+            std::unique_lock lock(mutex);
+            for (;;) {
+                if (stop || socket_failed) return;
+                const auto now = clock::now();
+                if (reading == reader::consumer) {
+                    // A consumer that waited long says when it leaves.
+                    if (now - consumer_since >= hand_back) {
+                        turn.wait_for(lock, poll_interval);
+                    } else {
+                        turn.wait_until(lock, consumer_since + hand_back);
+                    }
+                } else if (now < consumer_left + hand_back) {
+                    turn.wait_until(lock, consumer_left + hand_back);
+                } else {
+                    break;
+                }
+                tick();
+            }
+            reading = reader::thread;
+        }
+        // A failure leaves the socket the thread's: run() queues what is in
+        // hand, then the error.
+        const bool empty = receive_waiting(c, got, room);
+        // Given back only with what was taken queued, ahead of anything a
+        // consumer reads next.
+        room = queue_all(got, true);
+        // Nothing there: wait on the socket without holding it (a consumer may take it meanwhile).
+        if (empty && !wait_readable(clock::now() + poll_interval)) {
+            std::lock_guard lock(mutex);
+            tick();  // quiet: a silent producer may be due
+        }
+    }
+}
+
+bool loader::shared::wait_readable(std::chrono::steady_clock::time_point deadline) {
+    pollfd fds[2] = {{socket_fd, POLLIN, 0}, {stop_fd.get(), POLLIN, 0}};
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    const int timeout = deadline == std::chrono::steady_clock::time_point::max()
+                            ? -1
+                            : static_cast<int>(std::clamp<std::int64_t>(left.count(), 0, INT_MAX));
+    const int n = ::poll(fds, 2, timeout);
+    if (n <= 0) return n < 0;  // EINTR: as if readable (the caller looks again)
+    return (fds[0].revents & POLLIN) != 0;
+}
+
+bool loader::shared::read_here(std::unique_lock<std::mutex>& lock, std::chrono::steady_clock::time_point deadline) {
+    using clock = std::chrono::steady_clock;
+    reading = reader::consumer;
+    consumer_since = clock::now();
+    connection& c = *conn;  // kept by the thread until the socket is given back
+    lock.unlock();
+    // One message: the consumer waits for each as it comes, and a burst
+    // would end in one more look at an empty socket (a system call).
+    std::vector<arrival> got;
+    std::exception_ptr fatal;
+    try {
+        while (!stop.load()) {
+            if (receive_into(got, [&] { return detail::connection_access::receive(c, zmq::recv_flags::dontwait); })) {
+                if (!got.empty()) break;
+                continue;  // a malformed message skipped
+            }
+            if (!wait_readable(deadline)) break;
+        }
+    } catch (...) {
+        fatal = std::current_exception();
+    }
+    lock.lock();
+    reading = reader::nobody;
+    const auto now = clock::now();
+    consumer_left = now;
+    // The thread waits for this one's leaving: one that waited long, or close().
+    if (now - consumer_since >= hand_back || stop) turn.notify_one();
+    for (arrival& a : got) push(a);
+    if (fatal) {
+        // As the thread's own (run): raised once, after what came before it.
+        arrival last{std::move(fatal)};
+        push(last);
+        socket_failed = true;
+        turn.notify_one();
+    }
+    if (!queue.empty()) changed.notify_all();  // other consumers
+    return !got.empty();
 }
 
 }  // namespace tenbin
