@@ -56,6 +56,12 @@ struct loader_options {
 /// the loader goes on); a fatal error (the socket failing) is raised after
 /// every batch received before it, and ends the loader. Several threads
 /// may call next() at once: each batch goes to one of them.
+///
+/// A consumer that finds the queue empty while the thread is not reading
+/// receives on its own thread instead (plain sockets, no transform; not
+/// acked or `+shm`), so that a message wakes one thread rather than two;
+/// the thread takes over again once the consumer has been away for about
+/// a millisecond. Batches come in order whoever received them.
 class loader {
 public:
     /// Starts the loader thread on the URLs (each brace-expanded) and waits
