@@ -73,7 +73,8 @@ struct loader::shared : metrics_source {
     static constexpr std::chrono::milliseconds hand_back{1};
     reader reading = reader::nobody;
     std::chrono::steady_clock::time_point consumer_since{}, consumer_left{};
-    int socket_fd = -1;          // the thread's connection's, while it runs
+    int socket_fd = -1;          // the thread's connection's, while it runs; -1: the thread reads alone
+    std::vector<arrival> consumer_got;  // what the reading consumer took (kept: perf)
     detail::unique_fd stop_fd;   // eventfd: readable once closed (wakes whoever waits on socket_fd)
     std::condition_variable turn;  // for the thread: a consumer gave the socket back
     bool socket_failed = false;  // a consumer met a fatal error: raised, the thread ends
@@ -107,19 +108,16 @@ struct loader::shared : metrics_source {
     // sharing the socket with the consumers (see `reading`).
     void receive_alone(connection& c, std::vector<arrival>& got);
     void receive_shared(connection& c, std::vector<arrival>& got);
-    // Receives what is waiting on the socket without waiting, as `room`
-    // allows (one message at least); true when it found no more.
-    bool receive_waiting(connection& c, std::vector<arrival>& got, room_left room);
+    // Receives one message (`first`: waiting or not), then what is waiting
+    // as `room` allows; true when the socket had no more.
+    bool receive_burst(connection& c, std::vector<arrival>& got, room_left room, zmq::recv_flags first);
     // Waits until the socket's descriptor is readable (true: a message
     // may be there), or `deadline`, or close().
     bool wait_readable(std::chrono::steady_clock::time_point deadline);
     // A consumer's next(): waits (reading the socket itself when it may)
     // until `deadline`.
     std::optional<std::vector<tensor>> next(std::chrono::steady_clock::time_point deadline);
-    bool may_read_here() const {
-        return reading == reader::nobody && conn && socket_fd >= 0 && !opt.transform && !stop && !finished &&
-               !socket_failed;
-    }
+    bool may_read_here() const { return reading == reader::nobody && socket_fd >= 0 && !stop && !socket_failed; }
     // Receives on the consumer's thread (the caller holds `lock`, released
     // meanwhile) until a message came (true) or `deadline`; queues what
     // came.

@@ -213,6 +213,7 @@ void loader::shared::run() {
     // A consumer reading the socket gives it back (close() woke it) before it goes.
     turn.wait(lock, [&] { return reading != reader::consumer; });
     this->conn = nullptr;
+    socket_fd = -1;
     // Fatal: the socket failed. Raised once in the consumer, after every
     // batch received before it, those still in hand included (no more
     // than the room they were taken for); queued outside the handler, as
@@ -226,47 +227,38 @@ void loader::shared::run() {
     changed.notify_all();
 }
 
-// One message waited for, then those already waiting while the queue had
-// room for them, in messages and in bytes: never more in hand than that
-// room, or one message when it is full (as before batching). What stays
-// on the socket counts against its high-water mark instead. A burst is
-// queued after at most max_burst messages, so that a deep queue does not
-// keep the consumer waiting for a long burst to end.
+// One message (waited for with `first` = none), then those already waiting
+// while the queue had room for them, in messages and in bytes: never more
+// in hand than that room, or one message when it is full (as before
+// batching). What stays on the socket counts against its high-water mark
+// instead. A burst is queued after at most max_burst messages, so that a
+// deep queue does not keep the consumer waiting for a long burst to end.
+bool loader::shared::receive_burst(connection& c, std::vector<arrival>& got, room_left room, zmq::recv_flags first) {
+    const std::size_t most = std::max<std::size_t>(1, std::min(room.messages, max_burst));
+    // A skipped malformed message adds nothing to `got`.
+    std::uint64_t in_hand = 0;
+    for (std::size_t taken = 0; taken < most && (taken == 0 || in_hand < room.bytes); ++taken) {
+        // Not after close(): what stays on the socket is not taken (nor
+        // transformed) only to be dropped.
+        if (stop.load(std::memory_order_relaxed)) return false;
+        const std::size_t before = got.size();
+        const auto flags = taken == 0 ? first : zmq::recv_flags::dontwait;
+        if (!receive_into(got, [&] { return detail::connection_access::receive(c, flags); })) return true;
+        if (got.size() > before) in_hand += got.back().bytes;
+    }
+    return false;
+}
+
 void loader::shared::receive_alone(connection& c, std::vector<arrival>& got) {
     room_left room{opt.queue_messages, opt.queue_bytes};
     while (!stop.load(std::memory_order_relaxed)) {
-        if (!receive_into(got, [&] { return detail::connection_access::receive(c, zmq::recv_flags::none); })) {
+        if (receive_burst(c, got, room, zmq::recv_flags::none) && got.empty()) {
             std::lock_guard lock(mutex);
             tick();  // quiet: a silent producer may be due
             continue;
         }
-        const std::size_t most = std::min(room.messages, max_burst);
-        // A skipped malformed message adds nothing to `got`.
-        std::uint64_t in_hand = got.empty() ? 0 : got.back().bytes;
-        // Not after close(): what stays on the socket is not taken (nor
-        // transformed) only to be dropped.
-        for (std::size_t taken = 1; taken < most && in_hand < room.bytes && !stop.load(std::memory_order_relaxed);
-             ++taken) {
-            const std::size_t before = got.size();
-            if (!receive_into(got, [&] { return detail::connection_access::receive(c, zmq::recv_flags::dontwait); }))
-                break;
-            if (got.size() > before) in_hand += got.back().bytes;
-        }
         room = queue_all(got);
     }
-}
-
-bool loader::shared::receive_waiting(connection& c, std::vector<arrival>& got, room_left room) {
-    const std::size_t most = std::max<std::size_t>(1, std::min(room.messages, max_burst));
-    std::uint64_t in_hand = 0;
-    for (std::size_t taken = 0; taken < most && (taken == 0 || in_hand < room.bytes); ++taken) {
-        if (stop.load(std::memory_order_relaxed)) return false;  // see receive_alone
-        const std::size_t before = got.size();
-        if (!receive_into(got, [&] { return detail::connection_access::receive(c, zmq::recv_flags::dontwait); }))
-            return true;
-        if (got.size() > before) in_hand += got.back().bytes;
-    }
-    return false;
 }
 
 void loader::shared::receive_shared(connection& c, std::vector<arrival>& got) {
@@ -298,7 +290,7 @@ void loader::shared::receive_shared(connection& c, std::vector<arrival>& got) {
         }
         // A failure leaves the socket the thread's: run() queues what is in
         // hand, then the error.
-        const bool empty = receive_waiting(c, got, room);
+        const bool empty = receive_burst(c, got, room, zmq::recv_flags::dontwait);
         // Given back only with what was taken queued, ahead of anything a
         // consumer reads next.
         room = queue_all(got, true);
@@ -329,7 +321,7 @@ bool loader::shared::read_here(std::unique_lock<std::mutex>& lock, std::chrono::
     lock.unlock();
     // One message: the consumer waits for each as it comes, and a burst
     // would end in one more look at an empty socket (a system call).
-    std::vector<arrival> got;
+    std::vector<arrival>& got = consumer_got;
     std::exception_ptr fatal;
     try {
         while (!stop.load()) {
@@ -356,8 +348,10 @@ bool loader::shared::read_here(std::unique_lock<std::mutex>& lock, std::chrono::
         socket_failed = true;
         turn.notify_one();
     }
+    const bool came = !got.empty();
+    got.clear();
     if (!queue.empty()) changed.notify_all();  // other consumers
-    return !got.empty();
+    return came;
 }
 
 }  // namespace tenbin
