@@ -372,7 +372,12 @@ TEST_CASE("a metrics exporter serves GET /metrics on loopback, refuses the rest,
     CHECK(res->body.find("tenbin_messages_sent_total{connection=\"served\"") != std::string::npos);
     CHECK(scraped);
     CHECK(ex.scrapes() == 1);
+    CHECK(ex.scrapes_begun() == 1);
     CHECK(!ex.wait_for_scrape(10ms));
+    // A scrape counts for a wait that began before the scrape did, even
+    // when the wait is resumed in slices after it.
+    CHECK(ex.wait_for_scrape(10ms, 0));
+    CHECK(!ex.wait_for_scrape(10ms, 1));
     if (const auto problems = promtool_problems(res->body)) CHECK_MESSAGE(problems->empty(), *problems);
     auto other = client.Get("/");
     REQUIRE(other);

@@ -158,10 +158,14 @@ public:
     int port() const;
     /// Scrapes answered so far.
     std::uint64_t scrapes() const;
-    /// Waits until a scrape has been answered after this call, at most
-    /// `timeout`; false when none came. For a command that ends: its last
-    /// counts are read before it goes.
-    bool wait_for_scrape(std::chrono::milliseconds timeout) const;
+    /// Scrapes begun so far (each reads the counts after it begins).
+    std::uint64_t scrapes_begun() const;
+    /// Waits at most `timeout` until a scrape that began after the first
+    /// `begun` scrapes (by default: one that begins after this call) has been
+    /// answered; false when none was. For a command that ends: its last
+    /// counts are read before it goes. Waiting in slices, pass the same
+    /// `begun` (scrapes_begun() once the counts were final) to each.
+    bool wait_for_scrape(std::chrono::milliseconds timeout, std::optional<std::uint64_t> begun = {}) const;
     /// The text a scrape gets now.
     std::string text() const;
     /// Stops listening and waits for a scrape being answered to end.

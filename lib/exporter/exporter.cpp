@@ -8,6 +8,7 @@
 #include <httplib.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <condition_variable>
@@ -28,7 +29,12 @@ struct exporter_state {
     mutable std::mutex mutex;
     mutable std::condition_variable scraped;
     std::vector<std::weak_ptr<const metrics_source>> sources;
-    std::uint64_t scrapes = 0;
+    std::uint64_t scrapes = 0;  // answered
+    // Each scrape takes a ticket before it reads the counts; the highest
+    // ticket answered tells a waiter whether those counts were read after
+    // it began waiting (a scrape answered then may have read them before).
+    std::uint64_t tickets = 0;
+    std::uint64_t newest_answered = 0;
 
     // The sources still alive (the others are forgotten).
     std::vector<std::shared_ptr<const metrics_source>> live() {
@@ -75,10 +81,16 @@ metrics_exporter::metrics_exporter(std::string_view address, std::vector<std::sh
     s.server.set_write_timeout(std::chrono::seconds(5));
     detail::exporter_state* st = s_.get();
     s.server.Get("/metrics", [st](const httplib::Request&, httplib::Response& res) {
+        std::uint64_t ticket = 0;
+        {
+            const std::lock_guard lock(st->mutex);
+            ticket = ++st->tickets;
+        }
         res.set_content(st->text(), std::string(prometheus_content_type));
         {
             const std::lock_guard lock(st->mutex);
             ++st->scrapes;
+            st->newest_answered = std::max(st->newest_answered, ticket);
         }
         st->scraped.notify_all();
     });
@@ -134,11 +146,17 @@ std::uint64_t metrics_exporter::scrapes() const {
     return s_->scrapes;
 }
 
-bool metrics_exporter::wait_for_scrape(std::chrono::milliseconds timeout) const {
+std::uint64_t metrics_exporter::scrapes_begun() const {
+    if (!s_) return 0;
+    const std::lock_guard lock(s_->mutex);
+    return s_->tickets;
+}
+
+bool metrics_exporter::wait_for_scrape(std::chrono::milliseconds timeout, std::optional<std::uint64_t> begun) const {
     if (!s_) return false;
     std::unique_lock lock(s_->mutex);
-    const std::uint64_t before = s_->scrapes;
-    return s_->scraped.wait_for(lock, timeout, [&] { return s_->scrapes > before; });
+    const std::uint64_t after = begun.value_or(s_->tickets);
+    return s_->scraped.wait_for(lock, timeout, [&] { return s_->newest_answered > after; });
 }
 
 std::string metrics_exporter::text() const { return s_ ? s_->text() : std::string(); }

@@ -19,7 +19,8 @@ void metrics_exporter::add(std::shared_ptr<const metrics_source>) {}
 std::string metrics_exporter::address() const { return {}; }
 int metrics_exporter::port() const { return 0; }
 std::uint64_t metrics_exporter::scrapes() const { return 0; }
-bool metrics_exporter::wait_for_scrape(std::chrono::milliseconds) const { return false; }
+std::uint64_t metrics_exporter::scrapes_begun() const { return 0; }
+bool metrics_exporter::wait_for_scrape(std::chrono::milliseconds, std::optional<std::uint64_t>) const { return false; }
 std::string metrics_exporter::text() const { return {}; }
 void metrics_exporter::close() {}
 

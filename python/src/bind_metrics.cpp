@@ -118,15 +118,14 @@ public:
         return without_gil([&] { return exporter_->text(); });
     }
 
-    // In slices, for Ctrl-C; a scrape between two slices counts too.
+    // In slices, for Ctrl-C; a scrape begun between two slices counts too.
     bool wait_for_scrape(const py::object& timeout) {
         const auto t = seconds_arg(timeout, "timeout");
         const auto deadline = deadline_after(t);
-        const std::uint64_t before = exporter_->scrapes();
+        const std::uint64_t begun = exporter_->scrapes_begun();
         for (;;) {
             const auto slice = slice_until(deadline);
-            if (without_gil([&] { return exporter_->wait_for_scrape(slice); }) || exporter_->scrapes() > before)
-                return true;
+            if (without_gil([&] { return exporter_->wait_for_scrape(slice, begun); })) return true;
             check_signals();
             if (clock_type::now() >= deadline) return false;
         }

@@ -69,7 +69,8 @@ class MetricsExporter:
         return self._exporter.scrapes()
 
     def wait_for_scrape(self, timeout=None) -> bool:
-        """Waits until a scrape has been answered after this call, at most
+        """Waits until a scrape that began after this call has been answered
+        (one begun earlier may have read older counts), at most
         ``timeout`` seconds (None: for ever); False when none came. For a
         program about to end: its last counts are read before it goes."""
         return self._exporter.wait_for_scrape(timeout)

@@ -248,6 +248,7 @@ metrics_server::~metrics_server() {
     using namespace std::chrono;
     if (!exporter_ || !(wait_ > 0)) return;
     const auto deadline = deadline_in(wait_);  // none: for ever
+    const std::uint64_t begun = exporter_->scrapes_begun();  // the counts are final now
     // In slices, so that a signal ends the wait.
     while (!interrupted()) {
         milliseconds slice = interrupt_poll;
@@ -256,7 +257,7 @@ metrics_server::~metrics_server() {
             if (left.count() <= 0) return;
             slice = std::min(slice, left);
         }
-        if (exporter_->wait_for_scrape(slice)) return;
+        if (exporter_->wait_for_scrape(slice, begun)) return;
     }
 }
 
