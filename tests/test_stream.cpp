@@ -10,8 +10,10 @@
 
 #include <numeric>
 #include <optional>
+#include <random>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 using namespace tenbin;
@@ -66,9 +68,14 @@ struct consumer {
         t.position = stream_position{producer, 1, epoch, seq, m, 0};
         t.bytes = 100;
         std::vector<stream_event> out;
-        tracker.add(std::move(t), now, out);
+        // A connection tries the shortcut first, then the general path.
+        if (in_order_first && tracker.take_in_order(*t.position, now))
+            out.push_back({stream_event::kind::message, std::move(t), 0});
+        else
+            tracker.add(std::move(t), now, out);
         take(out);
     }
+    bool in_order_first = false;
     void wait(std::chrono::milliseconds d) {
         now += d;
         std::vector<stream_event> out;
@@ -269,6 +276,80 @@ TEST_CASE("a consumer that starts after the producers' first epochs begins where
     CHECK(c.text() == "a3.0 a3.1");
     CHECK(c.tracker.epoch() == 3);
     CHECK(c.tracker.counters().epochs == 0);
+}
+
+TEST_CASE("the in-order shortcut gives and counts exactly what the general path does") {
+    // Random fan-ins of three producers (mostly in order; skips, repeats,
+    // late fills,
+    // end marks, silences past the timeout, epochs ahead, restarts from the
+    // state): a tracker that
+    // takes each batch through take_in_order() when it can and one that
+    // never does agree on everything, event by event.
+    for (const std::size_t world : {std::size_t{1}, std::size_t{2}})
+        for (std::uint64_t seed = 1; seed <= 40; ++seed) {
+            CAPTURE(seed);
+            CAPTURE(world);
+            stream_options opt;
+            opt.epoch_timeout = 50ms;
+            opt.world_size = world;
+            consumer general(opt, 8), shortcut(opt, 8);
+            shortcut.in_order_first = true;
+            std::mt19937_64 rng(seed);
+            const std::string names[] = {"a", "b", "c"};
+            std::uint64_t epoch[3] = {0, 0, 0}, seq[3] = {0, 0, 0};
+            for (int step = 0; step < 400; ++step) {
+                const std::size_t i = rng() % 3;
+                const unsigned r = static_cast<unsigned>(rng() % 100);
+                std::uint64_t e = epoch[i], s = seq[i];
+                auto m = stream_position::mark::batch;
+                if (r < 62) {
+                    ++seq[i];  // in order
+                } else if (r < 70) {
+                    // Anywhere near: an epoch before, this one or the next.
+                    e = epoch[i] + rng() % 3;
+                    e = e > 0 ? e - 1 : 0;
+                    s = rng() % (seq[i] + 3);
+                } else if (r < 76) {
+                    s = seq[i] + 1;  // one skipped (for now)
+                    seq[i] += 2;
+                } else if (r < 82) {
+                    s = rng() % (seq[i] + 1);  // a repeat, or one skipped before
+                } else if (r < 88) {
+                    m = stream_position::mark::epoch_end;
+                    ++epoch[i];
+                    seq[i] = 0;
+                } else if (r < 94) {
+                    e = ++epoch[i];  // its end mark lost
+                    s = 0;
+                    seq[i] = 1;
+                } else if (r < 94) {
+                    // A restart from the state (as a resumed consumer's).
+                    const stream_state st = general.tracker.state(general.tracker.epoch(), {});
+                    for (consumer* c : {&general, &shortcut}) {
+                        std::vector<stream_event> out;
+                        c->tracker.load(st, c->now, out);
+                        c->take(out);
+                    }
+                    continue;
+                } else {
+                    for (consumer* c : {&general, &shortcut}) c->wait(r < 97 ? 10ms : 60ms);
+                    continue;
+                }
+                for (consumer* c : {&general, &shortcut}) {
+                    c->now += 1ms;
+                    c->send(names[i], e, s, m);
+                }
+                REQUIRE(shortcut.text() == general.text());
+                const stream_counters& x = shortcut.tracker.counters();
+                const stream_counters& y = general.tracker.counters();
+                REQUIRE(std::tie(x.gaps, x.duplicates, x.late, x.epochs, x.producers_timed_out, x.dropped_remainder,
+                                 x.padded, x.after_end) == std::tie(y.gaps, y.duplicates, y.late, y.epochs,
+                                                                    y.producers_timed_out, y.dropped_remainder,
+                                                                    y.padded, y.after_end));
+                REQUIRE(shortcut.tracker.deadline() == general.tracker.deadline());
+                REQUIRE(shortcut.tracker.state(0, {}) == general.tracker.state(0, {}));
+            }
+        }
 }
 
 TEST_CASE("the tracker's cheap clock is the steady clock, at most a few ticks behind") {

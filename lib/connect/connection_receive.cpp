@@ -115,6 +115,7 @@ std::optional<message> connection::impl::next(zmq::recv_flags flags) {
         }
         if (stream_ended) return std::nullopt;
         std::optional<detail::tracked> t;
+        std::optional<message> m;
         const auto tick = tracker ? tracker->deadline() : clock::time_point::max();
         const auto tick_now = [&] {
             std::vector<detail::stream_event> out;
@@ -138,7 +139,7 @@ std::optional<message> connection::impl::next(zmq::recv_flags flags) {
         } else if (waits && tick != clock::time_point::max()) {
             check_open("receive");
             // A message already there needs no poll (perf: a system call a message).
-            std::optional<message> m = receive(zmq::recv_flags::dontwait);
+            m = receive(zmq::recv_flags::dontwait);
             if (!m) {
                 const bool came = detail::socket_call(
                     "receive", [&] { return detail::readable_before(socket, std::min(until, tick)); });
@@ -150,11 +151,13 @@ std::optional<message> connection::impl::next(zmq::recv_flags flags) {
                 m = receive(zmq::recv_flags::dontwait);
                 if (!m) continue;
             }
-            t = tracked_of(std::move(*m));
         } else {
-            std::optional<message> m = receive(flags);
+            m = receive(flags);
             if (!m) return std::nullopt;
-            if (!m->position) return m;  // unnumbered: as it came (perf: no detour)
+        }
+        if (m) {
+            // Unnumbered, or next in order with nothing waiting: as it came (perf: no detour).
+            if (!m->position || streams().take_in_order(*m->position, detail::stream_tracker::coarse_now())) return m;
             t = tracked_of(std::move(*m));
         }
         if (!t->position) return message_of(std::move(*t));

@@ -101,11 +101,13 @@ void loader::shared::push(arrival& a) {
     } else {
         auto& m = std::get<detail::tracked>(a.what);
         stats.add(a.bytes);
-        if (!m.position) {  // unnumbered: straight to the queue (perf)
+        if (m.position && !tracker)
+            tracker.emplace(opt.connection.streams, opt.queue_messages, opt.queue_bytes, !opt.connection.acked);
+        // Unnumbered, or next in order with nothing kept back: straight to the queue (perf).
+        if (!m.position || tracker->take_in_order(*m.position, detail::stream_tracker::coarse_now())) {
             queue.push_back(detail::stream_event{detail::stream_event::kind::message, std::move(m), 0});
             queued_bytes += a.bytes;
         } else {
-            if (!tracker) tracker.emplace(opt.connection.streams, opt.queue_messages, opt.queue_bytes, !opt.connection.acked);
             tracker->add(std::move(m), detail::stream_tracker::coarse_now(), given);
             push_events(given);
         }

@@ -57,6 +57,26 @@ void stream_tracker::add(tracked m, clock::time_point now, std::vector<stream_ev
     try_close(now, out);
 }
 
+bool stream_tracker::take_in_order(const stream_position& pos, clock::time_point now) {
+    if (finished_ || opt_.world_size != 1 || held_messages_ != 0 || pos.kind != stream_position::mark::batch ||
+        pos.epoch != epoch_)
+        return false;
+    const auto it = producers_.find(pos.producer);
+    if (it == producers_.end()) return false;
+    producer& p = it->second;
+    if (p.epoch != epoch_ || p.finished || p.timed_out || pos.seq != p.next || !p.above.empty()) return false;
+    // What batch() and route() would do. try_close() would do nothing:
+    // this producer, just heard and still in the epoch, keeps it open, and
+    // the time of its first end is already set if there was one (add(),
+    // tick() and load() all end in try_close()).
+    p.heard = now;
+    ++p.next;
+    ++p.received;
+    p.top = std::max(p.top, p.next);
+    ++given_in_epoch_;
+    return true;
+}
+
 void stream_tracker::batch(producer& p, tracked&& m, std::vector<stream_event>& out) {
     const std::uint64_t e = m.position->epoch, s = m.position->seq;
     if (e < p.epoch) {
@@ -358,6 +378,8 @@ void stream_tracker::load(const stream_state& s, clock::time_point now, std::vec
         p.heard = now;
     }
     for (tracked& m : kept) add(std::move(m), now, out);
+    // Producers the state says ended start the epoch's clock (or end it).
+    try_close(now, out);
 }
 
 }  // namespace tenbin::detail

@@ -61,6 +61,12 @@ public:
 
     // Takes one received message at `now`; appends what is ready to `out`.
     void add(tracked m, clock::time_point now, std::vector<stream_event>& out);
+    // The common case without add()'s general path (perf: a numbered batch
+    // then costs about what a plain one does): a batch of the current epoch,
+    // next in order from a producer already in it, with nothing kept back
+    // and one rank. True: counted as add() would, to be given on now; false:
+    // nothing done, add() it.
+    bool take_in_order(const stream_position& pos, clock::time_point now);
     // Ends the epoch if its silent producers timed out by `now`.
     void tick(clock::time_point now, std::vector<stream_event>& out);
     // When tick() could next end the epoch (time_point::max(): not by time).
