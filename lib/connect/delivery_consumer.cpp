@@ -280,7 +280,7 @@ private:
 
     // A producer gone redelivers what it did not hear of: dropped here as a duplicate then.
     void send_ack(const std::string& rid, const control& c) {
-        if (!send_control(rid, c)) return;
+        if (send_control(rid, c) != sent::yes) return;
         if (auto it = producers_.find(rid); it != producers_.end()) {
             // A new incarnation counts from what it confirms.
             if (it->second.acked < it->second.confirmed) it->second.acked = it->second.confirmed;

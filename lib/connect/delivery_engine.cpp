@@ -120,15 +120,16 @@ control delivery_engine::hello(bool answer) const {
     return c;
 }
 
-bool delivery_engine::send_control(const std::string& rid, const control& c) {
+delivery_engine::sent delivery_engine::send_control(const std::string& rid, const control& c) {
     const std::vector<std::byte> body = encode_control(c);
     int rc;
     do rc = zmq_send(socket_.handle(), rid.data(), rid.size(), ZMQ_SNDMORE | ZMQ_DONTWAIT);
     while (rc < 0 && zmq_errno() == EINTR);
-    if (rc < 0) return false;  // EHOSTUNREACH: no such peer (ROUTER_MANDATORY); EAGAIN: full
+    // EHOSTUNREACH: no such peer (ROUTER_MANDATORY); EAGAIN: its queue is full.
+    if (rc < 0) return zmq_errno() == EHOSTUNREACH ? sent::gone : sent::full;
     do rc = zmq_send(socket_.handle(), body.data(), body.size(), ZMQ_DONTWAIT);
     while (rc < 0 && zmq_errno() == EINTR);
-    return rc >= 0;
+    return rc >= 0 ? sent::yes : sent::full;
 }
 
 void delivery_engine::receive_all(clock::time_point now) {

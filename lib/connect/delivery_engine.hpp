@@ -57,9 +57,11 @@ protected:
     void begin();  // starts the thread (the derived object made)
     void wake() noexcept;
     int wake_fd() const noexcept { return wake_fd_; }
-    // Sends control `c` to `rid`; false when the ROUTER has no such peer
-    // (gone) or it would block. The caller holds the mutex.
-    bool send_control(const std::string& rid, const control& c);
+    // What became of a control message: sent, or not, because the peer's
+    // queue is full (it lives) or the ROUTER has no such peer (gone).
+    enum class sent { yes, full, gone };
+    // Sends control `c` to `rid`. The caller holds the mutex.
+    sent send_control(const std::string& rid, const control& c);
     control hello(bool answer) const;
 
     // Each turn of the thread, under the mutex: messages that came, then

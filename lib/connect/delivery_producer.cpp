@@ -193,7 +193,7 @@ private:
             control confirm;
             confirm.type = control_type::confirm;
             confirm.confirmed = k.acks_had;
-            if (!send_control(rid, confirm)) return false;
+            if (send_control(rid, confirm) != sent::yes) return false;
             k.confirm_owed = false;
         }
         while (!k.marks_owed.empty()) {
@@ -215,8 +215,10 @@ private:
         for (auto it = consumers_.begin(); it != consumers_.end();) {
             auto here = it++;
             consumer& k = here->second;
-            // A dropped connection refuses the probe (ROUTER_MANDATORY).
-            const bool refused = probe && !heartbeat(here->first, k, now);
+            // A dropped connection refuses the probe (ROUTER_MANDATORY); a
+            // full queue is no refusal: its consumer lives, and redelivering
+            // what it holds would give those batches twice.
+            const bool refused = probe && heartbeat(here->first, k, now) == sent::gone;
             if (refused || now - k.heard > dead_after) lose(here);
         }
         for (auto& [rid, k] : consumers_) send_owed(rid, k);
@@ -226,7 +228,7 @@ private:
             if (now - k.sent >= opt_.heartbeat) heartbeat(rid, k, now);
     }
 
-    bool heartbeat(const std::string& rid, consumer& k, clock::time_point now) {
+    sent heartbeat(const std::string& rid, consumer& k, clock::time_point now) {
         control c;
         c.type = control_type::heartbeat;
         c.incarnation = opt_.incarnation;
