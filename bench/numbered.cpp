@@ -4,12 +4,51 @@
 // a fresh one.
 #include "suite.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace bench {
+
+namespace {
+
+// Raw libzmq over `p`: messages of frames of `sizes` bytes (zmq_send,
+// zmq_msg_recv), the seconds `count` of them take after `warmup`.
+double raw_frames(socket_pair& p, const std::vector<std::size_t>& sizes, int warmup, int count) {
+    const std::vector<std::byte> bytes(*std::max_element(sizes.begin(), sizes.end()));
+    return with_sender_thread(
+        [&](const std::function<void()>& wait_go) {
+            auto one = [&] {
+                for (std::size_t k = 0; k < sizes.size(); ++k)
+                    if (zmq_send(p.push, bytes.data(), sizes[k], k + 1 < sizes.size() ? ZMQ_SNDMORE : 0) < 0)
+                        fail("raw send failed");
+            };
+            for (int i = 0; i < warmup; ++i) one();
+            wait_go();
+            for (int i = 0; i < count; ++i) one();
+        },
+        [&](const std::function<void()>& ready) {
+            zmq_msg_t m;
+            zmq_msg_init(&m);
+            auto take = [&] {
+                do
+                    if (zmq_msg_recv(&m, p.pull, 0) < 0) fail("raw receive failed");
+                while (zmq_msg_more(&m));
+            };
+            for (int i = 0; i < warmup; ++i) take();
+            ready();
+            const auto t0 = clock_type::now();
+            for (int i = 0; i < count; ++i) take();
+            const double s = seconds_since(t0);
+            zmq_msg_close(&m);
+            return s;
+        });
+}
+
+}  // namespace
 
 void suite::numbered() {
     const std::string transport = "tcp";
@@ -40,6 +79,25 @@ void suite::numbered() {
              m.first, m.second, small ? "msg/s" : "GB/s", "plain messages, the same connections",
              small ? "64 f4 a message; goal: within 10%" : "goal: within 2%"});
     }
+    // What the position costs libzmq itself at 256 B, whatever tenbin does:
+    // the frames of a plain message (a 32 B header, 256 B of data) with the
+    // 64 B position frame after them, or with the position inside the
+    // header (96 B: past the 33 bytes libzmq keeps inside a message, so
+    // allocated as the data is).
+    const workload w = make_workload("small", 0, false);
+    const std::size_t header = 32, data = w.payload, position = 64;
+    socket_pair raw(transport, hwm_for(w.payload));
+    const std::vector<std::size_t> plain_frames{header, data};
+    const int count = calibrate(cfg, [&](int n) { return raw_frames(raw, plain_frames, warmup, n); }, w.payload);
+    auto rate = [&](std::vector<std::size_t> sizes) {
+        return [&, sizes] { return count / raw_frames(raw, sizes, warmup, count); };
+    };
+    const std::vector<double> m = interleave_all(
+        cfg.reps, {rate({header, data, position}), rate({header + position, data}), rate(plain_frames)});
+    add({"stream numbered bound, raw libzmq, a frame more", transport, w.payload, m[0], m[2], "msg/s",
+         "raw libzmq, the frames of a plain message (32 + 256 B)", "and a 64 B position frame"});
+    add({"stream numbered bound, raw libzmq, in the header", transport, w.payload, m[1], m[2], "msg/s",
+         "raw libzmq, the frames of a plain message (32 + 256 B)", "the 64 B position inside a 96 B header"});
 }
 
 // A trainer restarting from its checkpoint: it reads its saved state
