@@ -215,11 +215,7 @@ TEST_CASE("acked: a consumer whose queue is full lives on when another's connect
             std::this_thread::sleep_for(20ms);
         }
     });
-    const auto until = [](auto&& ok) {
-        const auto deadline = std::chrono::steady_clock::now() + 10s;
-        while (!ok() && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(10ms);
-        return ok();
-    };
+    const auto until = [](auto&& ok) { return test_support::eventually(ok, 10s); };
     // The producer gives A what fits, finds its queue full, and keeps the
     // rest until its own inbox is full too: then a send times out.
     const std::vector<std::int32_t> big(std::size_t{1} << 18, 7);

@@ -103,12 +103,13 @@ void loader::shared::push(arrival& a) {
         stats.add(a.bytes);
         if (m.position && !tracker)
             tracker.emplace(opt.connection.streams, opt.queue_messages, opt.queue_bytes, !opt.connection.acked);
+        const auto now = m.position ? detail::stream_tracker::coarse_now() : detail::stream_tracker::clock::time_point{};
         // Unnumbered, or next in order with nothing kept back: straight to the queue (perf).
-        if (!m.position || tracker->take_in_order(*m.position, detail::stream_tracker::coarse_now())) {
+        if (!m.position || tracker->take_in_order(*m.position, now)) {
             queue.push_back(detail::stream_event{detail::stream_event::kind::message, std::move(m), 0});
             queued_bytes += a.bytes;
         } else {
-            tracker->add(std::move(m), detail::stream_tracker::coarse_now(), given);
+            tracker->add(std::move(m), now, given);
             push_events(given);
         }
     }
