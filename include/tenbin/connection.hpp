@@ -231,8 +231,10 @@ struct connection_options {
     /// twice: at least once on the wire, exactly once at the consumer. A
     /// producer that restarts and replays its data skips the batches its
     /// consumers report they have. Both ends open a ZeroMQ ROUTER socket
-    /// (a tensorcom peer cannot be one) run by a thread of the connection;
-    /// endpoints are given at construction (add() refuses).
+    /// (a tensorcom peer cannot be one), shared by the caller's thread and
+    /// a thread of the connection that keeps heartbeats, acknowledgements
+    /// and redeliveries going meanwhile; endpoints are given at
+    /// construction (add() refuses).
     bool acked = false;
     /// Acked consumers: batches taken and not yet acknowledged at most.
     std::size_t credit = 16;

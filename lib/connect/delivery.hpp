@@ -1,11 +1,14 @@
 // Acknowledged delivery (connection_options::acked): a thread of the
-// connection runs its ROUTER socket, so that heartbeats, acknowledgements
-// and redeliveries go on while the user's code trains or produces.
+// connection shares its ROUTER socket with the user's thread, so that
+// heartbeats, acknowledgements and redeliveries go on while the user's code
+// trains or produces. The user's thread sends and receives on the socket
+// itself when it can (under the engine's mutex): a hop through the thread
+// costs more than a small batch.
 //
-// Producer: a batch the user sends waits in an inbox of one until a
-// consumer has a credit (its window less what it holds unacknowledged), is
-// sent to the consumer with the most, and is kept until that consumer
-// acknowledges it. A consumer that says goodbye, whose connection drops (a
+// Producer: a batch the user sends goes to the consumer with the most
+// credit (its window less what it holds unacknowledged), or waits in an
+// inbox until one has credit, and is kept until that consumer acknowledges
+// it. A consumer that says goodbye, whose connection drops (a
 // monitor event, then a probe the ROUTER refuses), or that is silent for
 // three heartbeats is dead: what it held goes first to the others. The end
 // of an epoch goes to every consumer once every batch of that epoch was
@@ -16,7 +19,9 @@
 // Consumer: says hello to each producer it connects to until it answers
 // (and again when it falls silent: a restarted producer is found again),
 // answers the hello of producers that connect to it, and acknowledges each
-// batch as ack_mode says, through a token whose release sends the ack.
+// batch as ack_mode says, through a token whose release queues the ack: the
+// user's thread sends those a few at a time and before it waits, the
+// thread within a millisecond or a turn (woken when it dozes).
 #pragma once
 
 #include "connect/delivery_protocol.hpp"

@@ -1,9 +1,14 @@
 // The consumer's delivery thread (see delivery.hpp).
 #include "connect/delivery_engine.hpp"
 
+#include "base/os_error.hpp"
+
 #include <algorithm>
 #include <deque>
+#include <utility>
 
+#include <poll.h>
+#include <sys/eventfd.h>
 #include <unistd.h>
 
 namespace tenbin::detail {
@@ -22,7 +27,10 @@ struct ack_sink {
         batch_id id;
     };
     std::vector<entry> pending;
-    std::uint64_t made = 0;  // acknowledgements ever put here
+    // The thread sleeps a whole turn: an acknowledgement wakes it. Else it
+    // comes within a millisecond anyway (it sent some lately), or the
+    // user's thread sends them: no wake-up a batch (perf).
+    bool dozing = true;
 };
 
 // Acknowledges its batch when the last holder drops it (once: not copied).
@@ -38,8 +46,7 @@ struct ack_token {
         // A wake-up is due already when others wait: the thread takes them all.
         const bool first = sink->pending.empty();
         sink->pending.push_back(std::move(what));
-        ++sink->made;
-        if (!first) return;
+        if (!first || !sink->dozing) return;
         const std::uint64_t one = 1;
         [[maybe_unused]] const ssize_t r = ::write(sink->wake_fd, &one, sizeof one);
     }
@@ -58,6 +65,8 @@ class consumer_engine final : public delivery_engine {
 public:
     consumer_engine(zmq::context_t& context, zmq::socket_ref socket, link& l, delivery_options opt)
         : delivery_engine(context, socket, l, std::move(opt)), sink_(std::make_shared<ack_sink>()) {
+        user_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+        if (user_fd_ < 0) throw os_error("eventfd for acked delivery");
         sink_->wake_fd = wake_fd();
         for (const std::string& rid : opt_.connected) producers_[rid].ours = true;
         if (opt_.resume_from) seed(*opt_.resume_from);
@@ -65,8 +74,11 @@ public:
     }
     ~consumer_engine() override {
         stop(std::chrono::milliseconds(0));
-        std::lock_guard lock(sink_->mutex);
-        sink_->open = false;  // the wake-up descriptor goes with the engine
+        {
+            std::lock_guard lock(sink_->mutex);
+            sink_->open = false;  // the wake-up descriptor goes with the engine
+        }
+        ::close(user_fd_);
     }
 
     bool send(tensor_span, const stream_position&, std::optional<std::chrono::milliseconds>) override {
@@ -74,15 +86,22 @@ public:
     }
     void mark(const stream_position&) override { throw error(errc::bad_argument, "an acked consumer does not send"); }
 
+    // The user's thread reads the socket itself (the thread's hop costs
+    // more than a small batch) and waits on it; the thread's turns, on a
+    // timer from then on, wake it when they had something.
     std::optional<tracked> receive(std::optional<std::chrono::milliseconds> timeout) override {
+        const auto until = timeout ? clock::now() + *timeout : clock::time_point::max();
         std::unique_lock lock(mutex_);
-        const auto ready = [&] { return !outbox_.empty() || ended_; };
-        if (timeout) {
-            if (!changed_.wait_for(lock, *timeout, ready)) return std::nullopt;
-        } else {
-            changed_.wait(lock, ready);
+        user_reads_ = true;
+        // Acknowledgements go a few at a time, and all before a wait: the
+        // producer may be waiting for credit.
+        if (!ended_ && (outbox_.empty() || taken_since_acks_ >= ack_batch())) {
+            send_acks();
+            taken_since_acks_ = 0;
         }
+        if (!read_until(lock, until, [&] { return !outbox_.empty(); })) return std::nullopt;
         if (outbox_.empty()) throw error(errc::closed, "cannot receive: the connection is closing");
+        ++taken_since_acks_;
         tracked t = std::move(outbox_.front());
         outbox_.pop_front();
         return t;
@@ -94,21 +113,14 @@ public:
     // heartbeats (gone) is not waited for.
     void flush_acks() override {
         if (opt_.ack != ack_mode::on_release) return;
-        std::uint64_t target;
-        {
-            std::lock_guard lock(sink_->mutex);
-            target = sink_->made;
-        }
         std::unique_lock lock(mutex_);
-        const auto confirmed = [&] {
-            if (ended_) return true;
-            if (acks_sent_ < target) return false;
+        user_reads_ = true;
+        if (ended_) return;
+        send_acks();
+        (void)read_until(lock, clock::now() + 2 * opt_.heartbeat, [&] {
             return std::all_of(producers_.begin(), producers_.end(),
                                [](const auto& p) { return !p.second.answered || p.second.confirmed >= p.second.acked; });
-        };
-        if (confirmed()) return;
-        wake();
-        changed_.wait_for(lock, 2 * opt_.heartbeat, confirmed);
+        });
     }
 
     void seed(const stream_state& taken) override {
@@ -129,6 +141,47 @@ private:
         std::uint64_t acked = 0, confirmed = 0;  // acks sent to it, and those it confirmed
         clock::time_point asked{};  // our last hello
     };
+
+    std::size_t ack_batch() const { return std::max<std::size_t>(1, opt_.credit / 4); }
+
+    // Reads the socket on this thread (holding `lock`) until `done()`, the
+    // thread's end, or `until`; false at the deadline.
+    template <class Done>
+    bool read_until(std::unique_lock<std::mutex>& lock, clock::time_point until, Done done) {
+        for (;;) {
+            if (done() || ended_) return true;
+            receive_waiting(clock::now());
+            if (done()) return true;
+            const auto now = clock::now();
+            if (now >= until) return false;
+            const int ms = until == clock::time_point::max()
+                               ? -1
+                               : static_cast<int>(std::min<std::int64_t>(
+                                     std::chrono::ceil<std::chrono::milliseconds>(until - now).count(), INT32_MAX));
+            ++waiting_users_;
+            lock.unlock();
+            pollfd fds[2] = {{socket_fd(), POLLIN, 0}, {user_fd_, POLLIN, 0}};
+            if (::poll(fds, 2, ms) > 0 && (fds[1].revents & POLLIN)) {
+                std::uint64_t v;
+                [[maybe_unused]] const ssize_t r = ::read(user_fd_, &v, sizeof v);
+            }
+            lock.lock();
+            --waiting_users_;
+        }
+    }
+
+    bool watches_socket() const override { return !user_reads_; }
+    bool hurried() const override { return acks_lately_; }
+    // A turn that read something (it may have taken the socket's wake-up
+    // from a waiting user), or the end, wakes the users waiting.
+    void notify() override {
+        changed_.notify_all();
+        const bool news = std::exchange(news_, false);
+        if (waiting_users_ > 0 && (news || ended_)) {
+            const std::uint64_t one = 1;
+            [[maybe_unused]] const ssize_t r = ::write(user_fd_, &one, sizeof one);
+        }
+    }
 
     control hello_with_positions(bool answer) const {
         control c = hello(answer);
@@ -179,6 +232,7 @@ private:
             return;
         case control_type::confirm:
             if (it != producers_.end()) it->second.confirmed = std::max(it->second.confirmed, c.confirmed);
+            news_ = true;
             return;
         case control_type::ack: ++counters_.bad_messages; return;
         }
@@ -218,6 +272,7 @@ private:
         for (const tensor& x : t.tensors) t.bytes += x.nbytes();
         t.position = std::move(m.position);
         outbox_.push_back(std::move(t));
+        news_ = true;
     }
 
     void acknowledge(ack_sink::entry e) {
@@ -226,7 +281,11 @@ private:
     }
 
     void turn(clock::time_point now, bool) override {
-        send_acks();
+        acks_lately_ = send_acks() > 0;
+        {
+            std::lock_guard lock(sink_->mutex);
+            sink_->dozing = !acks_lately_;
+        }
         const auto dead_after = 3 * opt_.heartbeat;
         const auto retry = std::min<std::chrono::milliseconds>(opt_.heartbeat, std::chrono::milliseconds(100));
         for (auto& [rid, p] : producers_) {
@@ -254,13 +313,12 @@ private:
         }
     }
 
-    void send_acks() {
+    // How many it sent.
+    std::size_t send_acks() {
         std::vector<ack_sink::entry> acks;
-        std::uint64_t made;
         {
             std::lock_guard lock(sink_->mutex);
             acks.swap(sink_->pending);
-            made = sink_->made;
         }
         std::map<std::string, control> by_producer;
         for (ack_sink::entry& e : acks) {
@@ -275,7 +333,7 @@ private:
         }
         for (auto& [rid, c] : by_producer)
             if (!c.acks.empty()) send_ack(rid, c);
-        acks_sent_ = made;
+        return acks.size();
     }
 
     // A producer gone redelivers what it did not hear of: dropped here as a duplicate then.
@@ -302,7 +360,12 @@ private:
     std::shared_ptr<ack_sink> sink_;
     std::map<std::string, producer> producers_;  // by routing id
     std::deque<tracked> outbox_;
-    std::uint64_t acks_sent_ = 0;  // acknowledgements handed to ZeroMQ
+    int user_fd_ = -1;  // wakes users waiting in receive()
+    bool user_reads_ = false;  // a user's thread reads the socket
+    bool news_ = false;        // a batch or confirmation came
+    int waiting_users_ = 0;
+    std::size_t taken_since_acks_ = 0;
+    bool acks_lately_ = false;  // the last turn sent some
     std::map<std::string, position_set> done_;   // by producer name: what this consumer has
 };
 

@@ -23,6 +23,10 @@ void position_set::add(batch_id id) {
     if (id.epoch < before_) return;
     auto& [next, above] = epochs_[id.epoch];
     if (id.seq < next) return;
+    if (id.seq == next && above.empty()) {
+        ++next;  // in order, the usual case: no node to make
+        return;
+    }
     above.insert(id.seq);
     while (!above.empty() && *above.begin() == next) {
         above.erase(above.begin());
@@ -73,6 +77,7 @@ delivery_engine::delivery_engine(zmq::context_t& context, zmq::socket_ref socket
     : socket_(socket), link_(l), opt_(std::move(opt)) {
     wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (wake_fd_ < 0) throw os_error("eventfd for acked delivery");
+    socket_fd_ = static_cast<int>(socket_.get(zmq::sockopt::fd));
     // Dropped connections, so that a dead peer is known at once, not after
     // its heartbeats.
     monitor_address_ = "inproc://tenbin-delivery-" + std::to_string(reinterpret_cast<std::uintptr_t>(this));
@@ -163,14 +168,20 @@ void delivery_engine::receive_all(clock::time_point now) {
     }
 }
 
+bool delivery_engine::readable() { return (socket_.get(zmq::sockopt::events) & ZMQ_POLLIN) != 0; }
+
+void delivery_engine::receive_waiting(clock::time_point now) {
+    if (readable()) receive_all(now);
+}
+
 void delivery_engine::run() {
     const long turn_ms = std::clamp<long>(static_cast<long>(opt_.heartbeat.count() / 4), 1, 100);
-    bool hurry = false;
+    bool hurry = false, waiting = false, watch = true;
     for (;;) {
-        zmq_pollitem_t items[3] = {{socket_.handle(), 0, ZMQ_POLLIN, 0},
+        zmq_pollitem_t items[3] = {{nullptr, socket_fd_, static_cast<short>(watch ? ZMQ_POLLIN : 0), 0},
                                    {nullptr, wake_fd_, ZMQ_POLLIN, 0},
                                    {monitor_.handle(), 0, ZMQ_POLLIN, 0}};
-        const int rc = zmq_poll(items, 3, hurry ? 1 : turn_ms);
+        const int rc = zmq_poll(items, 3, waiting ? 0 : hurry ? 1 : turn_ms);
         if (rc < 0 && zmq_errno() != EINTR) break;  // the context went
         bool probe = false;
         if (rc > 0 && (items[1].revents & ZMQ_POLLIN)) {
@@ -189,10 +200,12 @@ void delivery_engine::run() {
             receive_all(now);
             turn(now, probe);
             hurry = hurried();
+            waiting = readable();  // came while the turn sent
+            watch = watches_socket();
         } catch (const zmq::error_t&) {
             break;  // the context went
         }
-        changed_.notify_all();
+        notify();
         if (stopping_ && (drained() || now >= stop_by_)) break;
     }
     std::lock_guard lock(mutex_);
@@ -201,7 +214,7 @@ void delivery_engine::run() {
     } catch (const zmq::error_t&) {
     }
     ended_ = true;
-    changed_.notify_all();
+    notify();
 }
 
 std::unique_ptr<delivery> delivery::start(zmq::context_t& context, zmq::socket_ref socket, link& l,

@@ -57,11 +57,16 @@ protected:
     void begin();  // starts the thread (the derived object made)
     void wake() noexcept;
     int wake_fd() const noexcept { return wake_fd_; }
+    int socket_fd() const noexcept { return socket_fd_; }
     // What became of a control message: sent, or not, because the peer's
     // queue is full (it lives) or the ROUTER has no such peer (gone).
     enum class sent { yes, full, gone };
     // Sends control `c` to `rid`. The caller holds the mutex.
     sent send_control(const std::string& rid, const control& c);
+    // The user's thread, after it used the socket (under the mutex): what
+    // came meanwhile is handled now. Its sends may have taken the
+    // wake-up the thread waits for (ZMQ_FD signals only a change).
+    void receive_waiting(clock::time_point now);
     control hello(bool answer) const;
 
     // Each turn of the thread, under the mutex: messages that came, then
@@ -78,6 +83,12 @@ protected:
     // interval (a producer whose send found a consumer's queue full: a
     // ROUTER cannot say when it has room again).
     virtual bool hurried() const { return false; }
+    // Whether the thread waits on the socket (not while a consumer's user
+    // thread reads it: the thread's turns come on a timer then).
+    virtual bool watches_socket() const { return true; }
+    // After each turn, and when the thread ends: the user's threads hear
+    // of what changed.
+    virtual void notify() { changed_.notify_all(); }
 
     zmq::socket_ref socket_;
     link& link_;
@@ -92,8 +103,12 @@ protected:
 private:
     void run();
     void receive_all(clock::time_point now);
+    bool readable();  // under the mutex
 
     int wake_fd_ = -1;
+    // The socket's ZMQ_FD: the thread waits on it, not on the socket, which
+    // the user's thread uses too (under the mutex).
+    int socket_fd_ = -1;
     // A dropped connection is probed for until this time: the peer's pipe
     // may end after the event, and a probe before that still gets through.
     clock::time_point probe_until_{};

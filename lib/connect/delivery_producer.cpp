@@ -34,6 +34,26 @@ public:
             changed_.wait(lock, room);
         }
         if (stopping_) throw error(errc::closed, "cannot send: the connection is closing");
+        // A small batch goes straight to a consumer with credit when nothing
+        // waits before it: the thread's hop costs more than the batch (perf).
+        // A large one is the thread's to send (over +shm, to copy) while
+        // this thread makes the next.
+        if (small(b.tensors) && inbox_.empty() && redeliver_.empty() && marks_.empty()) {
+            const auto now = clock::now();
+            // Acknowledgements that came meanwhile are read when credit
+            // runs out, every few batches and every millisecond (it costs a
+            // syscall): a send may have taken the thread's wake-up for them.
+            placed p = place(b, now);
+            if (p == placed::nowhere) {
+                receive_waiting(now);
+                checked_ = now;
+                p = place(b, now);
+            } else if (++direct_ % 8 == 0 || now - checked_ >= std::chrono::milliseconds(1)) {
+                receive_waiting(now);
+                checked_ = now;
+            }
+            if (p != placed::nowhere) return true;
+        }
         // The thread is due already when the inbox has batches: it takes them all.
         const bool first = inbox_.empty();
         inbox_.push_back(std::move(b));
@@ -82,7 +102,14 @@ private:
     // Batches waiting for a consumer (the user's send returns once one is
     // here: a queue on this side, towards nobody).
     static constexpr std::size_t inbox_bound = 16;
+    static bool small(const std::vector<tensor>& tensors) {
+        std::size_t bytes = 0;
+        for (const tensor& t : tensors) bytes += t.nbytes();
+        return bytes <= 64 * 1024;
+    }
     bool blocked_ = false;  // the last batch found its consumer's queue full
+    std::uint64_t direct_ = 0;  // batches the user's thread gave a consumer
+    clock::time_point checked_{};  // when it last read what came
     std::map<std::string, clock::time_point> asked_;  // our last hello to a consumer we connected to
 
     struct batch {
@@ -240,36 +267,41 @@ private:
     // Batches to consumers with credit, the lost ones' first.
     void assign(clock::time_point now) {
         blocked_ = false;
-        if (now < assign_from_) return;
         for (;;) {
             std::deque<batch>& from = !redeliver_.empty() ? redeliver_ : inbox_;
-            if (from.empty()) return;
-            batch& b = from.front();
-            if (done_.contains(id_of(b.position))) {
-                ++counters_.skipped;
-                from.pop_front();
-                continue;
-            }
-            auto best = consumers_.end();
-            for (auto it = consumers_.begin(); it != consumers_.end(); ++it)
-                if (it->second.answered && it->second.free() > 0 && !it->second.owes() &&
-                    (best == consumers_.end() || it->second.free() > best->second.free()))
-                    best = it;
-            if (best == consumers_.end()) return;  // nobody asks now
-            if (!give(best->first, b.tensors, b.position)) {
-                // Full towards it (its ZeroMQ queue): try it again soon.
-                blocked_ = true;
-                return;
-            }
-            ++counters_.sent;
-            if (b.again) {
-                ++counters_.redelivered;
-                ++best->second.redelivered;
-            }
-            const batch_id id = id_of(b.position);
-            best->second.in_flight.emplace(id, std::move(b));
+            if (from.empty() || place(from.front(), now) == placed::nowhere) return;
             from.pop_front();  // room in the inbox: the turn's end tells the user's thread
         }
+    }
+
+    // Gives `b` to the consumer with the most credit (it moves into that
+    // consumer's in-flight batches), or skips it as had already.
+    enum class placed { given, skipped, nowhere };
+    placed place(batch& b, clock::time_point now) {
+        if (now < assign_from_) return placed::nowhere;
+        const batch_id id = id_of(b.position);
+        if (done_.contains(id)) {
+            ++counters_.skipped;
+            return placed::skipped;
+        }
+        auto best = consumers_.end();
+        for (auto it = consumers_.begin(); it != consumers_.end(); ++it)
+            if (it->second.answered && it->second.free() > 0 && !it->second.owes() &&
+                (best == consumers_.end() || it->second.free() > best->second.free()))
+                best = it;
+        if (best == consumers_.end()) return placed::nowhere;  // nobody asks now
+        if (!give(best->first, b.tensors, b.position)) {
+            // Full towards it (its ZeroMQ queue): the thread tries again soon.
+            blocked_ = true;
+            return placed::nowhere;
+        }
+        ++counters_.sent;
+        if (b.again) {
+            ++counters_.redelivered;
+            ++best->second.redelivered;
+        }
+        best->second.in_flight.emplace(id, std::move(b));
+        return placed::given;
     }
 
     bool give(const std::string& rid, const std::vector<tensor>& tensors, const stream_position& pos) {
