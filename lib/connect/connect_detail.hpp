@@ -7,11 +7,14 @@
 
 #include <zmq.hpp>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <span>
 #include <string>
+#include <vector>
 
 namespace tenbin::detail {
 
@@ -32,6 +35,18 @@ inline std::chrono::steady_clock::time_point deadline_after(std::chrono::millise
     if (timeout >= std::chrono::floor<std::chrono::milliseconds>(clock::time_point::max() - now))
         return clock::time_point::max();
     return now + timeout;
+}
+
+// A timeout for the C APIs (zmq_poll, poll, socket options) that take int milliseconds.
+inline int to_ms(std::chrono::milliseconds ms) {
+    return static_cast<int>(std::min<std::int64_t>(ms.count(), INT32_MAX));
+}
+
+// The bytes of a batch's tensor data (statistics, queue bounds).
+inline std::uint64_t data_bytes(const std::vector<tensor>& batch) {
+    std::uint64_t n = 0;
+    for (const tensor& t : batch) n += t.nbytes();
+    return n;
 }
 
 // The subscription a named subscriber adds (connection_options::name): a

@@ -34,10 +34,6 @@ namespace tenbin {
 
 namespace detail {
 
-inline int to_ms(std::chrono::milliseconds ms) {
-    return static_cast<int>(std::min<std::int64_t>(ms.count(), INT32_MAX));
-}
-
 // Whether `socket` has a message before `deadline`.
 inline bool readable_before(zmq::socket_ref socket, std::chrono::steady_clock::time_point deadline) {
     for (;;) {

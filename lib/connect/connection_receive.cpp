@@ -66,7 +66,7 @@ namespace {
 
 detail::tracked tracked_of(message&& m) {
     detail::tracked t;
-    for (const tensor& x : m.tensors) t.bytes += x.nbytes();
+    t.bytes = detail::data_bytes(m.tensors);
     t.tensors = std::move(m.tensors);
     t.position = std::move(m.position);
     if (!m.envelope.empty()) t.envelope = std::make_shared<std::vector<zmq::message_t>>(std::move(m.envelope));
@@ -255,8 +255,7 @@ std::optional<message> connection::impl::receive(zmq::recv_flags flags) {
             if (topic && !m->envelope.empty() &&
                 other_topic({m->envelope.front().data<char>(), m->envelope.front().size()}))
                 continue;
-            std::uint64_t bytes = 0;
-            for (const tensor& t : m->tensors) bytes += t.nbytes();
+            const std::uint64_t bytes = detail::data_bytes(m->tensors);
             stats.add(bytes);
             meter->received(bytes, m->position ? &*m->position : nullptr);
             publish_shm_received();

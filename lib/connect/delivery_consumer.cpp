@@ -2,6 +2,7 @@
 #include "connect/delivery_engine.hpp"
 
 #include "base/os_error.hpp"
+#include "connect/connect_detail.hpp"
 
 #include <algorithm>
 #include <deque>
@@ -156,8 +157,7 @@ private:
             if (now >= until) return false;
             const int ms = until == clock::time_point::max()
                                ? -1
-                               : static_cast<int>(std::min<std::int64_t>(
-                                     std::chrono::ceil<std::chrono::milliseconds>(until - now).count(), INT32_MAX));
+                               : to_ms(std::chrono::ceil<std::chrono::milliseconds>(until - now));
             ++waiting_users_;
             lock.unlock();
             pollfd fds[2] = {{socket_fd(), POLLIN, 0}, {user_fd_, POLLIN, 0}};
@@ -173,9 +173,9 @@ private:
     bool watches_socket() const override { return !user_reads_; }
     bool hurried() const override { return acks_lately_; }
     // A turn that read something (it may have taken the socket's wake-up
-    // from a waiting user), or the end, wakes the users waiting.
+    // from a waiting user), or the end, wakes the users waiting (they wait
+    // on the socket and user_fd_, not on changed_).
     void notify() override {
-        changed_.notify_all();
         const bool news = std::exchange(news_, false);
         if (waiting_users_ > 0 && (news || ended_)) {
             const std::uint64_t one = 1;
@@ -269,7 +269,7 @@ private:
                 t.ack = token;
             }
         }
-        for (const tensor& x : t.tensors) t.bytes += x.nbytes();
+        t.bytes = data_bytes(t.tensors);
         t.position = std::move(m.position);
         outbox_.push_back(std::move(t));
         news_ = true;

@@ -1,4 +1,5 @@
 // The producer's delivery thread (see delivery.hpp).
+#include "connect/connect_detail.hpp"
 #include "connect/delivery_engine.hpp"
 
 #include <algorithm>
@@ -38,7 +39,7 @@ public:
         // waits before it: the thread's hop costs more than the batch (perf).
         // A large one is the thread's to send (over +shm, to copy) while
         // this thread makes the next.
-        if (small(b.tensors) && inbox_.empty() && redeliver_.empty() && marks_.empty()) {
+        if (data_bytes(b.tensors) <= direct_bytes && inbox_.empty() && redeliver_.empty() && marks_.empty()) {
             const auto now = clock::now();
             // Acknowledgements that came meanwhile are read when credit
             // runs out, every few batches and every millisecond (it costs a
@@ -102,11 +103,7 @@ private:
     // Batches waiting for a consumer (the user's send returns once one is
     // here: a queue on this side, towards nobody).
     static constexpr std::size_t inbox_bound = 16;
-    static bool small(const std::vector<tensor>& tensors) {
-        std::size_t bytes = 0;
-        for (const tensor& t : tensors) bytes += t.nbytes();
-        return bytes <= 64 * 1024;
-    }
+    static constexpr std::uint64_t direct_bytes = 64 * 1024;  // a batch sent on the user's thread, at most
     bool blocked_ = false;  // the last batch found its consumer's queue full
     std::uint64_t direct_ = 0;  // batches the user's thread gave a consumer
     clock::time_point checked_{};  // when it last read what came

@@ -18,11 +18,6 @@ constexpr std::chrono::milliseconds poll_interval{50};
 // Messages taken off the socket before they are queued (see run).
 constexpr std::size_t max_burst = 64;
 
-std::uint64_t data_bytes(const std::vector<tensor>& batch) {
-    std::uint64_t n = 0;
-    for (const tensor& t : batch) n += t.nbytes();
-    return n;
-}
 }  // namespace
 
 // Receives one message by `receive` and adds it to `got`: its batch
@@ -70,7 +65,7 @@ bool loader::shared::receive_into(std::vector<arrival>& got, Receive&& receive) 
         }
     }
     arrival& a = got.emplace_back();
-    a.bytes = batch->bytes = data_bytes(batch->tensors);
+    a.bytes = batch->bytes = detail::data_bytes(batch->tensors);
     a.what = std::move(*batch);
     return true;
 }
