@@ -63,38 +63,24 @@ double raw_messages(bool router, const std::vector<std::size_t>& sizes, int hwm,
     tx.set(zmq::sockopt::sndhwm, hwm);
     tx.set(zmq::sockopt::linger, 0);
     rx.bind("tcp://127.0.0.1:*");
-    const std::string to = "consumer";
+    const std::string to = router ? "consumer" : "";
     if (router) {
         tx.set(zmq::sockopt::connect_routing_id, to);
         tx.set(zmq::sockopt::router_mandatory, 1);  // a full queue waits, as acked delivery's does
     }
     tx.connect(rx.get(zmq::sockopt::last_endpoint));
-    const std::vector<std::byte> bytes(*std::max_element(sizes.begin(), sizes.end()));
-    const auto put = [&](const void* data, std::size_t n, int flags) {
-        // A ROUTER says EHOSTUNREACH until the connection is up, EAGAIN while full.
-        while (zmq_send(tx.handle(), data, n, flags) < 0)
-            if (zmq_errno() != EAGAIN && zmq_errno() != EHOSTUNREACH && zmq_errno() != EINTR) fail("raw send failed");
-    };
-    const int warmup = 100;
-    std::thread t([&] {
-        for (int i = 0; i < warmup + count; ++i) {
-            if (router) put(to.data(), to.size(), ZMQ_SNDMORE);
-            for (std::size_t k = 0; k < sizes.size(); ++k)
-                put(bytes.data(), sizes[k], k + 1 < sizes.size() ? ZMQ_SNDMORE : 0);
+    if (router) {
+        // The route exists once the connection is up (EHOSTUNREACH until then).
+        while (zmq_send(tx.handle(), to.data(), to.size(), ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0) {
+            if (zmq_errno() != EHOSTUNREACH && zmq_errno() != EAGAIN) fail("raw send failed");
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
         }
-    });
-    zmq::message_t m;
-    auto take = [&] {
-        do
-            if (!rx.recv(m)) fail("raw receive failed");
+        (void)tx.send(zmq::message_t(), zmq::send_flags::none);
+        zmq::message_t m;
+        do (void)rx.recv(m);
         while (m.more());
-    };
-    for (int i = 0; i < warmup; ++i) take();
-    const auto t0 = clock_type::now();
-    for (int i = 0; i < count; ++i) take();
-    const double s = seconds_since(t0);
-    t.join();
-    return count / s;
+    }
+    return count / raw_frames(tx.handle(), rx.handle(), sizes, 100, count, to);
 }
 
 }  // namespace

@@ -13,43 +13,6 @@
 
 namespace bench {
 
-namespace {
-
-// Raw libzmq over `p`: messages of frames of `sizes` bytes (zmq_send,
-// zmq_msg_recv), the seconds `count` of them take after `warmup`.
-double raw_frames(socket_pair& p, const std::vector<std::size_t>& sizes, int warmup, int count) {
-    const std::vector<std::byte> bytes(*std::max_element(sizes.begin(), sizes.end()));
-    return with_sender_thread(
-        [&](const std::function<void()>& wait_go) {
-            auto one = [&] {
-                for (std::size_t k = 0; k < sizes.size(); ++k)
-                    if (zmq_send(p.push, bytes.data(), sizes[k], k + 1 < sizes.size() ? ZMQ_SNDMORE : 0) < 0)
-                        fail("raw send failed");
-            };
-            for (int i = 0; i < warmup; ++i) one();
-            wait_go();
-            for (int i = 0; i < count; ++i) one();
-        },
-        [&](const std::function<void()>& ready) {
-            zmq_msg_t m;
-            zmq_msg_init(&m);
-            auto take = [&] {
-                do
-                    if (zmq_msg_recv(&m, p.pull, 0) < 0) fail("raw receive failed");
-                while (zmq_msg_more(&m));
-            };
-            for (int i = 0; i < warmup; ++i) take();
-            ready();
-            const auto t0 = clock_type::now();
-            for (int i = 0; i < count; ++i) take();
-            const double s = seconds_since(t0);
-            zmq_msg_close(&m);
-            return s;
-        });
-}
-
-}  // namespace
-
 void suite::numbered() {
     const std::string transport = "tcp";
     if (!wanted("stream numbered vs plain", transport)) return;
@@ -88,9 +51,10 @@ void suite::numbered() {
     const std::size_t header = 32, data = w.payload, position = 64;
     socket_pair raw(transport, hwm_for(w.payload));
     const std::vector<std::size_t> plain_frames{header, data};
-    const int count = calibrate(cfg, [&](int n) { return raw_frames(raw, plain_frames, warmup, n); }, w.payload);
+    const int count =
+        calibrate(cfg, [&](int n) { return raw_frames(raw.push, raw.pull, plain_frames, warmup, n); }, w.payload);
     auto rate = [&](std::vector<std::size_t> sizes) {
-        return [&, sizes] { return count / raw_frames(raw, sizes, warmup, count); };
+        return [&, sizes] { return count / raw_frames(raw.push, raw.pull, sizes, warmup, count); };
     };
     const std::vector<double> m = interleave_all(
         cfg.reps, {rate({header, data, position}), rate({header + position, data}), rate(plain_frames)});

@@ -119,6 +119,39 @@ double with_sender_thread(const std::function<void(const std::function<void()>&)
     return s;
 }
 
+double raw_frames(void* tx, void* rx, const std::vector<std::size_t>& sizes, int warmup, int count,
+                  const std::string& to) {
+    const std::vector<std::byte> bytes(*std::max_element(sizes.begin(), sizes.end()));
+    return with_sender_thread(
+        [&](const std::function<void()>& wait_go) {
+            auto one = [&] {
+                if (!to.empty() && zmq_send(tx, to.data(), to.size(), ZMQ_SNDMORE) < 0) fail("raw send failed");
+                for (std::size_t k = 0; k < sizes.size(); ++k)
+                    if (zmq_send(tx, bytes.data(), sizes[k], k + 1 < sizes.size() ? ZMQ_SNDMORE : 0) < 0)
+                        fail("raw send failed");
+            };
+            for (int i = 0; i < warmup; ++i) one();
+            wait_go();
+            for (int i = 0; i < count; ++i) one();
+        },
+        [&](const std::function<void()>& ready) {
+            zmq_msg_t m;
+            zmq_msg_init(&m);
+            auto take = [&] {
+                do
+                    if (zmq_msg_recv(&m, rx, 0) < 0) fail("raw receive failed");
+                while (zmq_msg_more(&m));
+            };
+            for (int i = 0; i < warmup; ++i) take();
+            ready();
+            const auto t0 = clock_type::now();
+            for (int i = 0; i < count; ++i) take();
+            const double s = seconds_since(t0);
+            zmq_msg_close(&m);
+            return s;
+        });
+}
+
 double run_sender_thread(void* push, impl sender_impl, form f, const workload& w, int warmup, int count,
                          const std::function<double(const std::function<void()>&)>& receive) {
     return with_sender_thread(

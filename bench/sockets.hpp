@@ -6,6 +6,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <unistd.h>
 
@@ -56,6 +57,12 @@ void read_through(const std::vector<tenbin::tensor>& batch);
 // (which lets `wait_go` return) once the warmup messages are in.
 double with_sender_thread(const std::function<void(const std::function<void()>&)>& send,
                           const std::function<double(const std::function<void()>&)>& receive);
+
+// Raw libzmq from socket `tx` (on a thread) to `rx`: messages of frames of
+// `sizes` bytes (zmq_send, zmq_msg_recv), the seconds `count` of them take
+// after `warmup`. A ROUTER `tx` names its receiver `to` in a frame first.
+double raw_frames(void* tx, void* rx, const std::vector<std::size_t>& sizes, int warmup, int count,
+                  const std::string& to = {});
 
 // The same with the sender sending from `push`; `receive(ready)` receives here and returns its seconds, calling
 // `ready` once the warmup messages are in.
