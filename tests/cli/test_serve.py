@@ -5,7 +5,7 @@ import json
 import re
 import sys
 
-from support import BY_PATH, vec, expected_tensors, run, start, finish, free_port, CliTest, main
+from support import BY_PATH, vec, expected_tensors, run, start, finish, free_port, zmq, CliTest, main
 
 
 class Serve(CliTest):
@@ -62,6 +62,31 @@ class Serve(CliTest):
             self.assertGreaterEqual(window, 0.2, line)
             self.assertAlmostEqual(rate * window, count - before, delta=0.15 * max(1, count - before), msg=line)
             before = count
+
+    def test_a_pub_nobody_subscribed_to_says_its_messages_went_to_nobody(self):
+        # A PUB drops what it sends while nobody is subscribed: said once at
+        # the end, the exit still a success (it did what it was asked).
+        port = free_port()
+        _, err = self.succeeds("serve", f"zpub://127.0.0.1:{port}", "--synthetic", "f4:16", "--count", "3",
+                               "--delay", "0", "--report", "0.05")
+        self.assertIn("0 peers connected", err)
+        self.assertIn("no subscriber was connected: the 3 messages went to nobody", err)
+        self.assertIn("--wait-for", err)
+
+    def test_a_pub_with_a_subscriber_counts_it_and_does_not_warn(self):
+        port = free_port()
+        sub = self.socket(zmq.SUB)
+        sub.setsockopt(zmq.SUBSCRIBE, b"")
+        sub.connect(f"tcp://127.0.0.1:{port}")
+        serve = start("serve", f"zpub://127.0.0.1:{port}", "--synthetic", "f4:16", "--count", "20",
+                      "--rate", "20", "--report", "0.2")
+        sub.rcvtimeo = 20000
+        got = [sub.recv_multipart() for _ in range(5)]  # the subscriber takes messages while serve sends
+        self.assertTrue(all(got))
+        code, _, err = finish(serve)
+        self.assertEqual(code, 0, err)
+        self.assertIn("1 peer connected", err)
+        self.assertNotIn("went to nobody", err)
 
     def test_a_bad_synthetic_spec_is_refused(self):
         code, _, err = finish(start("serve", "zpush://127.0.0.1:1", "--synthetic", "c8:4"))

@@ -5,7 +5,10 @@
 #include "sockets.hpp"
 
 #include <tenbin/connect.hpp>
+#include <tenbin/metrics.hpp>
 
+#include <algorithm>
+#include <chrono>
 #include <climits>
 #include <cmath>
 #include <cstring>
@@ -36,25 +39,63 @@ struct serve_cli_options {
     metrics_choice metrics;
 };
 
-// For progress reports: who takes the batches, when serve can tell.
-std::string audience(connection& conn, bool pub) {
-    if (conn.options().acked) {
-        const std::vector<consumer_info> cs = conn.consumers();
-        std::size_t in_flight = 0;
-        std::uint64_t redelivered = 0;
-        for (const consumer_info& c : cs) {
-            in_flight += c.in_flight;
-            redelivered += c.redelivered;
+// Who takes the batches, as far as serve can tell, for progress reports.
+// A PUB drops what it sends while nobody is subscribed, without a word:
+// without --wait-for, serve counts the peers connected (count_peers, a
+// socket monitor; none under CURVE) every 100 ms, to say so at the end.
+class audience {
+public:
+    audience(connection& conn, bool pub) : conn_(conn), pub_(pub) {}
+
+    // After each send.
+    void sample() {
+        if (!watches()) return;
+        const auto now = std::chrono::steady_clock::now();
+        if (now - sampled_ < std::chrono::milliseconds(100)) return;
+        sampled_ = now;
+        metric_set m;
+        conn_.metrics()->collect(m);
+        peers_ = static_cast<std::size_t>(m.value("tenbin_peers").value_or(0));
+        most_ = std::max(most_, peers_);
+    }
+    // Whether nobody was connected to the PUB at any sample.
+    bool nobody_came() {
+        sampled_ = {};
+        sample();
+        return watches() && most_ == 0;
+    }
+
+    std::string text() const {
+        if (conn_.options().acked) {
+            const std::vector<consumer_info> cs = conn_.consumers();
+            std::size_t in_flight = 0;
+            std::uint64_t redelivered = 0;
+            for (const consumer_info& c : cs) {
+                in_flight += c.in_flight;
+                redelivered += c.redelivered;
+            }
+            return std::to_string(cs.size()) + (cs.size() == 1 ? " consumer" : " consumers") + " (" +
+                   std::to_string(in_flight) + " in flight, " + std::to_string(redelivered) + " redelivered)";
         }
-        return std::to_string(cs.size()) + (cs.size() == 1 ? " consumer" : " consumers") + " (" +
-               std::to_string(in_flight) + " in flight, " + std::to_string(redelivered) + " redelivered)";
+        if (pub_ && conn_.options().wait_for > 0) {
+            const std::size_t n = conn_.subscribers();
+            return std::to_string(n) + (n == 1 ? " subscriber" : " subscribers");
+        }
+        if (watches()) return std::to_string(peers_) + (peers_ == 1 ? " peer connected" : " peers connected");
+        return {};
     }
-    if (pub && conn.options().wait_for > 0) {
-        const std::size_t n = conn.subscribers();
-        return std::to_string(n) + (n == 1 ? " subscriber" : " subscribers");
+
+private:
+    bool watches() const {
+        const connection_options& o = conn_.options();
+        return pub_ && o.wait_for == 0 && o.count_peers && !o.curve;
     }
-    return {};
-}
+
+    connection& conn_;
+    bool pub_;
+    std::chrono::steady_clock::time_point sampled_{};
+    std::size_t peers_ = 0, most_ = 0;
+};
 
 std::vector<std::string> split(const std::string& text, char sep) {
     std::vector<std::string> out;
@@ -255,6 +296,7 @@ int run_serve(const serve_cli_options& opt) {
     if (opt.wait_for > 0 && !pub && !opt.socket.acked)
         throw usage_error("--wait-for waits for subscribers (a pub socket) or acked consumers (--acked)");
     if (pub) co.wait_for = opt.wait_for;
+    if (pub && opt.wait_for == 0 && !co.curve) co.count_peers = true;  // see audience
     connection conn = open_connection(opt.socket, {opt.url}, co, "tenbin serve");
 
     const interrupt_catcher catcher;
@@ -277,6 +319,7 @@ int run_serve(const serve_cli_options& opt) {
     }
 
     progress report("tenbin serve", opt.report);
+    audience who(conn, pub);
     const auto start = std::chrono::steady_clock::now();
     // An epoch is one pass over the batches, or --count messages.
     const std::size_t per_epoch = opt.epochs ? (opt.count ? opt.count : batches.size()) : opt.count;
@@ -287,7 +330,7 @@ int run_serve(const serve_cli_options& opt) {
             if (!opt.epochs || epoch + 1 == opt.epochs) break;
             if (!end_until(conn, false, deadline_in(opt.timeout))) {
                 if (interrupted()) break;
-                report.finish(conn.stats(), audience(conn, pub));
+                report.finish(conn.stats(), who.text());
                 return timed_out("the end of epoch " + std::to_string(epoch) + " could not be sent");
             }
             in_epoch = 0;
@@ -301,7 +344,7 @@ int run_serve(const serve_cli_options& opt) {
         }
         if (!send_until(conn, batches[in_epoch % batches.size()], deadline_in(opt.timeout))) {
             if (interrupted()) break;
-            report.finish(conn.stats(), audience(conn, pub));
+            report.finish(conn.stats(), who.text());
             return timed_out("message " + std::to_string(sent + 1) + " could not be sent",
                              (pub && opt.wait_for ? " (" + std::to_string(conn.subscribers()) + " of " +
                                                         std::to_string(opt.wait_for) + " subscribers came)"
@@ -309,19 +352,25 @@ int run_serve(const serve_cli_options& opt) {
         }
         ++sent;
         ++in_epoch;
-        report.update(conn.stats(), audience(conn, pub));
+        who.sample();
+        report.update(conn.stats(), who.text());
     }
     if (!interrupted() && numbered && !end_until(conn, true, deadline_in(opt.timeout)) && !interrupted()) {
-        report.finish(conn.stats(), audience(conn, pub));
+        report.finish(conn.stats(), who.text());
         return timed_out("the end of the stream could not be sent");
     }
     // Acked: done when every batch was acknowledged, not when it was queued.
     if (opt.socket.acked && !acknowledged_until(conn, sent, deadline_in(opt.timeout)) && !interrupted()) {
-        report.finish(conn.stats(), audience(conn, pub));
+        report.finish(conn.stats(), who.text());
         return timed_out(std::to_string(conn.delivery_stats().acknowledged) + " of " + std::to_string(sent) +
                          " messages were acknowledged");
     }
-    report.finish(conn.stats(), audience(conn, pub));
+    report.finish(conn.stats(), who.text());
+    if (sent > 0 && who.nobody_came())
+        std::cerr << "tenbin serve: warning: no subscriber was connected: the " << sent
+                  << (sent == 1 ? " message" : " messages")
+                  << " went to nobody (a PUB drops what it sends while nobody is subscribed; --wait-for K waits "
+                     "for K subscribers)\n";
     if (interrupted()) {
         std::cerr << "tenbin serve: interrupted after " << sent << " messages (" << interrupting_signal() << ")\n";
         return interrupted_status();
