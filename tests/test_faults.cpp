@@ -321,7 +321,9 @@ TEST_CASE("shutdown under load from either end: no hang, every zero-copy frame r
             rx.reset();
         }
         CHECK(seconds_since(start) < 10);
-        CHECK(sends > 20);
+        // Every send the receiver took had returned by the join; more is up
+        // to the scheduler (a loaded machine may stop the flood at 20).
+        CHECK(sends >= 20);
     }
     // Both contexts are gone: ZeroMQ let go of every frame it was handed.
     CHECK(released.load() == created.load());
