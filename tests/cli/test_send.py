@@ -20,6 +20,7 @@ class Send(CliTest):
                      *send_args)
         rc, out, err = finish(receiver)
         self.assertEqual(sender.returncode, 0, sender.stderr)
+        self.assertNotIn(b"went to nobody", sender.stderr)  # a PUB's subscriber was counted
         self.assertEqual(rc, 0, err)
         lines = out.splitlines()
         self.assertEqual(len(lines), count)
@@ -122,6 +123,18 @@ class Send(CliTest):
                     rc, _, err = finish(sender)
                     self.assertEqual(rc, 0, err)
                     self.assertEqual(frames, [data] if single else chunk_payloads(data))
+
+    def test_a_pub_nobody_subscribed_to_says_its_messages_went_to_nobody(self):
+        # A PUB drops what it sends while nobody is subscribed: the exit is a
+        # success (it did what it was asked), with a warning.
+        for endpoint in (free_tcp_endpoint(), free_ipc_endpoint().replace("ipc://", "shm://")):
+            with self.subTest(endpoint=endpoint):
+                r = run("send", endpoint, "--socket", "pub", "-f", vec("f4_matrix.ten"), "--count", "2",
+                        "--delay", "0.1")
+                self.assertEqual(r.returncode, 0, r.stderr)
+                self.assertIn("tenbin send: warning: no subscriber was connected: the 2 messages went to nobody",
+                              r.stderr.decode())
+                self.assertIn("--delay", r.stderr.decode())
 
     def test_send_with_no_receiver_exits_2(self):
         t0 = time.monotonic()

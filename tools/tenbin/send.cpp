@@ -58,7 +58,9 @@ int run_send(const send_cli_options& opt) {
     // arrives just before the peer disconnects could be dropped (and a REQ
     // with no peer times out on the reply anyway).
     co.immediate = !is_req;
+    pub_audience::prepare(co, kind);
     connection conn = open_connection(opt.socket, {opt.url}, co, "tenbin send");
+    pub_audience peers(conn);
 
     const interrupt_catcher catcher;
     sleep_unless_interrupted(opt.delay.value_or(kind == socket_kind::pub ? 1.0 : 0.0));
@@ -95,6 +97,7 @@ int run_send(const send_cli_options& opt) {
                 return exit_timeout;
             }
         }
+        peers.sample();
         if (opt.verbose)
             std::cerr << where << ": sent " << numbered(i) << " ("
                       << (opt.single ? "single-part" : "multipart") << ", " << tensors.size()
@@ -107,6 +110,7 @@ int run_send(const send_cli_options& opt) {
                   << std::endl;
         return exit_timeout;
     }
+    peers.warn_if_nobody(where, sent, "a longer --delay gives subscribers time to join");
     if (interrupted()) {
         // Those queued still get --linger to leave, as the connection closes.
         std::cerr << where << ": interrupted after " << sent << " messages (" << interrupting_signal() << ")"

@@ -5,10 +5,7 @@
 #include "sockets.hpp"
 
 #include <tenbin/connect.hpp>
-#include <tenbin/metrics.hpp>
 
-#include <algorithm>
-#include <chrono>
 #include <climits>
 #include <cmath>
 #include <cstring>
@@ -40,62 +37,26 @@ struct serve_cli_options {
 };
 
 // Who takes the batches, as far as serve can tell, for progress reports.
-// A PUB drops what it sends while nobody is subscribed, without a word:
-// without --wait-for, serve counts the peers connected (count_peers, a
-// socket monitor; none under CURVE) every 100 ms, to say so at the end.
-class audience {
-public:
-    audience(connection& conn, bool pub) : conn_(conn), pub_(pub) {}
-
-    // After each send.
-    void sample() {
-        if (!watches()) return;
-        const auto now = std::chrono::steady_clock::now();
-        if (now - sampled_ < std::chrono::milliseconds(100)) return;
-        sampled_ = now;
-        metric_set m;
-        conn_.metrics()->collect(m);
-        peers_ = static_cast<std::size_t>(m.value("tenbin_peers").value_or(0));
-        most_ = std::max(most_, peers_);
-    }
-    // Whether nobody was connected to the PUB at any sample.
-    bool nobody_came() {
-        sampled_ = {};
-        sample();
-        return watches() && most_ == 0;
-    }
-
-    std::string text() const {
-        if (conn_.options().acked) {
-            const std::vector<consumer_info> cs = conn_.consumers();
-            std::size_t in_flight = 0;
-            std::uint64_t redelivered = 0;
-            for (const consumer_info& c : cs) {
-                in_flight += c.in_flight;
-                redelivered += c.redelivered;
-            }
-            return std::to_string(cs.size()) + (cs.size() == 1 ? " consumer" : " consumers") + " (" +
-                   std::to_string(in_flight) + " in flight, " + std::to_string(redelivered) + " redelivered)";
+std::string audience(connection& conn, bool pub, const pub_audience& peers) {
+    if (conn.options().acked) {
+        const std::vector<consumer_info> cs = conn.consumers();
+        std::size_t in_flight = 0;
+        std::uint64_t redelivered = 0;
+        for (const consumer_info& c : cs) {
+            in_flight += c.in_flight;
+            redelivered += c.redelivered;
         }
-        if (pub_ && conn_.options().wait_for > 0) {
-            const std::size_t n = conn_.subscribers();
-            return std::to_string(n) + (n == 1 ? " subscriber" : " subscribers");
-        }
-        if (watches()) return std::to_string(peers_) + (peers_ == 1 ? " peer connected" : " peers connected");
-        return {};
+        return std::to_string(cs.size()) + (cs.size() == 1 ? " consumer" : " consumers") + " (" +
+               std::to_string(in_flight) + " in flight, " + std::to_string(redelivered) + " redelivered)";
     }
-
-private:
-    bool watches() const {
-        const connection_options& o = conn_.options();
-        return pub_ && o.wait_for == 0 && o.count_peers && !o.curve;
+    if (pub && conn.options().wait_for > 0) {
+        const std::size_t n = conn.subscribers();
+        return std::to_string(n) + (n == 1 ? " subscriber" : " subscribers");
     }
-
-    connection& conn_;
-    bool pub_;
-    std::chrono::steady_clock::time_point sampled_{};
-    std::size_t peers_ = 0, most_ = 0;
-};
+    if (peers.watches())
+        return std::to_string(peers.peers()) + (peers.peers() == 1 ? " peer connected" : " peers connected");
+    return {};
+}
 
 std::vector<std::string> split(const std::string& text, char sep) {
     std::vector<std::string> out;
@@ -296,7 +257,7 @@ int run_serve(const serve_cli_options& opt) {
     if (opt.wait_for > 0 && !pub && !opt.socket.acked)
         throw usage_error("--wait-for waits for subscribers (a pub socket) or acked consumers (--acked)");
     if (pub) co.wait_for = opt.wait_for;
-    if (pub && opt.wait_for == 0 && !co.curve) co.count_peers = true;  // see audience
+    pub_audience::prepare(co, kind);
     connection conn = open_connection(opt.socket, {opt.url}, co, "tenbin serve");
 
     const interrupt_catcher catcher;
@@ -319,7 +280,7 @@ int run_serve(const serve_cli_options& opt) {
     }
 
     progress report("tenbin serve", opt.report);
-    audience who(conn, pub);
+    pub_audience peers(conn);
     const auto start = std::chrono::steady_clock::now();
     // An epoch is one pass over the batches, or --count messages.
     const std::size_t per_epoch = opt.epochs ? (opt.count ? opt.count : batches.size()) : opt.count;
@@ -330,7 +291,7 @@ int run_serve(const serve_cli_options& opt) {
             if (!opt.epochs || epoch + 1 == opt.epochs) break;
             if (!end_until(conn, false, deadline_in(opt.timeout))) {
                 if (interrupted()) break;
-                report.finish(conn.stats(), who.text());
+                report.finish(conn.stats(), audience(conn, pub, peers));
                 return timed_out("the end of epoch " + std::to_string(epoch) + " could not be sent");
             }
             in_epoch = 0;
@@ -344,7 +305,7 @@ int run_serve(const serve_cli_options& opt) {
         }
         if (!send_until(conn, batches[in_epoch % batches.size()], deadline_in(opt.timeout))) {
             if (interrupted()) break;
-            report.finish(conn.stats(), who.text());
+            report.finish(conn.stats(), audience(conn, pub, peers));
             return timed_out("message " + std::to_string(sent + 1) + " could not be sent",
                              (pub && opt.wait_for ? " (" + std::to_string(conn.subscribers()) + " of " +
                                                         std::to_string(opt.wait_for) + " subscribers came)"
@@ -352,25 +313,21 @@ int run_serve(const serve_cli_options& opt) {
         }
         ++sent;
         ++in_epoch;
-        who.sample();
-        report.update(conn.stats(), who.text());
+        peers.sample();
+        report.update(conn.stats(), audience(conn, pub, peers));
     }
     if (!interrupted() && numbered && !end_until(conn, true, deadline_in(opt.timeout)) && !interrupted()) {
-        report.finish(conn.stats(), who.text());
+        report.finish(conn.stats(), audience(conn, pub, peers));
         return timed_out("the end of the stream could not be sent");
     }
     // Acked: done when every batch was acknowledged, not when it was queued.
     if (opt.socket.acked && !acknowledged_until(conn, sent, deadline_in(opt.timeout)) && !interrupted()) {
-        report.finish(conn.stats(), who.text());
+        report.finish(conn.stats(), audience(conn, pub, peers));
         return timed_out(std::to_string(conn.delivery_stats().acknowledged) + " of " + std::to_string(sent) +
                          " messages were acknowledged");
     }
-    report.finish(conn.stats(), who.text());
-    if (sent > 0 && who.nobody_came())
-        std::cerr << "tenbin serve: warning: no subscriber was connected: the " << sent
-                  << (sent == 1 ? " message" : " messages")
-                  << " went to nobody (a PUB drops what it sends while nobody is subscribed; --wait-for K waits "
-                     "for K subscribers)\n";
+    report.finish(conn.stats(), audience(conn, pub, peers));
+    peers.warn_if_nobody("tenbin serve", sent, "--wait-for K waits for K subscribers");
     if (interrupted()) {
         std::cerr << "tenbin serve: interrupted after " << sent << " messages (" << interrupting_signal() << ")\n";
         return interrupted_status();

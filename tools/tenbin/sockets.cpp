@@ -31,7 +31,41 @@ bool plain_binds(const socket_choice& choice, tenbin::socket_kind kind) {
     return binds_by_default(kind) || (choice.receiving && kind == tenbin::socket_kind::pair);
 }
 
+// A PUB whose peers pub_audience counts.
+bool watchable(const connection_options& co, socket_kind kind) {
+    return kind == socket_kind::pub && co.wait_for == 0 && co.wait_for_names.empty() && !co.curve;
+}
+
 }  // namespace
+
+void pub_audience::prepare(connection_options& co, socket_kind kind) {
+    if (watchable(co, kind)) co.count_peers = true;
+}
+
+pub_audience::pub_audience(const connection& conn)
+    : conn_(conn),
+      watches_(watchable(conn.options(), conn.endpoints().at(0).kind) && conn.options().count_peers) {}
+
+void pub_audience::sample() {
+    if (!watches_) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (now - sampled_ < std::chrono::milliseconds(100)) return;
+    sampled_ = now;
+    metric_set m;
+    conn_.metrics()->collect(m);
+    peers_ = static_cast<std::size_t>(m.value("tenbin_peers").value_or(0));
+    most_ = std::max(most_, peers_);
+}
+
+void pub_audience::warn_if_nobody(const std::string& who, std::size_t sent, const std::string& remedy) {
+    sampled_ = {};
+    sample();
+    if (!watches_ || most_ > 0 || sent == 0) return;
+    std::cerr << who << ": warning: no subscriber was connected: the " << sent
+              << (sent == 1 ? " message" : " messages")
+              << " went to nobody (a PUB drops what it sends while nobody is subscribed; " << remedy << ")"
+              << std::endl;
+}
 
 bool is_plain_endpoint(const std::string& url) {
     return url.starts_with("tcp://") || url.starts_with("ipc://") || url.starts_with("inproc://") ||

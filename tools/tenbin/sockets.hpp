@@ -81,6 +81,34 @@ private:
     double wait_ = 0;
 };
 
+/// A PUB drops what it sends while nobody is subscribed, without a word.
+/// serve and send count the peers connected to theirs (count_peers, a
+/// socket monitor; not under CURVE, whose monitor is the socket's one, nor
+/// with wait_for, which counts subscribers itself), read at most every
+/// 100 ms, and warn at the end when none ever was there.
+class pub_audience {
+public:
+    /// Turns count_peers on in `co` for a PUB it can watch (before the
+    /// connection opens: a monitor sees only what comes after it starts).
+    static void prepare(connection_options& co, socket_kind kind);
+    explicit pub_audience(const connection& conn);
+    /// Whether it counts `conn`'s peers.
+    bool watches() const noexcept { return watches_; }
+    /// After each send.
+    void sample();
+    /// Peers connected at the last sample.
+    std::size_t peers() const noexcept { return peers_; }
+    /// At the end, after `sent` messages: "who: warning: ..." on stderr,
+    /// with `remedy`, when no peer was connected at any sample.
+    void warn_if_nobody(const std::string& who, std::size_t sent, const std::string& remedy);
+
+private:
+    const connection& conn_;
+    bool watches_;
+    std::chrono::steady_clock::time_point sampled_{};
+    std::size_t peers_ = 0, most_ = 0;
+};
+
 /// Whether `url` is a plain ZeroMQ endpoint (tcp://, ipc://, inproc://)
 /// rather than a tensorcom URL.
 bool is_plain_endpoint(const std::string& url);
