@@ -155,13 +155,13 @@ std::optional<message> connection::impl::next(zmq::recv_flags flags) {
             m = receive(flags);
             if (!m) return std::nullopt;
         }
+        // Unnumbered, or next in order with nothing waiting: as it came (perf: no detour).
         if (m) {
-            // Unnumbered, or next in order with nothing waiting: as it came (perf: no detour).
             if (!m->position || streams().take_in_order(*m->position, detail::stream_tracker::coarse_now())) return m;
             t = tracked_of(std::move(*m));
-        }
-        if (!t->position || streams().take_in_order(*t->position, detail::stream_tracker::coarse_now()))
+        } else if (!t->position || streams().take_in_order(*t->position, detail::stream_tracker::coarse_now())) {
             return message_of(std::move(*t));
+        }
         streams().add(std::move(*t), detail::stream_tracker::coarse_now(), given);
         for (detail::stream_event& x : given) ready.push_back(std::move(x));
         given.clear();

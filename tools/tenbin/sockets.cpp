@@ -46,21 +46,22 @@ pub_audience::pub_audience(const connection& conn)
     : conn_(conn),
       watches_(watchable(conn.options(), conn.endpoints().at(0).kind) && conn.options().count_peers) {}
 
-void pub_audience::sample() {
-    if (!watches_) return;
-    const auto now = std::chrono::steady_clock::now();
-    if (now - sampled_ < std::chrono::milliseconds(100)) return;
-    sampled_ = now;
+void pub_audience::read() {
+    sampled_ = std::chrono::steady_clock::now();
     metric_set m;
     conn_.metrics()->collect(m);
     peers_ = static_cast<std::size_t>(m.value("tenbin_peers").value_or(0));
     most_ = std::max(most_, peers_);
 }
 
+void pub_audience::sample() {
+    if (watches_ && std::chrono::steady_clock::now() - sampled_ >= std::chrono::milliseconds(100)) read();
+}
+
 void pub_audience::warn_if_nobody(const std::string& who, std::size_t sent, const std::string& remedy) {
-    sampled_ = {};
-    sample();
-    if (!watches_ || most_ > 0 || sent == 0) return;
+    if (!watches_ || sent == 0) return;
+    read();
+    if (most_ > 0) return;
     std::cerr << who << ": warning: no subscriber was connected: the " << sent
               << (sent == 1 ? " message" : " messages")
               << " went to nobody (a PUB drops what it sends while nobody is subscribed; " << remedy << ")"

@@ -103,6 +103,8 @@ public:
     void warn_if_nobody(const std::string& who, std::size_t sent, const std::string& remedy);
 
 private:
+    void read();  // the peers connected now
+
     const connection& conn_;
     bool watches_;
     std::chrono::steady_clock::time_point sampled_{};
