@@ -1,7 +1,7 @@
 // libFuzzer target: what streams and acked delivery read from peers. The
-// input is tried as a position frame, a delivery control message and a
-// stream state's JSON (each: only typed errors, and what is accepted reads
-// back the same once written), then as a run of events for a consumer's
+// input is tried as a position frame, a delivery control message, a pack
+// (also behind a pack's header) and a stream state's JSON (each: only typed
+// errors, and what is accepted reads back the same once written), then as a run of events for a consumer's
 // stream tracker (4 bytes each: producer, epoch, seq, mark or a clock
 // step), whose properties are checked: no batch given twice, nothing held
 // past its bounds, an epoch's end never before its start.
@@ -13,6 +13,7 @@
 #include <tenbin/position.hpp>
 #include <tenbin/stream.hpp>
 
+#include <cstring>
 #include <set>
 #include <string_view>
 #include <tuple>
@@ -25,7 +26,43 @@ void typed(const tenbin::error& e) {
         fuzz::fail("a class a peer's bytes must not produce:", e.what());
 }
 
+// The batches a pack reads back the same once packed again.
+void pack(tenbin::bytes_view in) {
+    using tenbin::detail::pack_entry;
+    tenbin::decode_options opt;
+    opt.limits.max_tensors = 8;
+    opt.limits.max_bytes = 1u << 20;
+    std::vector<pack_entry> good;
+    try {
+        tenbin::detail::read_pack(tenbin::buffer::copy(in), opt, [&](pack_entry&& e) {
+            if (e.fault) return typed(*e.fault);
+            good.push_back(std::move(e));
+        });
+    } catch (const tenbin::error& e) {
+        typed(e);
+    }
+    tenbin::detail::pack_writer w;
+    for (const pack_entry& e : good) w.append(e.tensors, *e.position);
+    if (w.empty()) return;
+    std::size_t i = 0;
+    tenbin::detail::read_pack(tenbin::buffer::copy(w.frame()), opt, [&](pack_entry&& e) {
+        if (e.fault || *e.position != *good[i].position || e.tensors.size() != good[i].tensors.size())
+            fuzz::fail("a pack's batch reads back otherwise");
+        ++i;
+    });
+}
+
 void frames(tenbin::bytes_view in) {
+    pack(in);
+    if (!in.empty()) {
+        // Behind a pack's header: magic, version, a count from the first byte.
+        std::vector<std::byte> packed(16, std::byte{0});
+        std::memcpy(packed.data(), tenbin::detail::pack_magic, 8);
+        packed[8] = std::byte{1};
+        packed[12] = static_cast<std::byte>(static_cast<std::uint8_t>(in[0]) % 8);
+        packed.insert(packed.end(), in.begin() + 1, in.end());
+        pack(packed);
+    }
     try {
         const tenbin::stream_position p = tenbin::decode_position(in);
         if (tenbin::decode_position(tenbin::encode_position(p)) != p) fuzz::fail("a position frame reads back otherwise");

@@ -12,6 +12,7 @@
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <numeric>
 #include <set>
 #include <thread>
 
@@ -81,6 +82,143 @@ TEST_CASE("control messages read back as written; malformed ones are typed error
     odd = f;
     odd[8] = std::byte{2};
     CHECK(error_text([&] { (void)detail::decode_control(odd); }).rfind("unsupported: control message version 2", 0) == 0);
+}
+
+TEST_CASE("packs read back as written, without a copy; malformed ones are typed errors") {
+    control h;
+    h.type = control_type::hello;
+    h.name = "c";
+    h.packs = true;
+    CHECK(detail::decode_control(detail::encode_control(h)).packs);
+    h.packs = false;
+    CHECK(!detail::decode_control(detail::encode_control(h)).packs);
+
+    detail::pack_writer w;
+    for (std::int32_t k = 0; k < 3; ++k) {
+        stream_position p;
+        p.producer = "shard-7";
+        p.epoch = 2;
+        p.seq = static_cast<std::uint64_t>(k);
+        w.append(std::vector<tensor>(static_cast<std::size_t>(k), batch_of(k)), p);  // 0, 1 and 2 tensors
+    }
+    CHECK(w.count() == 3);
+    const buffer pack = buffer::copy(w.frame());
+    CHECK(detail::is_pack_frame(pack.bytes()));
+    CHECK(!detail::is_control_frame(pack.bytes()));
+    std::vector<detail::pack_entry> got;
+    detail::read_pack(pack, {}, [&](detail::pack_entry&& e) { got.push_back(std::move(e)); });
+    REQUIRE(got.size() == 3);
+    for (std::size_t k = 0; k < 3; ++k) {
+        CHECK(!got[k].fault);
+        REQUIRE(got[k].position);
+        CHECK(got[k].position->producer == "shard-7");
+        CHECK(got[k].position->seq == k);
+        REQUIRE(got[k].tensors.size() == k);
+        for (const tensor& t : got[k].tensors) {
+            CHECK(value_of({t}) == static_cast<std::int32_t>(k));
+            CHECK(t.data().data() >= pack.data());  // a view of the frame
+            CHECK(t.data().data() < pack.data() + pack.size());
+        }
+    }
+    const auto read = [](const std::vector<std::byte>& f) {
+        return error_text([&] { detail::read_pack(buffer::copy(f), {}, [](detail::pack_entry&&) {}); });
+    };
+    const std::vector<std::byte> f(pack.data(), pack.data() + pack.size());
+    // Every prefix is refused or reads fewer batches, never past its end.
+    for (std::size_t n = 0; n < f.size(); ++n) CHECK(read(std::vector(f.begin(), f.begin() + static_cast<std::ptrdiff_t>(n))) != "no error");
+    std::vector<std::byte> bad = f;
+    bad.push_back(std::byte{0});
+    CHECK(read(bad) == "bad_header: pack: 1 bytes past its batches");
+    bad = f;
+    bad[12] = bad[13] = bad[14] = std::byte{0xff};  // a count beyond the bound
+    CHECK(read(bad).rfind("limit_exceeded: a pack of", 0) == 0);
+    bad = f;
+    bad[16 + 7] = std::byte{0x7f};  // the first batch's size, hostile
+    CHECK(read(bad).rfind("truncated: pack batch 0 claims", 0) == 0);
+    bad = f;
+    bad[8] = std::byte{2};
+    CHECK(read(bad).rfind("unsupported: pack version 2", 0) == 0);
+    // A batch that does not decode is reported and the next ones are read.
+    bad = f;
+    bad[16 + 16] = std::byte{'X'};  // the first batch's first chunk's magic
+    int faults = 0, fine = 0;
+    detail::read_pack(buffer::copy(bad), {}, [&](detail::pack_entry&& e) { ++(e.fault ? faults : fine); });
+    CHECK(faults == 1);
+    CHECK(fine == 2);
+}
+
+// A consumer speaking the protocol on a DEALER: what the producer sends it.
+struct raw_consumer {
+    zmq::socket_t s;
+    std::vector<std::int32_t> values;  // of the batches, in the order they came
+    int packs = 0, singles = 0;
+
+    raw_consumer(zmq::context_t& ctx, const std::string& at, bool takes_packs, std::uint32_t window) {
+        s = zmq::socket_t(ctx, zmq::socket_type::dealer);
+        s.set(zmq::sockopt::linger, 0);
+        s.connect(at);
+        control hello;
+        hello.type = control_type::hello;
+        hello.window = window;
+        hello.name = "raw";
+        hello.incarnation = 1;
+        hello.packs = takes_packs;
+        const std::vector<std::byte> frame = detail::encode_control(hello);
+        REQUIRE(s.send(zmq::const_buffer(frame.data(), frame.size())));
+    }
+    // Reads until `n` batches came, or nothing for `wait`.
+    void read(std::size_t n, std::chrono::milliseconds wait) {
+        s.set(zmq::sockopt::rcvtimeo, static_cast<int>(wait.count()));
+        while (values.size() < n) {
+            std::vector<zmq::message_t> frames;
+            do {
+                zmq::message_t f;
+                if (!s.recv(f)) return;
+                frames.push_back(std::move(f));
+            } while (frames.back().more());
+            const bytes_view first(frames[0].data<std::byte>(), frames[0].size());
+            if (frames.size() == 1 && detail::is_control_frame(first)) continue;
+            if (frames.size() == 1 && detail::is_pack_frame(first)) {
+                ++packs;
+                detail::read_pack(buffer::copy(first), {}, [&](detail::pack_entry&& e) {
+                    REQUIRE(!e.fault);
+                    values.push_back(value_of(e.tensors));
+                });
+                continue;
+            }
+            ++singles;
+            std::vector<buffer> list;
+            for (std::size_t i = 0; i + 1 < frames.size(); ++i)
+                list.push_back(buffer::copy({frames[i].data<std::byte>(), frames[i].size()}));
+            values.push_back(value_of(decode_list(list)));
+        }
+    }
+};
+
+TEST_CASE("acked: small batches to a consumer with a backlog go in packs, each once and in order; only to one that takes them") {
+    bool takes = true;
+    SUBCASE("a consumer that takes packs") {}
+    SUBCASE("one that does not say so (an earlier version)") { takes = false; }
+    connection producer("zrpush://127.0.0.1:*", acked(1s));  // the raw consumer lives three seconds without heartbeats
+    zmq::context_t ctx;
+    raw_consumer c(ctx, producer.endpoints().at(0).address, takes, 64);
+    REQUIRE(test_support::eventually([&] { return producer.consumers().size() == 1; }));
+    // It acknowledges nothing: the first two go one by one, the rest (it has
+    // batches in hand) in packs as large as what it had when each began,
+    // the last sent as the window fills.
+    for (std::int32_t k = 0; k < 64; ++k) REQUIRE(producer.send(batch_of(k)));
+    c.read(64, 1s);
+    std::vector<std::int32_t> all(64);
+    std::iota(all.begin(), all.end(), 0);
+    CHECK(c.values == all);
+    CHECK(producer.consumers().at(0).in_flight == 64);
+    if (takes) {
+        CHECK(c.singles == 2);
+        CHECK(c.packs >= 5);  // 2, 4, 8, 16 and 32 batches (more when a pack waited past pack_wait)
+    } else {
+        CHECK(c.singles == 64);
+        CHECK(c.packs == 0);
+    }
 }
 
 TEST_CASE("acked: a producer shares its batches among consumers with credit, each batch once, and ends their streams") {

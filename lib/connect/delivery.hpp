@@ -8,7 +8,8 @@
 // Producer: a batch the user sends goes to the consumer with the most
 // credit (its window less what it holds unacknowledged), or waits in an
 // inbox until one has credit, and is kept until that consumer acknowledges
-// it. A consumer that says goodbye, whose connection drops (a
+// it. Small batches to a consumer with batches in hand go several to a
+// ZeroMQ message (a pack, delivery_protocol.hpp). A consumer that says goodbye, whose connection drops (a
 // monitor event, then a probe the ROUTER refuses), or that is silent for
 // three heartbeats is dead: what it held goes first to the others. The end
 // of an epoch goes to every consumer once every batch of that epoch was

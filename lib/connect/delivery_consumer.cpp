@@ -24,7 +24,7 @@ struct ack_sink {
     bool open = true;
     int wake_fd = -1;
     struct entry {
-        std::string rid, producer;
+        std::size_t source;  // the consumer's sources_ (perf: no strings copied a batch)
         batch_id id;
     };
     std::vector<entry> pending;
@@ -38,7 +38,7 @@ struct ack_sink {
 struct ack_token {
     std::shared_ptr<ack_sink> sink;
     ack_sink::entry what;
-    ack_token(std::shared_ptr<ack_sink> s, ack_sink::entry w) : sink(std::move(s)), what(std::move(w)) {}
+    ack_token(std::shared_ptr<ack_sink> s, ack_sink::entry w) : sink(std::move(s)), what(w) {}
     ack_token(const ack_token&) = delete;
     ack_token& operator=(const ack_token&) = delete;
     ~ack_token() {
@@ -46,7 +46,7 @@ struct ack_token {
         if (!sink->open) return;
         // A wake-up is due already when others wait: the thread takes them all.
         const bool first = sink->pending.empty();
-        sink->pending.push_back(std::move(what));
+        sink->pending.push_back(what);
         if (!first || !sink->dozing) return;
         const std::uint64_t one = 1;
         [[maybe_unused]] const ssize_t r = ::write(sink->wake_fd, &one, sizeof one);
@@ -241,26 +241,47 @@ private:
     void on_data(const std::string& rid, message&& m, std::vector<zmq::message_t>& body,
                  clock::time_point now) override {
         if (auto it = producers_.find(rid); it != producers_.end()) it->second.heard = now;
+        if (!m.position && body.size() == 1 && is_pack_frame({body[0].data<std::byte>(), body[0].size()})) {
+            // Its batches keep the frame (no copy).
+            auto kept = std::make_shared<zmq::message_t>(std::move(body[0]));
+            try {
+                read_pack(buffer::share(kept, {kept->data<std::byte>(), kept->size()}, false), opt_.decode,
+                          [&](pack_entry&& e) {
+                              if (!e.fault) return take(rid, std::move(*e.position), std::move(e.tensors));
+                              ++counters_.bad_messages;
+                              if (e.position) acknowledge(rid, *e.position);
+                          });
+            } catch (const error&) {
+                ++counters_.bad_messages;  // the batches after the fault come again: a bad pack's are not acknowledged
+            }
+            return;
+        }
         if (!m.position) {
             ++counters_.bad_messages;  // acked producers number their batches
             return;
         }
-        const stream_position& pos = *m.position;
-        tracked t;
+        std::optional<std::vector<tensor>> tensors;
         try {
-            std::optional<std::vector<tensor>> tensors = link_.decode(body, opt_.decode);
+            tensors = link_.decode(body, opt_.decode);
             if (!tensors) return;  // given up by its sender before we claimed it: it comes again
-            t.tensors = std::move(*tensors);
         } catch (const error&) {
             ++counters_.bad_messages;
-            acknowledge({rid, pos.producer, {pos.epoch, pos.seq}});  // it would only come back bad
+            acknowledge(rid, *m.position);
             return;
         }
+        take(rid, std::move(*m.position), std::move(*tensors));
+    }
+
+    // A batch or end mark received from `rid`, to the user.
+    void take(const std::string& rid, stream_position&& pos, std::vector<tensor>&& tensors) {
+        tracked t;
+        t.tensors = std::move(tensors);
         if (pos.kind == stream_position::mark::batch) {
             // Reported as had from now on: it is this consumer's to take
             // (a restarted producer must not give it to another meanwhile).
-            done_[pos.producer].add(batch_id{pos.epoch, pos.seq});
-            auto token = std::make_shared<const ack_token>(sink_, ack_sink::entry{rid, pos.producer, {pos.epoch, pos.seq}});
+            const std::size_t from = source_of(rid, pos.producer);
+            sources_[from].done->add(batch_id{pos.epoch, pos.seq});
+            auto token = std::make_shared<const ack_token>(sink_, ack_sink::entry{from, {pos.epoch, pos.seq}});
             if (opt_.ack == ack_mode::on_release) {
                 for (tensor& x : t.tensors) x = keep_with(x, token);
                 // An empty batch has no tensor to hold its token.
@@ -270,14 +291,27 @@ private:
             }
         }
         t.bytes = data_bytes(t.tensors);
-        t.position = std::move(m.position);
+        t.position = std::move(pos);
         outbox_.push_back(std::move(t));
         news_ = true;
     }
 
-    void acknowledge(ack_sink::entry e) {
+    // A batch that did not decode: had, and acknowledged (it would only come back bad).
+    void acknowledge(const std::string& rid, const stream_position& pos) {
+        const ack_sink::entry e{source_of(rid, pos.producer), {pos.epoch, pos.seq}};
+        sources_[e.source].done->add(e.id);
         std::lock_guard lock(sink_->mutex);
-        sink_->pending.push_back(std::move(e));
+        sink_->pending.push_back(e);
+    }
+
+    // The index in sources_ of batches from `rid` numbered by `producer`.
+    std::size_t source_of(const std::string& rid, const std::string& producer) {
+        const auto is = [&](const source& s) { return s.rid == rid && s.producer == producer; };
+        if (last_source_ < sources_.size() && is(sources_[last_source_])) return last_source_;
+        const auto it = std::find_if(sources_.begin(), sources_.end(), is);
+        last_source_ = static_cast<std::size_t>(it - sources_.begin());
+        if (it == sources_.end()) sources_.push_back({rid, producer, &done_[producer]});
+        return last_source_;
     }
 
     void turn(clock::time_point now, bool) override {
@@ -315,25 +349,28 @@ private:
 
     // How many it sent.
     std::size_t send_acks() {
-        std::vector<ack_sink::entry> acks;
+        std::vector<ack_sink::entry>& acks = sending_;
         {
             std::lock_guard lock(sink_->mutex);
-            acks.swap(sink_->pending);
+            acks.swap(sink_->pending);  // both keep their storage (perf)
         }
         std::map<std::string, control> by_producer;
-        for (ack_sink::entry& e : acks) {
-            done_[e.producer].add(e.id);
-            control& c = by_producer[e.rid];
+        for (const ack_sink::entry& e : acks) {
+            const std::string& rid = sources_[e.source].rid;
+            control& c = by_producer[rid];
+            if (c.acks.empty()) c.acks.reserve(std::min(acks.size(), max_control_acks));
             c.type = control_type::ack;
             c.acks.push_back(e.id);
             if (c.acks.size() == max_control_acks) {
-                send_ack(e.rid, c);
+                send_ack(rid, c);
                 c.acks.clear();
             }
         }
         for (auto& [rid, c] : by_producer)
             if (!c.acks.empty()) send_ack(rid, c);
-        return acks.size();
+        const std::size_t sent = acks.size();
+        acks.clear();
+        return sent;
     }
 
     // A producer gone redelivers what it did not hear of: dropped here as a duplicate then.
@@ -367,6 +404,15 @@ private:
     std::size_t taken_since_acks_ = 0;
     bool acks_lately_ = false;  // the last turn sent some
     std::map<std::string, position_set> done_;   // by producer name: what this consumer has
+    std::vector<ack_sink::entry> sending_;       // send_acks' (its storage kept)
+    // Where received batches came from: a routing id and a producer name
+    // (acknowledgements go to the one, positions are the other's).
+    struct source {
+        std::string rid, producer;
+        position_set* done;  // done_[producer] (a map's elements stay put)
+    };
+    std::vector<source> sources_;
+    std::size_t last_source_ = 0;
 };
 
 }  // namespace

@@ -120,13 +120,19 @@ control delivery_engine::hello(bool answer) const {
     c.role = opt_.role;
     c.answer = answer;
     c.window = static_cast<std::uint32_t>(std::min<std::size_t>(opt_.credit, UINT32_MAX));
+    c.packs = opt_.role == peer_role::consumer;
+    // Only on_release waits for them (flush_acks).
+    c.unconfirmed = opt_.role == peer_role::consumer && opt_.ack != ack_mode::on_release;
     c.incarnation = opt_.incarnation;
     c.name = opt_.name;
     return c;
 }
 
 delivery_engine::sent delivery_engine::send_control(const std::string& rid, const control& c) {
-    const std::vector<std::byte> body = encode_control(c);
+    return send_frame(rid, encode_control(c));
+}
+
+delivery_engine::sent delivery_engine::send_frame(const std::string& rid, bytes_view body) {
     int rc;
     do rc = zmq_send(socket_.handle(), rid.data(), rid.size(), ZMQ_SNDMORE | ZMQ_DONTWAIT);
     while (rc < 0 && zmq_errno() == EINTR);
@@ -202,6 +208,7 @@ void delivery_engine::run() {
             hurry = hurried();
             waiting = readable();  // came while the turn sent
             watch = watches_socket();
+            napping_ = !hurry && !waiting;
         } catch (const zmq::error_t&) {
             break;  // the context went
         }

@@ -63,6 +63,8 @@ protected:
     enum class sent { yes, full, gone };
     // Sends control `c` to `rid`. The caller holds the mutex.
     sent send_control(const std::string& rid, const control& c);
+    // Sends one frame (a control message or a pack) to `rid`, as send_control.
+    sent send_frame(const std::string& rid, bytes_view body);
     // The user's thread, after it used the socket (under the mutex): what
     // came meanwhile is handled now. Its sends may have taken the
     // wake-up the thread waits for (ZMQ_FD signals only a change).
@@ -97,6 +99,7 @@ protected:
     std::condition_variable changed_;  // for the user's thread
     bool stopping_ = false;
     bool ended_ = false;  // the thread is done
+    bool napping_ = false;  // its next turn is a poll interval away, not a millisecond (wake() it for one sooner)
     clock::time_point stop_by_{};
     delivery_counters counters_;
 

@@ -53,6 +53,8 @@ public:
                 receive_waiting(now);
                 checked_ = now;
             }
+            // The thread's turn sends the pack if no batch fills it: one within a millisecond.
+            if (std::exchange(pack_begun_, false) && napping_) wake();
             if (p != placed::nowhere) return true;
         }
         // The thread is due already when the inbox has batches: it takes them all.
@@ -108,6 +110,17 @@ private:
     std::uint64_t direct_ = 0;  // batches the user's thread gave a consumer
     clock::time_point checked_{};  // when it last read what came
     std::map<std::string, clock::time_point> asked_;  // our last hello to a consumer we connected to
+    // A batch this small, to a consumer with batches in hand (two or more
+    // unacknowledged), waits in that consumer's pack: one ZeroMQ message
+    // for many (perf: a message costs more than a small batch). The pack
+    // goes once it holds as many as the consumer had in hand when it began
+    // (it is done about when they are), pack_batches or pack_bytes, when
+    // the consumer's credit is used up, before anything else to it, or a
+    // turn after pack_wait (a producer that paused).
+    static constexpr std::uint64_t pack_batch_bytes = 16 * 1024;
+    static constexpr std::size_t pack_batches = 64, pack_bytes = 256 * 1024;
+    static constexpr auto pack_wait = std::chrono::microseconds(500);
+    bool pack_begun_ = false;  // by the user's thread: the thread is woken to see to it
 
     struct batch {
         std::vector<tensor> tensors;
@@ -119,6 +132,11 @@ private:
         std::map<batch_id, batch> in_flight;
         std::uint64_t acknowledged = 0, redelivered = 0;
         std::uint64_t acks_had = 0;  // in ack messages, bad ones too: confirmed back
+        bool packs = false;          // it takes packs (its hello says)
+        bool unconfirmed = false;    // it wants no confirmations (its hello says)
+        pack_writer pack;            // batches given to it, not sent yet
+        clock::time_point pack_since{};
+        std::size_t pack_most = 0;  // the batches it had in hand when the pack began
         // What could not go yet (its queue was full), sent before any batch:
         // a confirmation of acks_had, end marks.
         bool confirm_owed = false;
@@ -145,6 +163,8 @@ private:
             k.name = c.name;
             k.incarnation = c.incarnation;
             k.window = c.window;
+            k.packs = c.packs;
+            k.unconfirmed = c.unconfirmed;
             k.heard = now;
             k.answered = true;
             if (const auto r = c.taken.find(opt_.name); r != c.taken.end()) done_.add(r->second);
@@ -170,7 +190,7 @@ private:
             }
             it->second.heard = now;
             it->second.acks_had += c.acks.size();
-            it->second.confirm_owed = true;
+            it->second.confirm_owed = !it->second.unconfirmed;
             send_owed(rid, it->second);
             for (const batch_id& a : c.acks) {
                 if (it->second.in_flight.erase(a) == 0) {
@@ -206,7 +226,8 @@ private:
 
     // Also while something is owed: a ROUTER cannot say when a queue has room again.
     bool hurried() const override {
-        return blocked_ || std::any_of(consumers_.begin(), consumers_.end(), [](const auto& k) { return k.second.owes(); });
+        return blocked_ || std::any_of(consumers_.begin(), consumers_.end(),
+                                       [](const auto& k) { return k.second.owes() || !k.second.pack.empty(); });
     }
 
     // Sends what `k` is owed, in order; false while its queue is full.
@@ -220,6 +241,7 @@ private:
             if (send_control(rid, confirm) != sent::yes) return false;
             k.confirm_owed = false;
         }
+        if (!k.marks_owed.empty() && !send_pack(rid, k)) return false;  // its batches first
         while (!k.marks_owed.empty()) {
             if (!give(rid, {}, k.marks_owed.front())) return false;
             k.marks_owed.pop_front();
@@ -246,7 +268,10 @@ private:
             if (refused || now - k.heard > dead_after) lose(here);
         }
         for (auto& [rid, k] : consumers_) send_owed(rid, k);
+        for (auto& [rid, k] : consumers_)
+            if (!k.pack.empty() && (now - k.pack_since >= pack_wait || stopping_) && !send_pack(rid, k)) blocked_ = true;
         assign(now);
+        pack_begun_ = false;  // this turn's packs: hurried() brings the next turn
         give_marks();
         for (auto& [rid, k] : consumers_)
             if (now - k.sent >= opt_.heartbeat) heartbeat(rid, k, now);
@@ -287,7 +312,17 @@ private:
                 (best == consumers_.end() || it->second.free() > best->second.free()))
                 best = it;
         if (best == consumers_.end()) return placed::nowhere;  // nobody asks now
-        if (!give(best->first, b.tensors, b.position)) {
+        consumer& k = best->second;
+        if (k.packs && data_bytes(b.tensors) <= pack_batch_bytes && k.in_flight.size() >= 2) {
+            if (k.pack.empty()) {
+                k.pack_since = now;
+                k.pack_most = std::min(pack_batches, k.in_flight.size());
+                pack_begun_ = true;
+            }
+            k.pack.append(b.tensors, b.position);
+            const bool full = k.pack.count() >= k.pack_most || k.pack.frame().size() >= pack_bytes || k.free() == 1;
+            if (full && !send_pack(best->first, k)) blocked_ = true;  // in the pack, sent by the thread
+        } else if (!send_pack(best->first, k) || !give(best->first, b.tensors, b.position)) {
             // Full towards it (its ZeroMQ queue): the thread tries again soon.
             blocked_ = true;
             return placed::nowhere;
@@ -299,6 +334,14 @@ private:
         }
         best->second.in_flight.emplace(id, std::move(b));
         return placed::given;
+    }
+
+    // False while its queue is full (or it is gone: its probe or silence tells).
+    bool send_pack(const std::string& rid, consumer& k) {
+        if (k.pack.empty()) return true;
+        if (send_frame(rid, k.pack.frame()) != sent::yes) return false;
+        k.pack.clear();
+        return true;
     }
 
     bool give(const std::string& rid, const std::vector<tensor>& tensors, const stream_position& pos) {

@@ -1,6 +1,8 @@
 #include "connect/delivery_protocol.hpp"
 
 #include "base/endian.hpp"
+#include "core/chunk_plan.hpp"
+#include "core/codec_detail.hpp"
 
 #include <tenbin/error.hpp>
 
@@ -102,7 +104,7 @@ std::vector<std::byte> encode_control(const control& c) {
     case control_type::hello:
         w.u8(static_cast<std::uint8_t>(c.role));
         w.u8(c.answer ? 1 : 0);
-        w.u8(0);
+        w.u8((c.packs ? 1 : 0) | (c.unconfirmed ? 2 : 0));
         w.u8(0);
         w.u32(c.window);
         w.u64(c.incarnation);
@@ -158,7 +160,10 @@ control decode_control(bytes_view frame) {
             throw error(errc::bad_header, "control message: unknown role " + std::to_string(role));
         c.role = static_cast<peer_role>(role);
         c.answer = r.u8("the answer flag") != 0;
-        r.skip(2);
+        const std::uint8_t flags = r.u8("the flags");  // other bits: for later versions
+        c.packs = (flags & 1) != 0;
+        c.unconfirmed = (flags & 2) != 0;
+        r.skip(1);
         c.window = r.u32("the window");
         c.incarnation = r.u64("the incarnation");
         c.name = r.name("name");
@@ -201,6 +206,71 @@ control decode_control(bytes_view frame) {
     }
     r.done();
     return c;
+}
+
+// ---- packs -----------------------------------------------------------------
+
+namespace {
+constexpr std::size_t pack_header = 16, entry_header = 16;
+}
+
+void pack_writer::append(tensor_span tensors, const stream_position& position) {
+    const chunk_plan plan(tensors, &position);  // throws before anything is appended
+    if (bytes_.empty()) {
+        bytes_.assign(pack_header, std::byte{0});
+        std::memcpy(bytes_.data(), pack_magic, sizeof pack_magic);
+        bytes_[8] = std::byte{control_version};
+    }
+    const std::size_t at = bytes_.size();
+    bytes_.resize(at + entry_header + plan.size());
+    store_le<std::uint64_t>(bytes_.data() + at, plan.size());
+    std::memset(bytes_.data() + at + 8, 0, 8);
+    plan.copy_to({bytes_.data() + at + entry_header, plan.size()});
+    store_le<std::uint32_t>(bytes_.data() + 12, static_cast<std::uint32_t>(++count_));
+}
+
+void pack_writer::clear() noexcept {
+    bytes_.clear();
+    count_ = 0;
+}
+
+bool is_pack_frame(bytes_view frame) noexcept {
+    return frame.size() >= sizeof pack_magic && std::memcmp(frame.data(), pack_magic, sizeof pack_magic) == 0;
+}
+
+void read_pack(const buffer& pack, const decode_options& opt, const std::function<void(pack_entry&&)>& each) {
+    const bytes_view b = pack.bytes();
+    if (!is_pack_frame(b)) throw error(errc::bad_magic, "not a pack (no ~TenPack)");
+    if (b.size() < pack_header) throw error(errc::bad_header, "a pack of " + std::to_string(b.size()) + " bytes ends inside its header");
+    if (b[8] != std::byte{control_version})
+        throw error(errc::unsupported, "pack version " + std::to_string(static_cast<int>(b[8])) + "; this build speaks " +
+                                           std::to_string(control_version));
+    const std::uint32_t n = load_le<std::uint32_t>(b.data() + 12);
+    if (n > max_pack_batches)
+        throw error(errc::limit_exceeded, "a pack of " + std::to_string(n) + " batches, more than " + std::to_string(max_pack_batches));
+    std::size_t at = pack_header;
+    for (std::uint32_t i = 0; i < n; ++i) {
+        if (b.size() - at < entry_header)
+            throw error(errc::truncated, "pack ends inside the size of batch " + std::to_string(i) + " of " + std::to_string(n));
+        const std::uint64_t size = load_le<std::uint64_t>(b.data() + at);
+        at += entry_header;
+        if (size > b.size() - at)
+            throw error(errc::truncated, "pack batch " + std::to_string(i) + " claims " + std::to_string(size) + " bytes; " +
+                                             std::to_string(b.size() - at) + " are left");
+        pack_entry e;
+        try {
+            detail::decode_buffer_into(pack.slice(at, size), opt, e.tensors, &e.position);
+            if (!e.position) throw error(errc::bad_header, "pack batch " + std::to_string(i) + " has no position");
+            // libzmq gives the frame no alignment: typed access needs one (a copy then, as zrecv makes).
+            for (tensor& t : e.tensors)
+                if (!t.data().aligned_to(itemsize(t.dtype()))) t = t.aligned();
+        } catch (const error& fault) {
+            e.fault = fault;
+        }
+        at += size;
+        each(std::move(e));
+    }
+    if (at != b.size()) throw error(errc::bad_header, "pack: " + std::to_string(b.size() - at) + " bytes past its batches");
 }
 
 }  // namespace tenbin::detail

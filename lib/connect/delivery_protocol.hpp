@@ -10,7 +10,8 @@
 //   16          the type's fields:
 //
 //   hello      1 role (1 producer, 2 consumer), 1 answer wanted (0/1),
-//              2 reserved, 4 window (batches the consumer takes unacked),
+//              1 flags (a consumer's: bit 0 it takes packs, bit 1 it
+//              wants no confirmations), 1 reserved, 4 window (batches the consumer takes unacked),
 //              8 incarnation, 1 n + n bytes of name, then the consumer's
 //              positions (what it has taken): 4 count, and per producer:
 //              1 n + n bytes of name, 8 epoch, 8 next, 4 k, k x 8 taken
@@ -22,15 +23,32 @@
 //   confirm    8 count: the acks a producer has had from the consumer so
 //              far (its answer to each ack message)
 //
+// A pack carries small batches of a producer to a consumer that takes
+// them, in one frame after the routing id (one ZeroMQ message for many
+// batches: its cost a message is most of a small batch's):
+//
+//    0      8   "~TenPack"
+//    8      1   version (1)
+//    9      3   reserved, 0
+//   12      4   count
+//   16          count x (8 size, 8 reserved, size bytes: the batch in the
+//               single-part form with its position chunk, encode_buffer's
+//               chunks), each a multiple of 16 bytes
+//
 // A malformed message is a typed error (bad_header, bad_magic,
 // unsupported, limit_exceeded), never a read past its end; the counts are
 // bounded before anything is allocated.
 #pragma once
 
 #include <tenbin/buffer.hpp>
+#include <tenbin/codec.hpp>
+#include <tenbin/position.hpp>
+#include <tenbin/error.hpp>
 #include <tenbin/stream.hpp>
 
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <map>
 #include <string>
 #include <vector>
@@ -59,6 +77,8 @@ struct control {
     peer_role role = peer_role::consumer;
     bool answer = false;
     std::uint32_t window = 0;
+    bool packs = false;  // a consumer that takes packs
+    bool unconfirmed = false;  // a consumer that wants no confirmations (on_take)
     std::string name;
     std::map<std::string, producer_state> taken;  // a consumer's positions
     // hello, heartbeat
@@ -74,5 +94,37 @@ struct control {
 bool is_control_frame(bytes_view frame) noexcept;
 std::vector<std::byte> encode_control(const control& c);
 control decode_control(bytes_view frame);
+
+inline constexpr char pack_magic[8] = {'~', 'T', 'e', 'n', 'P', 'a', 'c', 'k'};
+inline constexpr std::size_t max_pack_batches = 4096;
+
+// A pack being made: batches appended (copied), then sent as one frame.
+class pack_writer {
+public:
+    // Throws what encode_buffer throws (nothing is appended then).
+    void append(tensor_span tensors, const stream_position& position);
+    std::size_t count() const noexcept { return count_; }
+    bool empty() const noexcept { return count_ == 0; }
+    // The frame (valid until the next append or clear).
+    bytes_view frame() const noexcept { return bytes_; }
+    void clear() noexcept;
+
+private:
+    std::vector<std::byte> bytes_;
+    std::size_t count_ = 0;
+};
+
+bool is_pack_frame(bytes_view frame) noexcept;
+// Calls `each(position, tensors)` for each batch of `pack`, whose tensors
+// keep the frame alive (no copy; but for one not aligned for its dtype). A batch that does not decode is
+// `each(position or nothing, error)`, and the next is read; a malformed pack
+// (its sizes, count or header) throws a typed error after the batches
+// before the fault.
+struct pack_entry {
+    std::optional<stream_position> position;
+    std::vector<tensor> tensors;
+    std::optional<error> fault;  // the batch did not decode
+};
+void read_pack(const buffer& pack, const decode_options& opt, const std::function<void(pack_entry&&)>& each);
 
 }  // namespace tenbin::detail

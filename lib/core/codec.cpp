@@ -309,6 +309,7 @@ buffer encode_chunks(std::span<const bytes_view> payloads) {
 
 std::vector<buffer> decode_chunks(const buffer& chunked, const limits& lim) {
     std::vector<buffer> out;
+    out.reserve(4);  // a tensor and a position without growing (perf: small batches)
     const std::byte* base = chunked.data();
     const std::size_t size = chunked.size();
     std::size_t at = 0;
