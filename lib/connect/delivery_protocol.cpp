@@ -1,7 +1,6 @@
 #include "connect/delivery_protocol.hpp"
 
 #include "base/endian.hpp"
-#include "core/chunk_plan.hpp"
 #include "core/codec_detail.hpp"
 
 #include <tenbin/error.hpp>
@@ -215,7 +214,8 @@ constexpr std::size_t pack_header = 16, entry_header = 16;
 }
 
 void pack_writer::append(tensor_span tensors, const stream_position& position) {
-    const chunk_plan plan(tensors, &position);  // throws before anything is appended
+    plan_.assign(tensors, &position);  // throws before anything is appended
+    const chunk_plan& plan = plan_;
     if (bytes_.empty()) {
         bytes_.assign(pack_header, std::byte{0});
         std::memcpy(bytes_.data(), pack_magic, sizeof pack_magic);

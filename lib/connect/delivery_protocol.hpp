@@ -40,6 +40,8 @@
 // bounded before anything is allocated.
 #pragma once
 
+#include "core/chunk_plan.hpp"
+
 #include <tenbin/buffer.hpp>
 #include <tenbin/codec.hpp>
 #include <tenbin/position.hpp>
@@ -112,6 +114,7 @@ public:
 private:
     std::vector<std::byte> bytes_;
     std::size_t count_ = 0;
+    chunk_plan plan_;  // each batch's, its memory kept
 };
 
 bool is_pack_frame(bytes_view frame) noexcept;

@@ -18,7 +18,9 @@ bytes_view padding_for(std::uint64_t n) noexcept {
     return {zeros, static_cast<std::size_t>(chunk_size(n) - chunk_preamble - n)};
 }
 
-chunk_plan::chunk_plan(tensor_span tensors, const stream_position* position) {
+void chunk_plan::assign(tensor_span tensors, const stream_position* position) {
+    pieces_.clear();
+    size_ = 0;
     // Per tensor, the scratch holds the whole header chunk followed by the
     // data chunk's preamble, so each tensor is at most three pieces:
     // [header chunk + data preamble] [data] [data padding].
@@ -27,7 +29,7 @@ chunk_plan::chunk_plan(tensor_span tensors, const stream_position* position) {
         scratch_size += chunk_size(header_size(tensors[i].ndim())) + chunk_preamble;
     const std::size_t position_size = position ? position_frame_size(*position) : 0;
     if (position) scratch_size += chunk_size(position_size);
-    scratch_.resize(scratch_size);  // zero-filled: header padding
+    scratch_.assign(scratch_size, std::byte{0});  // header padding
     pieces_.reserve(3 * tensors.size() + 1);
 
     std::byte* at = scratch_.data();

@@ -14,7 +14,12 @@ namespace tenbin::detail {
 // which must outlive the plan.
 class chunk_plan {
 public:
-    explicit chunk_plan(tensor_span tensors, const stream_position* position = nullptr);
+    chunk_plan() = default;
+    explicit chunk_plan(tensor_span tensors, const stream_position* position = nullptr) { assign(tensors, position); }
+    // Plans `tensors` anew in this plan's memory (perf: a pack plans each
+    // of its small batches with one plan). When it throws, plan again
+    // before use.
+    void assign(tensor_span tensors, const stream_position* position = nullptr);
 
     std::span<const bytes_view> pieces() const noexcept { return pieces_; }
     std::size_t size() const noexcept { return size_; }
