@@ -129,16 +129,20 @@ control delivery_engine::hello(bool answer) const {
 }
 
 delivery_engine::sent delivery_engine::send_control(const std::string& rid, const control& c) {
-    return send_frame(rid, encode_control(c));
+    return send_frame(rid, [&] {
+        const std::vector<std::byte> bytes = encode_control(c);
+        return zmq::message_t(bytes.data(), bytes.size());
+    });
 }
 
-delivery_engine::sent delivery_engine::send_frame(const std::string& rid, bytes_view body) {
+delivery_engine::sent delivery_engine::send_frame(const std::string& rid, const std::function<zmq::message_t()>& body) {
     int rc;
     do rc = zmq_send(socket_.handle(), rid.data(), rid.size(), ZMQ_SNDMORE | ZMQ_DONTWAIT);
     while (rc < 0 && zmq_errno() == EINTR);
     // EHOSTUNREACH: no such peer (ROUTER_MANDATORY); EAGAIN: its queue is full.
     if (rc < 0) return zmq_errno() == EHOSTUNREACH ? sent::gone : sent::full;
-    do rc = zmq_send(socket_.handle(), body.data(), body.size(), ZMQ_DONTWAIT);
+    zmq::message_t frame = body();
+    do rc = zmq_msg_send(frame.handle(), socket_.handle(), ZMQ_DONTWAIT);
     while (rc < 0 && zmq_errno() == EINTR);
     return rc >= 0 ? sent::yes : sent::full;
 }

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <set>
@@ -63,8 +64,10 @@ protected:
     enum class sent { yes, full, gone };
     // Sends control `c` to `rid`. The caller holds the mutex.
     sent send_control(const std::string& rid, const control& c);
-    // Sends one frame (a control message or a pack) to `rid`, as send_control.
-    sent send_frame(const std::string& rid, bytes_view body);
+    // Sends `rid`, then the frame `body()` makes (a control message or a
+    // pack): made only once the routing id was taken, so that a full
+    // queue leaves what it would be made of as it was.
+    sent send_frame(const std::string& rid, const std::function<zmq::message_t()>& body);
     // The user's thread, after it used the socket (under the mutex): what
     // came meanwhile is handled now. Its sends may have taken the
     // wake-up the thread waits for (ZMQ_FD signals only a change).

@@ -320,6 +320,7 @@ private:
                 pack_begun_ = true;
             }
             k.pack.append(b.tensors, b.position);
+            if (k.pack.count() == 1) k.pack.expect(std::min(k.pack_most, pack_bytes / k.pack.frame().size() + 1));
             const bool full = k.pack.count() >= k.pack_most || k.pack.frame().size() >= pack_bytes || k.free() == 1;
             if (full && !send_pack(best->first, k)) blocked_ = true;  // in the pack, sent by the thread
         } else if (!send_pack(best->first, k) || !give(best->first, b.tensors, b.position)) {
@@ -339,9 +340,7 @@ private:
     // False while its queue is full (or it is gone: its probe or silence tells).
     bool send_pack(const std::string& rid, consumer& k) {
         if (k.pack.empty()) return true;
-        if (send_frame(rid, k.pack.frame()) != sent::yes) return false;
-        k.pack.clear();
-        return true;
+        return send_frame(rid, [&] { return k.pack.release(); }) == sent::yes;
     }
 
     bool give(const std::string& rid, const std::vector<tensor>& tensors, const stream_position& pos) {

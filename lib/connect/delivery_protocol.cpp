@@ -6,6 +6,7 @@
 #include <tenbin/error.hpp>
 
 #include <cstring>
+#include <memory>
 
 namespace tenbin::detail {
 
@@ -229,9 +230,20 @@ void pack_writer::append(tensor_span tensors, const stream_position& position) {
     store_le<std::uint32_t>(bytes_.data() + 12, static_cast<std::uint32_t>(++count_));
 }
 
-void pack_writer::clear() noexcept {
-    bytes_.clear();
+void pack_writer::expect(std::size_t batches) {
+    if (count_ == 0) return;
+    const std::size_t each = (bytes_.size() - pack_header) / count_;
+    bytes_.reserve(pack_header + batches * each);
+}
+
+zmq::message_t pack_writer::release() {
+    auto owned = std::make_unique<std::vector<std::byte>>(std::move(bytes_));
+    bytes_ = {};
     count_ = 0;
+    zmq::message_t m(owned->data(), owned->size(),
+                     [](void*, void* hint) { delete static_cast<std::vector<std::byte>*>(hint); }, owned.get());
+    owned.release();  // the message's now
+    return m;
 }
 
 bool is_pack_frame(bytes_view frame) noexcept {

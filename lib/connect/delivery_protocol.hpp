@@ -43,6 +43,7 @@
 #include "core/chunk_plan.hpp"
 
 #include <tenbin/buffer.hpp>
+#include <zmq.hpp>
 #include <tenbin/codec.hpp>
 #include <tenbin/position.hpp>
 #include <tenbin/error.hpp>
@@ -105,11 +106,16 @@ class pack_writer {
 public:
     // Throws what encode_buffer throws (nothing is appended then).
     void append(tensor_span tensors, const stream_position& position);
+    // Room for `batches` in all, each the size of the first (perf: the
+    // bytes are not copied again as the pack grows).
+    void expect(std::size_t batches);
     std::size_t count() const noexcept { return count_; }
     bool empty() const noexcept { return count_ == 0; }
-    // The frame (valid until the next append or clear).
+    // The frame (valid until the next append or release).
     bytes_view frame() const noexcept { return bytes_; }
-    void clear() noexcept;
+    // The frame as a message that takes its bytes over (no copy); the
+    // writer starts a new pack.
+    zmq::message_t release();
 
 private:
     std::vector<std::byte> bytes_;
