@@ -153,7 +153,9 @@ struct raw_consumer {
     std::vector<std::int32_t> values;  // of the batches, in the order they came
     int packs = 0, singles = 0;
 
-    raw_consumer(zmq::context_t& ctx, const std::string& at, bool takes_packs, std::uint32_t window) {
+    // `unconfirmed`: it says it acknowledges as batches are taken (on_take).
+    raw_consumer(zmq::context_t& ctx, const std::string& at, bool takes_packs, std::uint32_t window,
+                 bool unconfirmed = false) {
         s = zmq::socket_t(ctx, zmq::socket_type::dealer);
         s.set(zmq::sockopt::linger, 0);
         s.connect(at);
@@ -163,8 +165,18 @@ struct raw_consumer {
         hello.name = "raw";
         hello.incarnation = 1;
         hello.packs = takes_packs;
-        const std::vector<std::byte> frame = detail::encode_control(hello);
+        hello.unconfirmed = unconfirmed;
+        say(hello);
+    }
+    void say(const control& c) {
+        const std::vector<std::byte> frame = detail::encode_control(c);
         REQUIRE(s.send(zmq::const_buffer(frame.data(), frame.size())));
+    }
+    void heartbeat() {
+        control c;
+        c.type = control_type::heartbeat;
+        c.incarnation = 1;
+        say(c);
     }
     // Reads until `n` batches came, or nothing for `wait`.
     void read(std::size_t n, std::chrono::milliseconds wait) {
@@ -256,6 +268,80 @@ TEST_CASE("acked: a producer shares its batches among consumers with credit, eac
     CHECK(d.sent == 90);
     CHECK(d.acknowledged == 90);
     CHECK(d.redelivered == 0);
+}
+
+// The stream's end stops a consumer: while another holds batches that may
+// still come back (it may die with them), it waits.
+TEST_CASE("acked: a consumer's stream ends once no batch another holds can come back to it") {
+    connection producer("zrpush://127.0.0.1:*", acked(200ms));
+    const std::string at = "zrpull://" + producer.endpoints().at(0).address.substr(6);
+    zmq::context_t ctx;
+    SUBCASE("an on_take consumer's batches, until it acknowledges them or dies") {
+        auto other = std::make_unique<raw_consumer>(ctx, producer.endpoints().at(0).address, false, 2, true);
+        REQUIRE(test_support::eventually([&] { return producer.consumers().size() == 1; }));
+        for (std::int32_t k = 0; k < 2; ++k) REQUIRE(producer.send(batch_of(k)));
+        other->read(2, 2s);  // and holds them, unacknowledged
+        REQUIRE(other->values.size() == 2);
+        connection_options o = acked(200ms);
+        o.recv_timeout = 100ms;
+        connection rx(at, o);
+        for (std::int32_t k = 2; k < 10; ++k) REQUIRE(producer.send(batch_of(k)));
+        REQUIRE(producer.end_stream());
+        std::multiset<std::int32_t> got;
+        const auto deadline = std::chrono::steady_clock::now() + 5s;
+        while (got.size() < 8 && std::chrono::steady_clock::now() < deadline && !rx.stream_ended()) {
+            other->heartbeat();  // alive
+            if (auto b = rx.recv()) got.insert(value_of(*b));
+        }
+        REQUIRE(got.size() == 8);
+        for (int i = 0; i < 5; ++i) {  // a second: still alive, it may yet die with 0 and 1
+            other->heartbeat();
+            CHECK(!rx.recv());
+            CHECK(!rx.stream_ended());
+        }
+        other.reset();  // dies (its connection drops, no goodbye)
+        for (int i = 0; i < 50 && !rx.stream_ended(); ++i)
+            for (auto& b : rx) got.insert(value_of(b));
+        CHECK(rx.stream_ended());
+        CHECK(got == std::multiset<std::int32_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9});
+        CHECK(test_support::eventually([&] { return producer.delivery_stats().acknowledged == 10; }));
+        CHECK(producer.delivery_stats().redelivered == 2);
+    }
+    SUBCASE("an on_release consumer's, until it was heard since: its user holds them (waiting for them would wait "
+            "for a user who waits for the end)") {
+        auto other = std::make_unique<raw_consumer>(ctx, producer.endpoints().at(0).address, false, 2);
+        REQUIRE(test_support::eventually([&] { return producer.consumers().size() == 1; }));
+        for (std::int32_t k = 0; k < 2; ++k) REQUIRE(producer.send(batch_of(k)));
+        other->read(2, 2s);
+        REQUIRE(other->values.size() == 2);
+        std::multiset<std::int32_t> got;
+        {
+            connection rx(at, acked(200ms));
+            for (std::int32_t k = 2; k < 10; ++k) REQUIRE(producer.send(batch_of(k)));
+            REQUIRE(producer.end_stream());
+            std::atomic<bool> done{false};
+            std::thread alive([&] {
+                while (!done) {
+                    other->heartbeat();
+                    std::this_thread::sleep_for(50ms);
+                }
+            });
+            for (int i = 0; i < 3 && !rx.stream_ended(); ++i)
+                for (auto& b : rx) got.insert(value_of(b));
+            done = true;
+            alive.join();
+            CHECK(rx.stream_ended());
+        }
+        CHECK(got == std::multiset<std::int32_t>{2, 3, 4, 5, 6, 7, 8, 9});
+        // It dies after all: what it held goes to the next consumer.
+        other.reset();
+        connection late(at, acked(200ms));
+        for (int i = 0; i < 3 && !late.stream_ended(); ++i)
+            for (auto& b : late) got.insert(value_of(b));
+        CHECK(late.stream_ended());
+        CHECK(got == std::multiset<std::int32_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9});
+        CHECK(test_support::eventually([&] { return producer.delivery_stats().acknowledged == 10; }));
+    }
 }
 
 TEST_CASE("acked: on_take acknowledges a batch as it is taken, on_release once it is let go") {

@@ -5,6 +5,7 @@
 #include "connect/connect_detail.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <deque>
 #include <utility>
 
@@ -34,14 +35,18 @@ struct ack_sink {
     bool dozing = true;
 };
 
+}  // namespace
+
 // Acknowledges its batch when the last holder drops it (once: not copied).
 struct ack_token {
     std::shared_ptr<ack_sink> sink;
     ack_sink::entry what;
+    mutable std::atomic<bool> withheld{false};
     ack_token(std::shared_ptr<ack_sink> s, ack_sink::entry w) : sink(std::move(s)), what(w) {}
     ack_token(const ack_token&) = delete;
     ack_token& operator=(const ack_token&) = delete;
     ~ack_token() {
+        if (withheld.load(std::memory_order_relaxed)) return;
         std::lock_guard lock(sink->mutex);
         if (!sink->open) return;
         // A wake-up is due already when others wait: the thread takes them all.
@@ -52,6 +57,10 @@ struct ack_token {
         [[maybe_unused]] const ssize_t r = ::write(sink->wake_fd, &one, sizeof one);
     }
 };
+
+void withhold(const ack_token& token) noexcept { token.withheld.store(true, std::memory_order_relaxed); }
+
+namespace {
 
 // `t` with its bytes kept by `token` too: dropping the last tensor (or
 // copy) of the batch acknowledges it.
@@ -282,13 +291,9 @@ private:
             const std::size_t from = source_of(rid, pos.producer);
             sources_[from].done->add(batch_id{pos.epoch, pos.seq});
             auto token = std::make_shared<const ack_token>(sink_, ack_sink::entry{from, {pos.epoch, pos.seq}});
-            if (opt_.ack == ack_mode::on_release) {
+            if (opt_.ack == ack_mode::on_release)
                 for (tensor& x : t.tensors) x = keep_with(x, token);
-                // An empty batch has no tensor to hold its token.
-                if (t.tensors.empty()) t.ack = token;
-            } else {
-                t.ack = token;
-            }
+            t.ack = token;  // on_release: until taken, and for an empty batch, which has no tensor to hold it
         }
         t.bytes = data_bytes(t.tensors);
         t.position = std::move(pos);

@@ -141,6 +141,7 @@ private:
         // a confirmation of acks_had, end marks.
         bool confirm_owed = false;
         std::deque<stream_position> marks_owed;
+        bool told_end = false;  // the stream's end was given to it
         std::size_t free() const { return window > in_flight.size() ? window - in_flight.size() : 0; }
         bool owes() const { return confirm_owed || !marks_owed.empty(); }
     };
@@ -172,8 +173,7 @@ private:
                 send_control(rid, hello(false));
                 k.sent = now;
             }
-            if (ended_stream_) give_mark(rid, k, *ended_stream_);
-            return;
+            return;  // the stream's end, if it came, is the turn's to give
         }
         case control_type::heartbeat:
             if (it == consumers_.end()) {
@@ -272,7 +272,8 @@ private:
             if (!k.pack.empty() && (now - k.pack_since >= pack_wait || stopping_) && !send_pack(rid, k)) blocked_ = true;
         assign(now);
         pack_begun_ = false;  // this turn's packs: hurried() brings the next turn
-        give_marks();
+        give_marks(now);
+        give_stream_end();
         for (auto& [rid, k] : consumers_)
             if (now - k.sent >= opt_.heartbeat) heartbeat(rid, k, now);
     }
@@ -380,10 +381,14 @@ private:
     // handed out, after them (ZeroMQ keeps each consumer's order); one
     // redelivered later comes late. Heartbeats tell consumers which epochs
     // are acknowledged whole.
-    void give_marks() {
+    void give_marks(clock::time_point now) {
         while (!marks_.empty() && !open(marks_.front().epoch, false)) {
-            for (auto& [rid, k] : consumers_) give_mark(rid, k, marks_.front());
-            if (marks_.front().kind == stream_position::mark::stream_end) ended_stream_ = marks_.front();
+            if (marks_.front().kind == stream_position::mark::stream_end) {
+                ended_stream_ = marks_.front();
+                ended_at_ = now;
+            } else {
+                for (auto& [rid, k] : consumers_) give_mark(rid, k, marks_.front());
+            }
             given_.push_back(marks_.front().epoch);
             marks_.pop_front();
         }
@@ -391,6 +396,30 @@ private:
             epochs_done_ = given_.front() + 1;
             done_.add_epochs_before(epochs_done_);
             given_.pop_front();
+        }
+    }
+
+    // The stream's end goes to a consumer once no batch is left that could
+    // still come to it: a consumer told the end stops taking, and one that
+    // died holding batches (found within three heartbeats) leaves them to
+    // those still there. So it waits while another holds batches that are
+    // not acknowledged yet: an on_take consumer's are (until it takes
+    // them, which needs no user), an on_release one's until it was heard
+    // since the end (alive: what it holds, its user does; waiting for
+    // those would wait for a user who waits for the end).
+    void give_stream_end() {
+        if (!ended_stream_ || !inbox_.empty() || !redeliver_.empty()) return;
+        const auto unsettled = [&](const consumer& j) {
+            return !j.in_flight.empty() && (j.unconfirmed || j.heard <= ended_at_);
+        };
+        for (auto& it : consumers_) {
+            consumer& k = it.second;
+            if (k.told_end || !k.answered) continue;
+            const bool waits = std::any_of(consumers_.begin(), consumers_.end(),
+                                           [&](const auto& j) { return &j.second != &k && unsettled(j.second); });
+            if (waits) continue;
+            give_mark(it.first, k, *ended_stream_);
+            k.told_end = true;
         }
     }
 
@@ -410,7 +439,8 @@ private:
     std::deque<stream_position> marks_;
     std::deque<std::uint64_t> given_;  // epochs whose end mark went, not all acknowledged yet
     std::uint64_t epochs_done_ = 0;    // every batch of the epochs before was acknowledged
-    std::optional<stream_position> ended_stream_;  // told to consumers that come later
+    std::optional<stream_position> ended_stream_;  // all handed out: told to consumers by give_stream_end
+    clock::time_point ended_at_{};
     position_set done_;  // acknowledged, or reported by consumers
     clock::time_point assign_from_;
 };

@@ -36,7 +36,10 @@ void stream_tracker::add(tracked m, clock::time_point now, std::vector<stream_ev
     const stream_position pos = *m.position;
     if (finished_) {
         // Nothing is taken after the end: kept, it would be held for ever.
+        // Not acknowledged either: an acked producer gives it to another
+        // consumer once this one leaves (one that redelivered it late).
         if (pos.kind == stream_position::mark::batch) ++counters_.after_end;
+        if (m.ack) withhold(*m.ack);
         return;
     }
     auto [it, fresh] = producers_.try_emplace(pos.producer);

@@ -23,6 +23,12 @@
 namespace tenbin::detail {
 
 // One received message on its way to the consumer.
+// Acked delivery's acknowledgement of a batch, sent as its last holder
+// drops it (delivery_consumer.cpp). One withheld is never sent: the batch
+// stays the consumer's, and goes to another consumer once this one leaves.
+struct ack_token;
+void withhold(const ack_token& token) noexcept;
+
 struct tracked {
     std::vector<tensor> tensors;
     std::optional<stream_position> position;  // a batch's; none for unnumbered messages
@@ -31,8 +37,9 @@ struct tracked {
     // given twice (padding) is copied.
     std::shared_ptr<std::vector<zmq::message_t>> envelope{};
     // Acked delivery: acknowledges the batch when dropped (ack_mode::on_take:
-    // dropped as the user takes the batch, or as it is dropped unseen).
-    std::shared_ptr<const void> ack{};
+    // dropped as the user takes the batch, or as it is dropped unseen;
+    // on_release: its tensors hold it too).
+    std::shared_ptr<const ack_token> ack{};
 };
 
 // What the tracker gives: a message, or the end of the consumer's epoch.
