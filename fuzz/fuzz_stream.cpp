@@ -72,7 +72,9 @@ void frames(tenbin::bytes_view in) {
     try {
         const tenbin::detail::control c = tenbin::detail::decode_control(in);
         const tenbin::detail::control again = tenbin::detail::decode_control(tenbin::detail::encode_control(c));
-        if (again.type != c.type || again.acks != c.acks || again.taken != c.taken || again.name != c.name)
+        if (again.type != c.type || again.acks != c.acks || again.taken != c.taken || again.name != c.name ||
+            again.tally != c.tally || again.packs != c.packs || again.unconfirmed != c.unconfirmed ||
+            again.reports_taken != c.reports_taken)
             fuzz::fail("a control message reads back otherwise");
     } catch (const tenbin::error& e) {
         typed(e);

@@ -61,6 +61,13 @@ TEST_CASE("control messages read back as written; malformed ones are typed error
     a.type = control_type::ack;
     a.acks = {{0, 1}, {0, 2}, {3, 4}};
     CHECK(detail::decode_control(detail::encode_control(a)).acks == a.acks);
+    control beat;
+    beat.type = control_type::heartbeat;
+    beat.tally = 12;
+    CHECK(detail::decode_control(detail::encode_control(beat)).tally == 12);
+    h.reports_taken = true;
+    CHECK(detail::decode_control(detail::encode_control(h)).reports_taken);
+    CHECK(!back.reports_taken);
 
     // Every prefix of a valid message is refused, never read past.
     for (std::size_t n = 0; n < f.size(); ++n)
@@ -307,8 +314,38 @@ TEST_CASE("acked: a consumer's stream ends once no batch another holds can come 
         CHECK(test_support::eventually([&] { return producer.delivery_stats().acknowledged == 10; }));
         CHECK(producer.delivery_stats().redelivered == 2);
     }
-    SUBCASE("an on_release consumer's, until it was heard since: its user holds them (waiting for them would wait "
-            "for a user who waits for the end)") {
+    SUBCASE("an on_release consumer's, until its user took them: it holds them then, and may wait for the end") {
+        connection_options o = acked(200ms);
+        o.recv_timeout = 100ms;
+        o.credit = 2;
+        connection a(at, o);
+        REQUIRE(test_support::eventually([&] { return producer.consumers().size() == 1; }));
+        for (std::int32_t k = 0; k < 2; ++k) REQUIRE(producer.send(batch_of(k)));
+        REQUIRE(test_support::eventually([&] { return producer.consumers().at(0).in_flight == 2; }));
+        o.credit = 16;
+        connection b(at, o);
+        REQUIRE(test_support::eventually([&] { return producer.consumers().size() == 2; }));
+        for (std::int32_t k = 2; k < 10; ++k) REQUIRE(producer.send(batch_of(k)));
+        REQUIRE(producer.end_stream());
+        std::multiset<std::int32_t> got;
+        for (int i = 0; i < 50 && got.size() < 8; ++i)
+            if (auto x = b.recv()) got.insert(value_of(*x));
+        REQUIRE(got == std::multiset<std::int32_t>{2, 3, 4, 5, 6, 7, 8, 9});
+        for (int i = 0; i < 5; ++i) {  // a second: `a` has not taken 0 and 1, and may die with them
+            CHECK(!b.recv());
+            CHECK(!b.stream_ended());
+        }
+        const auto first = a.recv(), second = a.recv();  // held from here on
+        REQUIRE(first);
+        REQUIRE(second);
+        CHECK(value_of(*first) + value_of(*second) == 1);
+        for (int i = 0; i < 50 && !b.stream_ended(); ++i) CHECK(!b.recv());
+        CHECK(b.stream_ended());
+        for (int i = 0; i < 50 && !a.stream_ended(); ++i) CHECK(!a.recv());
+        CHECK(a.stream_ended());
+        CHECK(producer.delivery_stats().redelivered == 0);
+    }
+    SUBCASE("one of an earlier version (it does not say what it took), until it was heard after the end") {
         auto other = std::make_unique<raw_consumer>(ctx, producer.endpoints().at(0).address, false, 2);
         REQUIRE(test_support::eventually([&] { return producer.consumers().size() == 1; }));
         for (std::int32_t k = 0; k < 2; ++k) REQUIRE(producer.send(batch_of(k)));
@@ -333,8 +370,9 @@ TEST_CASE("acked: a consumer's stream ends once no batch another holds can come 
             CHECK(rx.stream_ended());
         }
         CHECK(got == std::multiset<std::int32_t>{2, 3, 4, 5, 6, 7, 8, 9});
-        // It dies after all: what it held goes to the next consumer.
+        // It dies after all: once it is found dead, what it held goes to the next consumer.
         other.reset();
+        REQUIRE(test_support::eventually([&] { return producer.consumers().empty(); }));
         connection late(at, acked(200ms));
         for (int i = 0; i < 3 && !late.stream_ended(); ++i)
             for (auto& b : late) got.insert(value_of(b));

@@ -114,6 +114,7 @@ public:
         ++taken_since_acks_;
         tracked t = std::move(outbox_.front());
         outbox_.pop_front();
+        if (t.ack) ++sources_[t.ack->what.source].taken;
         return t;
     }
 
@@ -201,6 +202,21 @@ private:
         return c;
     }
 
+    // Our heartbeats count what the user took from `rid` from this hello on
+    // (the producer counts what it gave us from there: at the stream's
+    // end, whether what we hold is the user's).
+    void say_hello(const std::string& rid, bool answer) {
+        for (source& s : sources_)
+            if (s.rid == rid) s.taken = 0;
+        send_control(rid, hello_with_positions(answer));
+    }
+    std::uint64_t taken_of(const std::string& rid) const {
+        std::uint64_t n = 0;
+        for (const source& s : sources_)
+            if (s.rid == rid) n += s.taken;
+        return n;
+    }
+
     void on_control(const std::string& rid, control c, clock::time_point now) override {
         auto it = producers_.find(rid);
         switch (c.type) {
@@ -217,18 +233,18 @@ private:
             p.answered = true;
             p.lost = false;
             if (c.answer) {
-                send_control(rid, hello_with_positions(false));
+                say_hello(rid, false);
                 p.sent = now;
             }
             return;
         }
         case control_type::heartbeat:
             if (it == producers_.end() || !it->second.answered) {
-                send_control(rid, hello_with_positions(true));  // a producer that does not know us
+                say_hello(rid, true);  // a producer that does not know us
                 return;
             }
             it->second.heard = now;
-            if (c.epochs_done > 0 && !it->second.name.empty()) done_[it->second.name].add_epochs_before(c.epochs_done);
+            if (c.tally > 0 && !it->second.name.empty()) done_[it->second.name].add_epochs_before(c.tally);
             return;
         case control_type::bye:
             if (it == producers_.end()) return;
@@ -337,7 +353,7 @@ private:
             if (!p.answered) {
                 // Until it answers: a producer not up yet, or up again.
                 if (p.ours && now - p.asked >= retry) {
-                    send_control(rid, hello_with_positions(true));
+                    say_hello(rid, true);
                     p.asked = p.sent = now;
                 }
                 continue;
@@ -346,6 +362,7 @@ private:
                 control c;
                 c.type = control_type::heartbeat;
                 c.incarnation = opt_.incarnation;
+                c.tally = taken_of(rid);
                 send_control(rid, c);
                 p.sent = now;
             }
@@ -415,6 +432,7 @@ private:
     struct source {
         std::string rid, producer;
         position_set* done;  // done_[producer] (a map's elements stay put)
+        std::uint64_t taken = 0;  // batches the user took, since our last hello to rid
     };
     std::vector<source> sources_;
     std::size_t last_source_ = 0;

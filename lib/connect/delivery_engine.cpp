@@ -123,6 +123,7 @@ control delivery_engine::hello(bool answer) const {
     c.packs = opt_.role == peer_role::consumer;
     // Only on_release waits for them (flush_acks).
     c.unconfirmed = opt_.role == peer_role::consumer && opt_.ack != ack_mode::on_release;
+    c.reports_taken = opt_.role == peer_role::consumer;
     c.incarnation = opt_.incarnation;
     c.name = opt_.name;
     return c;

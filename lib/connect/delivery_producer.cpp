@@ -134,6 +134,8 @@ private:
         std::uint64_t acks_had = 0;  // in ack messages, bad ones too: confirmed back
         bool packs = false;          // it takes packs (its hello says)
         bool unconfirmed = false;    // it wants no confirmations (its hello says)
+        bool reports_taken = false;  // its heartbeats count the batches its user took (its hello says)
+        std::uint64_t given = 0, taken = 0;  // batches given to it, and taken by its user (its last word), since its hello
         pack_writer pack;            // batches given to it, not sent yet
         clock::time_point pack_since{};
         std::size_t pack_most = 0;  // the batches it had in hand when the pack began
@@ -166,6 +168,8 @@ private:
             k.window = c.window;
             k.packs = c.packs;
             k.unconfirmed = c.unconfirmed;
+            k.reports_taken = c.reports_taken;
+            k.given = k.taken = 0;  // it counts what it takes from its hello on
             k.heard = now;
             k.answered = true;
             if (const auto r = c.taken.find(opt_.name); r != c.taken.end()) done_.add(r->second);
@@ -182,6 +186,7 @@ private:
                 return;
             }
             it->second.heard = now;
+            it->second.taken = c.tally;
             return;
         case control_type::ack:
             if (it == consumers_.end()) {
@@ -282,7 +287,7 @@ private:
         control c;
         c.type = control_type::heartbeat;
         c.incarnation = opt_.incarnation;
-        c.epochs_done = epochs_done_;
+        c.tally = epochs_done_;
         k.sent = now;
         return send_control(rid, c);
     }
@@ -330,6 +335,7 @@ private:
             return placed::nowhere;
         }
         ++counters_.sent;
+        ++k.given;
         if (b.again) {
             ++counters_.redelivered;
             ++best->second.redelivered;
@@ -402,15 +408,18 @@ private:
     // The stream's end goes to a consumer once no batch is left that could
     // still come to it: a consumer told the end stops taking, and one that
     // died holding batches (found within three heartbeats) leaves them to
-    // those still there. So it waits while another holds batches that are
-    // not acknowledged yet: an on_take consumer's are (until it takes
-    // them, which needs no user), an on_release one's until it was heard
-    // since the end (alive: what it holds, its user does; waiting for
-    // those would wait for a user who waits for the end).
+    // those still there. So it waits while another holds unacknowledged
+    // batches its user has not taken: an on_take consumer's (acknowledged
+    // as taken), an on_release one's until its heartbeat says its user
+    // took all it was given (what the user holds then may be held until
+    // the end: waiting for it would wait for ever). One of an earlier
+    // version, which does not say, until it was heard after the end.
     void give_stream_end() {
         if (!ended_stream_ || !inbox_.empty() || !redeliver_.empty()) return;
         const auto unsettled = [&](const consumer& j) {
-            return !j.in_flight.empty() && (j.unconfirmed || j.heard <= ended_at_);
+            if (j.in_flight.empty()) return false;
+            if (j.unconfirmed) return true;
+            return j.reports_taken ? j.taken < j.given : j.heard <= ended_at_;
         };
         for (auto& it : consumers_) {
             consumer& k = it.second;

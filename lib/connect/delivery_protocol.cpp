@@ -104,7 +104,7 @@ std::vector<std::byte> encode_control(const control& c) {
     case control_type::hello:
         w.u8(static_cast<std::uint8_t>(c.role));
         w.u8(c.answer ? 1 : 0);
-        w.u8((c.packs ? 1 : 0) | (c.unconfirmed ? 2 : 0));
+        w.u8((c.packs ? 1 : 0) | (c.unconfirmed ? 2 : 0) | (c.reports_taken ? 4 : 0));
         w.u8(0);
         w.u32(c.window);
         w.u64(c.incarnation);
@@ -124,7 +124,7 @@ std::vector<std::byte> encode_control(const control& c) {
         break;
     case control_type::heartbeat:
         w.u64(c.incarnation);
-        w.u64(c.epochs_done);
+        w.u64(c.tally);
         break;
     case control_type::ack:
         if (c.acks.size() > max_control_acks)
@@ -163,6 +163,7 @@ control decode_control(bytes_view frame) {
         const std::uint8_t flags = r.u8("the flags");  // other bits: for later versions
         c.packs = (flags & 1) != 0;
         c.unconfirmed = (flags & 2) != 0;
+        c.reports_taken = (flags & 4) != 0;
         r.skip(1);
         c.window = r.u32("the window");
         c.incarnation = r.u64("the incarnation");
@@ -183,7 +184,7 @@ control decode_control(bytes_view frame) {
     case static_cast<std::uint8_t>(control_type::heartbeat):
         c.type = control_type::heartbeat;
         c.incarnation = r.u64("the incarnation");
-        c.epochs_done = r.u64("the epochs done");
+        c.tally = r.u64("the tally");
         break;
     case static_cast<std::uint8_t>(control_type::ack): {
         c.type = control_type::ack;

@@ -11,12 +11,15 @@
 //
 //   hello      1 role (1 producer, 2 consumer), 1 answer wanted (0/1),
 //              1 flags (a consumer's: bit 0 it takes packs, bit 1 it
-//              wants no confirmations), 1 reserved, 4 window (batches the consumer takes unacked),
+//              wants no confirmations, bit 2 its heartbeats count what
+//              it took), 1 reserved, 4 window (batches the consumer takes unacked),
 //              8 incarnation, 1 n + n bytes of name, then the consumer's
 //              positions (what it has taken): 4 count, and per producer:
 //              1 n + n bytes of name, 8 epoch, 8 next, 4 k, k x 8 taken
-//   heartbeat  8 incarnation, 8 epochs done: a producer's, every batch of
-//              the epochs before was acknowledged (0 from a consumer)
+//   heartbeat  8 incarnation, 8 tally: a producer's epochs done (every
+//              batch of the epochs before was acknowledged); a consumer's
+//              batches of the receiving producer its user took since its
+//              last hello to it (0 without hello flag bit 2)
 //   ack        4 count, count x (8 epoch, 8 seq): batches of the
 //              receiving producer the consumer is done with
 //   bye        nothing: the sender leaves
@@ -82,12 +85,13 @@ struct control {
     std::uint32_t window = 0;
     bool packs = false;  // a consumer that takes packs
     bool unconfirmed = false;  // a consumer that wants no confirmations (on_take)
+    bool reports_taken = false;  // a consumer whose heartbeats' tally counts what it took
     std::string name;
     std::map<std::string, producer_state> taken;  // a consumer's positions
     // hello, heartbeat
     std::uint64_t incarnation = 0;
-    // heartbeat
-    std::uint64_t epochs_done = 0;
+    // heartbeat: a producer's epochs done, or a consumer's batches taken
+    std::uint64_t tally = 0;
     // ack
     std::vector<batch_id> acks;
     // confirm
