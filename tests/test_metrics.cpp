@@ -12,6 +12,7 @@
 #include <httplib.h>
 #endif
 
+#include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
@@ -440,7 +441,7 @@ TEST_CASE("a scrape on another thread reads a connection while it sends and rece
     }
     const std::vector<std::shared_ptr<const metrics_source>> sources{rx->metrics(), tx->metrics()};
     std::atomic<bool> done{false};
-    std::size_t scrapes = 0;
+    std::atomic<std::size_t> scrapes{0};
     std::thread scraper([&] {
         while (!done) {
             (void)to_prometheus_text(collect(sources));
@@ -448,13 +449,14 @@ TEST_CASE("a scrape on another thread reads a connection while it sends and rece
         }
     });
     std::thread sender([&] {
+        // Once the scraper runs: on a busy machine it may start only after 2000 sends.
+        while (scrapes == 0) std::this_thread::yield();
         for (int i = 0; i < 2000; ++i) CHECK(tx->send(std::vector{floats(4)}));
     });
     for (int i = 0; i < 2000; ++i) REQUIRE(rx->recv());
     sender.join();
     done = true;
     scraper.join();
-    CHECK(scrapes > 0);
     const metric_set set = collect(sources);
     CHECK(set.value("tenbin_messages_sent_total", {{"connection", "tx"}}) == 2000);
     CHECK(set.value("tenbin_messages_received_total", {{"connection", "rx"}}) == 2000);
