@@ -283,17 +283,25 @@ TEST_CASE("acked: a consumer's stream ends once no batch another holds can come 
     connection producer("zrpush://127.0.0.1:*", acked(200ms));
     const std::string at = "zrpull://" + producer.endpoints().at(0).address.substr(6);
     zmq::context_t ctx;
-    SUBCASE("an on_take consumer's batches, until it acknowledges them or dies") {
-        auto other = std::make_unique<raw_consumer>(ctx, producer.endpoints().at(0).address, false, 2, true);
+    // A raw consumer given batches 0 and 1, which it holds unacknowledged.
+    const auto holding_two = [&](bool unconfirmed) {
+        auto c = std::make_unique<raw_consumer>(ctx, producer.endpoints().at(0).address, false, 2, unconfirmed);
         REQUIRE(test_support::eventually([&] { return producer.consumers().size() == 1; }));
         for (std::int32_t k = 0; k < 2; ++k) REQUIRE(producer.send(batch_of(k)));
-        other->read(2, 2s);  // and holds them, unacknowledged
-        REQUIRE(other->values.size() == 2);
+        c->read(2, 2s);
+        REQUIRE(c->values.size() == 2);
+        return c;
+    };
+    const auto send_the_rest_and_end = [&] {
+        for (std::int32_t k = 2; k < 10; ++k) REQUIRE(producer.send(batch_of(k)));
+        REQUIRE(producer.end_stream());
+    };
+    SUBCASE("an on_take consumer's batches, until it acknowledges them or dies") {
+        auto other = holding_two(true);
         connection_options o = acked(200ms);
         o.recv_timeout = 100ms;
         connection rx(at, o);
-        for (std::int32_t k = 2; k < 10; ++k) REQUIRE(producer.send(batch_of(k)));
-        REQUIRE(producer.end_stream());
+        send_the_rest_and_end();
         std::multiset<std::int32_t> got;
         const auto deadline = std::chrono::steady_clock::now() + 5s;
         while (got.size() < 8 && std::chrono::steady_clock::now() < deadline && !rx.stream_ended()) {
@@ -325,8 +333,7 @@ TEST_CASE("acked: a consumer's stream ends once no batch another holds can come 
         o.credit = 16;
         connection b(at, o);
         REQUIRE(test_support::eventually([&] { return producer.consumers().size() == 2; }));
-        for (std::int32_t k = 2; k < 10; ++k) REQUIRE(producer.send(batch_of(k)));
-        REQUIRE(producer.end_stream());
+        send_the_rest_and_end();
         std::multiset<std::int32_t> got;
         for (int i = 0; i < 50 && got.size() < 8; ++i)
             if (auto x = b.recv()) got.insert(value_of(*x));
@@ -346,16 +353,11 @@ TEST_CASE("acked: a consumer's stream ends once no batch another holds can come 
         CHECK(producer.delivery_stats().redelivered == 0);
     }
     SUBCASE("one of an earlier version (it does not say what it took), until it was heard after the end") {
-        auto other = std::make_unique<raw_consumer>(ctx, producer.endpoints().at(0).address, false, 2);
-        REQUIRE(test_support::eventually([&] { return producer.consumers().size() == 1; }));
-        for (std::int32_t k = 0; k < 2; ++k) REQUIRE(producer.send(batch_of(k)));
-        other->read(2, 2s);
-        REQUIRE(other->values.size() == 2);
+        auto other = holding_two(false);
         std::multiset<std::int32_t> got;
         {
             connection rx(at, acked(200ms));
-            for (std::int32_t k = 2; k < 10; ++k) REQUIRE(producer.send(batch_of(k)));
-            REQUIRE(producer.end_stream());
+            send_the_rest_and_end();
             std::atomic<bool> done{false};
             std::thread alive([&] {
                 while (!done) {

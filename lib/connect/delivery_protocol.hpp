@@ -46,11 +46,11 @@
 #include "core/chunk_plan.hpp"
 
 #include <tenbin/buffer.hpp>
-#include <zmq.hpp>
 #include <tenbin/codec.hpp>
 #include <tenbin/position.hpp>
 #include <tenbin/error.hpp>
 #include <tenbin/stream.hpp>
+#include <zmq.hpp>
 
 #include <cstdint>
 #include <functional>

@@ -22,13 +22,13 @@
 
 namespace tenbin::detail {
 
-// One received message on its way to the consumer.
 // Acked delivery's acknowledgement of a batch, sent as its last holder
 // drops it (delivery_consumer.cpp). One withheld is never sent: the batch
 // stays the consumer's, and goes to another consumer once this one leaves.
 struct ack_token;
 void withhold(const ack_token& token) noexcept;
 
+// One received message on its way to the consumer.
 struct tracked {
     std::vector<tensor> tensors;
     std::optional<stream_position> position;  // a batch's; none for unnumbered messages
