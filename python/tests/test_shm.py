@@ -95,6 +95,19 @@ def test_acquire_on_plain_connections_is_a_pool_of_their_own():
     tx.close()
 
 
+def stop(process):
+    """SIGSTOPs `process` and returns once it is stopped: the signal takes a
+    moment to reach every thread, which may answer a claim meanwhile."""
+    import signal
+    import time
+
+    process.send_signal(signal.SIGSTOP)
+    deadline = time.monotonic() + 10
+    while open(f"/proc/{process.pid}/stat").read().rsplit(")", 1)[1].split()[0] != "T":
+        assert time.monotonic() < deadline, "the sender did not stop"
+        time.sleep(0.01)
+
+
 STOPPED_SENDER = r"""
 import sys, time, numpy as np, tenbin
 push = tenbin.Connection(sys.argv[1])
@@ -126,7 +139,7 @@ def test_a_sender_stopped_for_a_moment_loses_no_message(tmp_path, receiver):
     try:
         assert sender.stdout.readline() == b"sent\n"
         threading.Event().wait(0.5)
-        sender.send_signal(signal.SIGSTOP)
+        stop(sender)
         resume = threading.Timer(1.0, sender.send_signal, (signal.SIGCONT,))
         resume.start()
         got = [rx.recv() if receiver == "connection" else rx.next() for _ in range(3)]
@@ -153,7 +166,7 @@ def test_closing_a_connection_ends_a_claim_its_silent_sender_never_answers(tmp_p
     try:
         assert sender.stdout.readline() == b"sent\n"
         threading.Event().wait(0.3)  # the messages reached this end
-        sender.send_signal(signal.SIGSTOP)
+        stop(sender)
         raised = []
 
         def receive():
