@@ -225,7 +225,7 @@ struct connection_options {
     /// only to a consumer with one, so no batch waits in a queue towards a
     /// consumer that did not ask for it; the consumer acknowledges each
     /// (`ack`), and the batches a consumer had not acknowledged when it
-    /// died (its connection dropped, or it missed heartbeats for three
+    /// died (its connection dropped, or it was silent for two
     /// `ack_heartbeat` intervals) go to the others. The messages are
     /// numbered (`stream` is implied), so a consumer never takes a batch
     /// twice: at least once on the wire, exactly once at the consumer. A
@@ -240,8 +240,11 @@ struct connection_options {
     std::size_t credit = 16;
     /// Acked consumers: when a batch is acknowledged.
     ack_mode ack = ack_mode::on_release;
-    /// Acked delivery: how often each end tells the other it lives; three
-    /// missed make the other dead.
+    /// Acked delivery: each end tells the other it lives at least this
+    /// often. A consumer silent for two intervals is dead to its producer
+    /// (its batches go to the others within two intervals of its death);
+    /// a producer silent for three is gone to its consumers, which ask
+    /// until it answers.
     std::chrono::milliseconds ack_heartbeat{1000};
     /// This end's name: an acked consumer's for its producers, a label in
     /// metrics. Made up when empty.

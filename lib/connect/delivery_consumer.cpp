@@ -341,10 +341,9 @@ private:
             std::lock_guard lock(sink_->mutex);
             sink_->dozing = !acks_lately_;
         }
-        const auto dead_after = 3 * opt_.heartbeat;
         const auto retry = std::min<std::chrono::milliseconds>(opt_.heartbeat, std::chrono::milliseconds(100));
         for (auto& [rid, p] : producers_) {
-            const bool silent = p.answered && now - p.heard > dead_after;
+            const bool silent = p.answered && dead(p.heard, now, 3);
             if (silent && !p.lost) {
                 ++counters_.producers_lost;
                 p.lost = true;
@@ -358,7 +357,7 @@ private:
                 }
                 continue;
             }
-            if (now - p.sent >= opt_.heartbeat) {
+            if (beat_due(p.sent, now)) {
                 control c;
                 c.type = control_type::heartbeat;
                 c.incarnation = opt_.incarnation;

@@ -185,8 +185,20 @@ void delivery_engine::receive_waiting(clock::time_point now) {
     if (readable()) receive_all(now);
 }
 
+std::chrono::milliseconds delivery_engine::turn_every() const {
+    return std::chrono::milliseconds(std::clamp<long>(static_cast<long>(opt_.heartbeat.count() / 4), 1, 100));
+}
+
+bool delivery_engine::beat_due(clock::time_point sent, clock::time_point now) const {
+    return now - sent >= opt_.heartbeat - turn_every();
+}
+
+bool delivery_engine::dead(clock::time_point heard, clock::time_point now, int beats) const {
+    return now - heard > beats * opt_.heartbeat - turn_every();
+}
+
 void delivery_engine::run() {
-    const long turn_ms = std::clamp<long>(static_cast<long>(opt_.heartbeat.count() / 4), 1, 100);
+    const long turn_ms = static_cast<long>(turn_every().count());
     bool hurry = false, waiting = false, watch = true;
     for (;;) {
         zmq_pollitem_t items[3] = {{nullptr, socket_fd_, static_cast<short>(watch ? ZMQ_POLLIN : 0), 0},

@@ -73,6 +73,14 @@ protected:
     // wake-up the thread waits for (ZMQ_FD signals only a change).
     void receive_waiting(clock::time_point now);
     control hello(bool answer) const;
+    // Liveness, the same at both ends. A turn comes at least every
+    // turn_every(), and each end's heartbeat is due a turn before the
+    // interval is up, so that its peer hears from it at least once per
+    // interval. A peer is dead once silent for `beats` intervals less a
+    // turn: one that dies is found within `beats` intervals.
+    std::chrono::milliseconds turn_every() const;
+    bool beat_due(clock::time_point sent, clock::time_point now) const;
+    bool dead(clock::time_point heard, clock::time_point now, int beats) const;
 
     // Each turn of the thread, under the mutex: messages that came, then
     // the derived engine's work; `probe` after a connection dropped.

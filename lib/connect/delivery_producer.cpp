@@ -255,7 +255,6 @@ private:
     }
 
     void turn(clock::time_point now, bool probe) override {
-        const auto dead_after = 3 * opt_.heartbeat;
         // Consumers this end connected to (they bind) wait for our hello.
         const auto retry = std::min<std::chrono::milliseconds>(opt_.heartbeat, std::chrono::milliseconds(100));
         for (const std::string& rid : opt_.connected)
@@ -270,7 +269,7 @@ private:
             // full queue is no refusal: its consumer lives, and redelivering
             // what it holds would give those batches twice.
             const bool refused = probe && heartbeat(here->first, k, now) == sent::gone;
-            if (refused || now - k.heard > dead_after) lose(here);
+            if (refused || dead(k.heard, now, 2)) lose(here);  // a trainer's batches move on within two beats
         }
         for (auto& [rid, k] : consumers_) send_owed(rid, k);
         for (auto& [rid, k] : consumers_)
@@ -280,7 +279,7 @@ private:
         give_marks(now);
         give_stream_end();
         for (auto& [rid, k] : consumers_)
-            if (now - k.sent >= opt_.heartbeat) heartbeat(rid, k, now);
+            if (beat_due(k.sent, now)) heartbeat(rid, k, now);
     }
 
     sent heartbeat(const std::string& rid, consumer& k, clock::time_point now) {
@@ -407,7 +406,7 @@ private:
 
     // The stream's end goes to a consumer once no batch is left that could
     // still come to it: a consumer told the end stops taking, and one that
-    // died holding batches (found within three heartbeats) leaves them to
+    // died holding batches (found within two heartbeats) leaves them to
     // those still there. So it waits while another holds unacknowledged
     // batches its user has not taken: an on_take consumer's (acknowledged
     // as taken), an on_release one's until its heartbeat says its user
