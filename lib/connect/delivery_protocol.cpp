@@ -274,9 +274,7 @@ void read_pack(const buffer& pack, const decode_options& opt, const std::functio
         try {
             detail::decode_buffer_into(pack.slice(at, size), opt, e.tensors, &e.position);
             if (!e.position) throw error(errc::bad_header, "pack batch " + std::to_string(i) + " has no position");
-            // libzmq gives the frame no alignment: typed access needs one (a copy then, as zrecv makes).
-            for (tensor& t : e.tensors)
-                if (!t.data().aligned_to(itemsize(t.dtype()))) t = t.aligned();
+            align_received(e.tensors);
         } catch (const error& fault) {
             e.fault = fault;
         }

@@ -1,5 +1,6 @@
 #include "connect/link.hpp"
 
+#include "core/codec_detail.hpp"
 #include "shm/shm.hpp"
 #include "transport/frames.hpp"
 
@@ -29,8 +30,7 @@ public:
             frames.push_back(buffer::share(kept, {kept->data<std::byte>(), kept->size()}, false));
         }
         std::vector<tensor> out = frames.size() == 1 ? decode_buffer(frames[0], opt) : decode_list(frames, opt);
-        for (tensor& t : out)
-            if (!t.data().aligned_to(itemsize(t.dtype()))) t = t.aligned();
+        align_received(out);
         return out;
     }
 

@@ -381,6 +381,11 @@ void detail::decode_buffer_into(const buffer& chunked, const decode_options& opt
     fill_list(source, opt, out);
 }
 
+void detail::align_received(std::vector<tensor>& tensors) {
+    for (tensor& t : tensors)
+        if (!t.data().aligned_to(itemsize(t.dtype()))) t = t.aligned();
+}
+
 std::vector<tensor> decode_buffer(const buffer& chunked, const decode_options& opt) {
     std::vector<tensor> out;
     detail::decode_buffer_into(chunked, opt, out, nullptr);

@@ -68,4 +68,9 @@ void decode_list_into(list_source& frames, const decode_options& opt, std::vecto
 void decode_buffer_into(const buffer& chunked, const decode_options& opt, std::vector<tensor>& out,
                         std::optional<stream_position>* position);
 
+// Received tensors made fit for typed access: libzmq gives a frame no
+// alignment, so a tensor whose bytes are not aligned for its dtype is
+// copied (read-only still, like every received tensor); the rest stay views.
+void align_received(std::vector<tensor>& tensors);
+
 }  // namespace tenbin::detail

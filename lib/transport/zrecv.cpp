@@ -227,10 +227,7 @@ bool receive_into(zmq::socket_ref socket, const recv_options& opt, form want, me
         fail_with_envelope(out.envelope, e.code(), text);
     }
 
-    // libzmq gives no alignment guarantee; typed access needs one. The
-    // copy stays read-only, like every received tensor.
-    for (tensor& t : out.tensors)
-        if (!t.data().aligned_to(itemsize(t.dtype()))) t = t.aligned();
+    detail::align_received(out.tensors);
     return true;
 } catch (...) {
     out.tensors.clear();
