@@ -226,7 +226,11 @@ private:
                 return;
             }
             producer& p = producers_[rid];
-            if (p.incarnation != c.incarnation) p.acked = p.confirmed = 0;  // a new producer counts afresh
+            // A producer that asks for our hello has no record of us (it
+            // restarted, or took us for dead while we stalled): it counts
+            // our acks afresh from our answer, and so do we, or each
+            // release would wait in vain for a confirmation.
+            if (p.incarnation != c.incarnation || c.answer) p.acked = p.confirmed = 0;
             p.incarnation = c.incarnation;
             p.name = c.name;
             p.heard = now;

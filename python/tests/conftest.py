@@ -2,9 +2,11 @@
 import json
 import os
 import pathlib
+import signal
 import socket
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -55,3 +57,13 @@ def port():
 def run_python(code, **kw):
     """Runs `code` in a fresh /usr/bin/python3 with this PYTHONPATH."""
     return subprocess.Popen([sys.executable, "-c", code], env=dict(os.environ), **kw)
+
+
+def stop(process):
+    """SIGSTOPs `process` and returns once it is stopped: the signal takes a
+    moment to reach every thread, which may go on meanwhile."""
+    process.send_signal(signal.SIGSTOP)
+    deadline = time.monotonic() + 10
+    while open(f"/proc/{process.pid}/stat").read().rsplit(")", 1)[1].split()[0] != "T":
+        assert time.monotonic() < deadline, "the process did not stop"
+        time.sleep(0.01)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import tenbin
-from conftest import free_port
+from conftest import free_port, stop
 
 COUNT = 60
 
@@ -88,6 +88,39 @@ def test_acked_consumers_one_killed_the_other_gets_the_rest_once(tmp_path, where
     assert len(killed) + len(survivor) <= COUNT + 1
     stats = producer.delivery_stats()
     assert stats["consumers_lost"] >= 1 and stats["redelivered"] >= 1 and stats["bad_acks"] == 0
+    producer.close()
+
+
+@pytest.mark.parametrize("where", ["tcp", "ipc"])
+def test_a_consumer_taken_for_dead_while_stopped_carries_on_at_full_pace(tmp_path, where):
+    # Stopped for five heartbeats, the consumer is dead to the producer,
+    # which greets it again when it speaks. Its releases (ack="release")
+    # wait for confirmations, counted afresh from there on both ends: each
+    # used to wait two heartbeats in vain (0.4 s a batch here).
+    send_url, recv_url = places(tmp_path)[where]
+    producer = tenbin.Connection(send_url, acked=True, producer="feed", ack_heartbeat=0.2, send_timeout=30)
+    out = tmp_path / "c.txt"
+    with open(out, "w") as f:
+        consumer = subprocess.Popen([sys.executable, "-c", CONSUMER, recv_url, "c", "0", "release"], stdout=f)
+    try:
+        for i in range(10):
+            producer.send([np.array([i], "i4")])
+        wait_until(lambda: len(lines(out)) == 10, 20, "the consumer processed nothing")
+        stop(consumer)
+        wait_until(lambda: producer.delivery_stats()["consumers_lost"] >= 1, 20, "the stopped consumer lived on")
+        consumer.send_signal(signal.SIGCONT)
+        woke = time.monotonic()
+        for i in range(10, 110):
+            producer.send([np.array([i], "i4")])
+        producer.end_stream()
+        assert consumer.wait(timeout=30) == 0
+        # A bound on a stall, not a benchmark: under a second on a quiet
+        # machine, and two heartbeats a batch would take 40 s.
+        assert time.monotonic() - woke < 20, "the consumer crawled after it woke"
+    finally:
+        consumer.kill()
+        consumer.wait()
+    assert lines(out) == list(range(110))
     producer.close()
 
 

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import tenbin
+from conftest import stop
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="+shm needs Linux")
 
@@ -93,19 +94,6 @@ def test_acquire_on_plain_connections_is_a_pool_of_their_own():
     assert tx.pool_stats["reuses"] > 0
     rx.close()
     tx.close()
-
-
-def stop(process):
-    """SIGSTOPs `process` and returns once it is stopped: the signal takes a
-    moment to reach every thread, which may answer a claim meanwhile."""
-    import signal
-    import time
-
-    process.send_signal(signal.SIGSTOP)
-    deadline = time.monotonic() + 10
-    while open(f"/proc/{process.pid}/stat").read().rsplit(")", 1)[1].split()[0] != "T":
-        assert time.monotonic() < deadline, "the sender did not stop"
-        time.sleep(0.01)
 
 
 STOPPED_SENDER = r"""
