@@ -244,7 +244,9 @@ struct connection_options {
     /// often. A consumer silent for two intervals is dead to its producer
     /// (its batches go to the others within two intervals of its death);
     /// a producer silent for three is gone to its consumers, which ask
-    /// until it answers.
+    /// until it answers. Set the same at both ends: each judges the other
+    /// by its own (a consumer beating less often than its producer's
+    /// interval is taken for dead while it lives).
     std::chrono::milliseconds ack_heartbeat{1000};
     /// This end's name: an acked consumer's for its producers, a label in
     /// metrics. Made up when empty.

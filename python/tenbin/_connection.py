@@ -96,7 +96,8 @@ class Connection:
     ``ack="release"`` (when the batch's arrays are all dropped, so a batch
     being worked on by a consumer that dies goes to another) or ``"take"``
     (when ``recv`` gives it); ``ack_heartbeat`` (seconds; a consumer silent
-    for two is dead to its producer, a producer for three to its consumers; 1); ``name`` (this end's name, as its producers and
+    for two is dead to its producer, a producer for three to its consumers;
+    the same at both ends; 1); ``name`` (this end's name, as its producers and
     metrics see it). A producer's ``consumers()`` and ``delivery_stats()``.
     PUB: ``wait_for`` (the first send waits, at most ``send_timeout``, for
     that many subscribers), ``wait_for_names`` (named ones), ``replay_window``
