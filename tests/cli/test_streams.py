@@ -107,21 +107,27 @@ class Streams(CliTest):
         self.assertEqual((last["messages"], last["epoch"], last["epochs"], last["gaps"], last["duplicates"]),
                          (8, 2, 2, 0, 0))
 
-    def test_acked_serve_loses_nothing_when_a_receiver_is_killed(self):
+    def acked_serve_with_a_receiver_lost(self, lose, *options):
+        """serve --acked to two receivers; `lose` (a signal) hits the first
+        once it printed five batches. Every batch reaches one of them, none
+        twice the survivor."""
         port = free_port()
         count = 60
         serve = start("serve", f"zrpush://127.0.0.1:{port}", "--acked", "--synthetic", "f4:4", "-n", str(count),
-                      "--rate", "40", "--wait-for", "2", "--report", "0.5", "--timeout", "20")
+                      "--rate", "40", "--wait-for", "2", "--report", "0.5", "--timeout", "20", *options)
         outs = [open(self.path(f"r{i}.json"), "w+") for i in range(2)]
         receivers = [start("recv", f"zrpull://127.0.0.1:{port}", "--acked", "--credit", "2", "-n", "0", "--json",
-                           "--timeout", "20", stdout=out) for out in outs]
+                           "--timeout", "20", *options, stdout=out) for out in outs]
         deadline = time.monotonic() + 20
         while os.path.getsize(outs[0].name) == 0 or open(outs[0].name).read().count("\n") < 5:
             self.assertLess(time.monotonic(), deadline, "the first receiver got nothing")
             time.sleep(0.05)
-        receivers[0].send_signal(signal.SIGKILL)
-        finish(receivers[0])
-        code, _, err = finish(serve)
+        receivers[0].send_signal(lose)
+        try:
+            code, _, err = finish(serve)
+        finally:
+            receivers[0].kill()
+            finish(receivers[0])
         self.assertEqual(code, 0, err)
         self.assertRegex(err, r"[12] consumers? \(\d+ in flight, \d+ redelivered\)")
         code, _, err = finish(receivers[1])
@@ -131,12 +137,28 @@ class Streams(CliTest):
         for out in outs:
             out.seek(0)
             seqs.append([json.loads(line)["seq"] for line in out.read().splitlines() if line.endswith("}")])
-        killed, survivor = seqs
-        self.assertGreaterEqual(len(killed), 5)
+        lost, survivor = seqs
+        self.assertGreaterEqual(len(lost), 5)
         self.assertEqual(len(survivor), len(set(survivor)), "the survivor got a batch twice")
-        self.assertEqual(set(killed) | set(survivor), set(range(count)))
-        # What the killed one took and never acknowledged went to the survivor.
-        self.assertLess(len(killed) + len(survivor), count + 2 + 1)
+        self.assertEqual(set(lost) | set(survivor), set(range(count)))
+        # What the lost one took and never acknowledged went to the survivor.
+        self.assertLess(len(lost) + len(survivor), count + 2 + 1)
+
+    def test_acked_serve_loses_nothing_when_a_receiver_is_killed(self):
+        self.acked_serve_with_a_receiver_lost(signal.SIGKILL)
+
+    def test_acked_serve_loses_nothing_when_a_receiver_stops_answering(self):
+        # Its connection stays up: the serve finds it dead by its silence,
+        # two heartbeats of 0.2 s (the same at both ends).
+        self.acked_serve_with_a_receiver_lost(signal.SIGSTOP, "--ack-heartbeat", "0.2")
+
+    def test_ack_heartbeat_is_positive_seconds(self):
+        for command in ("serve", "send", "recv", "monitor", "stat"):
+            r = run(command, "--help")
+            self.assertIn(b"--ack-heartbeat", r.stdout, command)
+        r = run("recv", f"zrpull://127.0.0.1:{free_port()}", "--acked", "--ack-heartbeat", "0", "--timeout", "1")
+        self.assertEqual(r.returncode, 64, r.stderr)
+        self.assertIn(b"--ack-heartbeat", r.stderr)
 
     def test_acked_serve_and_send_fail_while_what_they_sent_is_unacknowledged(self):
         r = run("serve", f"zrpush://127.0.0.1:{free_port()}", "--acked", "--synthetic", "f4:2", "-n", "2",

@@ -125,6 +125,12 @@ void add_socket_choice(CLI::App& app, socket_choice& choice, std::vector<std::st
                  "Acknowledged delivery (both sides; the producer binds, as zrpush and zrpull\n"
                  "URLs say): a batch goes only to a receiver with credit, and a dead receiver's\n"
                  "unacknowledged batches go to others");
+    app.add_option("--ack-heartbeat", choice.ack_heartbeat,
+                   "With --acked: each end says it lives this often (seconds); a receiver silent for\n"
+                   "two is dead to the sender, a sender silent for three gone to its receivers.\n"
+                   "The same at both ends")
+        ->check(positive)
+        ->capture_default_str();
     if (receiving) {
         app.add_option("--credit", choice.credit, "With --acked: batches taken and not yet acknowledged at most")
             ->check(positive)
@@ -164,13 +170,17 @@ connection_options connection_options_for(const socket_choice& choice, const std
     if (plain && co.kind && plain_binds(choice, *co.kind)) co.bind = true;
     if (choice.bind) co.bind = true;
     if (choice.connect) co.bind = false;
-    if (choice.heartbeat > 0)
-        co.heartbeat = std::max(std::chrono::milliseconds(1), std::chrono::duration_cast<std::chrono::milliseconds>(
-                                                                  std::chrono::duration<double>(choice.heartbeat)));
+    // Seconds as the options' milliseconds, at least one.
+    const auto ms = [](double seconds) {
+        return std::max(std::chrono::milliseconds(1),
+                        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::duration<double>(seconds)));
+    };
+    if (choice.heartbeat > 0) co.heartbeat = ms(choice.heartbeat);
     if (choice.receiving) co.decode.limits.max_bytes = choice.max_bytes;
     co.acked = choice.acked;
     co.credit = choice.credit;
     co.ack = choice.ack;
+    co.ack_heartbeat = ms(choice.ack_heartbeat);
     return co;
 }
 

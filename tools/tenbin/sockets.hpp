@@ -29,11 +29,12 @@ struct socket_choice {
     /// CURVE: this side's secret certificate, the server's public one, a
     /// folder of allowed clients' public ones (empty: not given).
     std::string curve_cert, curve_server, curve_allow;
-    /// Acknowledged delivery (--acked; connection_options::acked), and a
-    /// receiving command's --credit and --ack.
+    /// Acknowledged delivery (--acked; connection_options::acked), its
+    /// --ack-heartbeat, and a receiving command's --credit and --ack.
     bool acked = false;
     std::size_t credit = connection_options{}.credit;
     ack_mode ack = connection_options{}.ack;
+    double ack_heartbeat = 1;  ///< --ack-heartbeat, seconds
 
     // What the command can do (set by add_socket_choice):
     std::string command;  ///< "tenbin recv", for messages
