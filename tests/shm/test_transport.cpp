@@ -297,7 +297,13 @@ TEST_CASE("a receiver killed while holding tensors does not pin the pool") {
     // Messages ZeroMQ queued to the dead peer before it noticed are lost
     // unclaimed: the lease gives them up.
     o.shm_lease = 2s;
+    o.count_peers = true;
     connection push("zrpush+shm://" + name, o);
+    const auto peers = [m = push.metrics()] {
+        metric_set s;
+        m->collect(s);
+        return s.value("tenbin_peers").value_or(-1);
+    };
     int ready[2];
     REQUIRE(::pipe(ready) == 0);
     const auto holder = spawn("hold " + name + " 3 " + std::to_string(ready[1]));
@@ -311,7 +317,13 @@ TEST_CASE("a receiver killed while holding tensors does not pin the pool") {
     wait_exit(holder);
     // Its side channel closed: everything it held comes back.
     CHECK(push.pool().try_acquire(dtype::i4, {1 << 18}, "", 10s));
+    // Sent before ZeroMQ dropped the dead peer's pipe, a message would be
+    // lost to it, and the reader would wait for its hundredth for ever. With
+    // one I/O thread, the pipe's end reaches the socket before the reader's
+    // connection does.
+    CHECK(eventually([&] { return peers() == 0; }));
     const auto reader = spawn("pull " + name + " 100");
+    CHECK(eventually([&] { return peers() == 1; }));
     for (std::int32_t k = 4; k < 104; ++k) REQUIRE(push.send(batch(push, k, 1 << 18)));
     CHECK(wait_exit(reader) == 0);
 }
