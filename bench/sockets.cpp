@@ -189,7 +189,7 @@ tenbin::connection_options case_options(int hwm) {
     return o;
 }
 
-double run_connections(connection_pair& p, const workload& w, int warmup, int count) {
+double run_connections(connection_pair& p, const workload& w, int warmup, int count, std::chrono::microseconds step) {
     tenbin::connection &tx = p.tx, &rx = p.rx;
     auto send = [&] {
         if (!tx.send(w.tensors)) fail("send timed out");
@@ -201,10 +201,14 @@ double run_connections(connection_pair& p, const workload& w, int warmup, int co
             for (int i = 0; i < count; ++i) send();
         },
         [&](const std::function<void()>& ready) {
+            std::vector<tenbin::tensor> held;
             return timed_receive(warmup, count, ready, [&](bool verify) {
-                const auto got = rx.recv();
+                auto got = rx.recv();
                 if (!got) fail(rx.stream_ended() ? "the stream ended" : "receive timed out");
                 check_received(*got, w, verify);
+                if (step.count() == 0) return;
+                held = std::move(*got);  // the one before goes
+                std::this_thread::sleep_for(step);
             });
         });
 }

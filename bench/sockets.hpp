@@ -4,6 +4,7 @@
 
 #include "messages.hpp"
 
+#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
@@ -91,7 +92,10 @@ std::string receiver_url(const tenbin::connection& tx);
 tenbin::connection_options case_options(int hwm);
 
 // One repetition between two tenbin connections: `tx` sends on a thread,
-// `rx` receives here.
-double run_connections(connection_pair& p, const workload& w, int warmup, int count);
+// `rx` receives here. With a `step`, it spends that long with each message
+// (a sleep, as a trainer waiting for its GPU) and keeps it until the next
+// has come, as a training loop keeps its batch while it asks for the next.
+double run_connections(connection_pair& p, const workload& w, int warmup, int count,
+                       std::chrono::microseconds step = {});
 
 }  // namespace bench
