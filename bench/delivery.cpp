@@ -89,18 +89,22 @@ double raw_messages(bool router, const std::vector<std::size_t>& sizes, int hwm,
 // acked and plain pairs with the same options take turns. Over +shm each
 // pool holds what the credits and queues may keep in flight. Also
 // ack=on_take (no round trip a batch), at 256 B with credit 16 and 256,
-// ack=on_release against raw round trips (what it is bound by), and a
-// trainer's loop (its step hides the confirmation's round trip).
+// ack=on_release against raw round trips (what it is bound by), and
+// trainers' loops with a step (see trainer_loop): one that drops its batch
+// before the next take waits for the confirmation, one that keeps it does
+// not.
 void suite::acked() {
     struct acked_case {
         std::string set;
         std::uint64_t size;
         std::size_t credits = credit;
         tenbin::ack_mode ack = tenbin::ack_mode::on_release;
-        std::chrono::microseconds step{};  // a trainer's (see run_connections)
+        trainer_loop trainer{};
     };
+    constexpr auto step = std::chrono::milliseconds(1);
     const std::vector<acked_case> cases = {{"quad", MiB},
-                                           {"quad", MiB, credit, tenbin::ack_mode::on_release, std::chrono::milliseconds(1)},
+                                           {"quad", MiB, credit, tenbin::ack_mode::on_release, {step}},
+                                           {"quad", MiB, credit, tenbin::ack_mode::on_release, {step, true}},
                                            {"quad", MiB, credit, tenbin::ack_mode::on_take},
                                            {"batch", 0},
                                            {"small", 0},
@@ -110,11 +114,11 @@ void suite::acked() {
     for (const std::string transport : {"tcp", "shm"}) {
         if (!wanted("acked vs plain", transport)) continue;
         for (const acked_case& c : cases) {
-            const bool step = c.step.count() > 0;
+            const bool trains = c.trainer.step.count() > 0;
             // The first confirmation after a pause trails a whole window of
-            // batches (some ms): a step's case wants a second a repetition
-            // to show its steady state, too long for the quick run.
-            if (step && cfg.quick) continue;
+            // batches (some ms): a trainer's case wants a second a
+            // repetition to show its steady state, too long for the quick run.
+            if (trains && cfg.quick) continue;
             const form f = c.set == "small" ? form::small : form::multi;
             const bool on_take = c.ack == tenbin::ack_mode::on_take;
             // The batch is slow to send: fewer repetitions, as its other rows.
@@ -137,10 +141,10 @@ void suite::acked() {
                 run_connections(without, w, 0, blocks);
             }
             const int count =
-                step ? static_cast<int>(std::chrono::seconds(1) / c.step)
+                trains ? static_cast<int>(std::chrono::seconds(1) / c.trainer.step)
                      : calibrate(cfg, [&](int n) { return run_connections(with, w, warmup, n); }, w.payload);
             auto rate = [&](connection_pair& p) {
-                return [&] { return throughput(w, f, count, run_connections(p, w, warmup, count, c.step)); };
+                return [&] { return throughput(w, f, count, run_connections(p, w, warmup, count, c.trainer)); };
             };
             const auto m = interleave(reps, rate(with), rate(without));
             const tenbin::delivery_counters d = with.tx.delivery_stats();
@@ -148,13 +152,15 @@ void suite::acked() {
                 fail("acked delivery lost its count");
             const std::string goal = f == form::small ? "goal: at least 0.7x" : "goal: at least 0.95x";
             const std::string how = "credit " + std::to_string(c.credits) + (on_take ? ", ack=on_take" : "");
-            const std::string row = step      ? "acked vs plain, a trainer's step"
+            const std::string row = trains    ? c.trainer.keep ? "acked vs plain, step, batch kept"
+                                                               : "acked vs plain, a trainer's step"
                                     : on_take ? "acked vs plain, on_take"
                                               : "acked vs plain";
-            const std::string what = batch ? ", the 77 MB batch; "
-                                     : step ? ", a step of " + std::to_string(c.step.count() / 1000) +
-                                                  " ms with each batch (a sleep), kept until the next comes, both; "
-                                            : "; ";
+            const std::string what =
+                batch    ? ", the 77 MB batch; "
+                : trains ? ", a step of " + std::to_string(c.trainer.step.count() / 1000) + " ms (a sleep) with each batch, " +
+                               (c.trainer.keep ? "kept until the next comes" : "dropped before the next take") + ", both; "
+                         : "; ";
             add({row, transport, w.payload, m.first, m.second, f == form::small ? "msg/s" : "GB/s",
                  "plain PUSH/PULL, the same options", how + what + goal, reps});
             if (transport == "tcp" && f == form::small && !on_take) {

@@ -189,7 +189,7 @@ tenbin::connection_options case_options(int hwm) {
     return o;
 }
 
-double run_connections(connection_pair& p, const workload& w, int warmup, int count, std::chrono::microseconds step) {
+double run_connections(connection_pair& p, const workload& w, int warmup, int count, const trainer_loop& trainer) {
     tenbin::connection &tx = p.tx, &rx = p.rx;
     auto send = [&] {
         if (!tx.send(w.tensors)) fail("send timed out");
@@ -206,9 +206,9 @@ double run_connections(connection_pair& p, const workload& w, int warmup, int co
                 auto got = rx.recv();
                 if (!got) fail(rx.stream_ended() ? "the stream ended" : "receive timed out");
                 check_received(*got, w, verify);
-                if (step.count() == 0) return;
-                held = std::move(*got);  // the one before goes
-                std::this_thread::sleep_for(step);
+                if (trainer.step.count() == 0) return;
+                if (trainer.keep) held = std::move(*got);  // the one before goes
+                std::this_thread::sleep_for(trainer.step);
             });
         });
 }

@@ -91,11 +91,18 @@ std::string receiver_url(const tenbin::connection& tx);
 // peer that hangs fails the case rather than the run.
 tenbin::connection_options case_options(int hwm);
 
+// A receiver that works like a trainer: `step` with each message (a
+// sleep, as a wait for the GPU), then drops it before it asks for the next
+// (as a range-for does) or, with `keep`, keeps it until the next has come
+// (as Python's for loop does).
+struct trainer_loop {
+    std::chrono::microseconds step{};
+    bool keep = false;
+};
+
 // One repetition between two tenbin connections: `tx` sends on a thread,
-// `rx` receives here. With a `step`, it spends that long with each message
-// (a sleep, as a trainer waiting for its GPU) and keeps it until the next
-// has come, as a training loop keeps its batch while it asks for the next.
+// `rx` receives here (as fast as it can, or as `trainer` says).
 double run_connections(connection_pair& p, const workload& w, int warmup, int count,
-                       std::chrono::microseconds step = {});
+                       const trainer_loop& trainer = {});
 
 }  // namespace bench
