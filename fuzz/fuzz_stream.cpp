@@ -71,10 +71,11 @@ void frames(tenbin::bytes_view in) {
     }
     try {
         const tenbin::detail::control c = tenbin::detail::decode_control(in);
-        const tenbin::detail::control again = tenbin::detail::decode_control(tenbin::detail::encode_control(c));
+        const tenbin::detail::control again =
+            tenbin::detail::decode_control(tenbin::detail::encode_control(c, c.heartbeat_ms));
         if (again.type != c.type || again.acks != c.acks || again.taken != c.taken || again.name != c.name ||
             again.tally != c.tally || again.packs != c.packs || again.unconfirmed != c.unconfirmed ||
-            again.reports_taken != c.reports_taken)
+            again.reports_taken != c.reports_taken || again.heartbeat_ms != c.heartbeat_ms)
             fuzz::fail("a control message reads back otherwise");
     } catch (const tenbin::error& e) {
         typed(e);

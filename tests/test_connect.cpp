@@ -556,6 +556,37 @@ TEST_CASE("statistics count messages and bytes over all time and a recent window
     CHECK(s.messages() == 0);
 }
 
+// A source that says, at each call, whether the batch it gave before is
+// still held (by a range-for over it).
+struct watching_source {
+    std::weak_ptr<const void> last;
+    std::vector<bool> held_at_next;
+    int left = 3;
+    std::optional<std::vector<tensor>> next() {
+        held_at_next.push_back(!last.expired());
+        if (left-- == 0) return std::nullopt;
+        std::vector<tensor> b{tensor::from_vector(std::vector<std::int32_t>{left}, {1})};
+        last = b[0].data().keeper();
+        return b;
+    }
+};
+
+TEST_CASE("a range-for lets its batch go before it asks for the next") {
+    // So that an acked on_release acknowledgement is confirmed before the
+    // next batch comes: a trainer killed while it waits has nothing of its
+    // own processed again elsewhere.
+    watching_source source;
+    detail::batch_iterator<watching_source, &watching_source::next> it(&source);
+    int bodies = 0;
+    for (; !(it == std::default_sentinel); ++it) {
+        CHECK(!source.last.expired());  // the body's batch
+        ++bodies;
+    }
+    CHECK(bodies == 3);
+    CHECK(source.held_at_next == std::vector<bool>{false, false, false, false});
+    CHECK(source.last.expired());  // the end lets the last go
+}
+
 TEST_CASE("a connection serves a generator and iterates until a timeout") {
     auto ctx = std::make_shared<zmq::context_t>(1);
     connection_options o = bounded_options();

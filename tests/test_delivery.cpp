@@ -9,6 +9,7 @@
 #include <tenbin/connect.hpp>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <memory>
 #include <mutex>
@@ -65,6 +66,9 @@ TEST_CASE("control messages read back as written; malformed ones are typed error
     beat.type = control_type::heartbeat;
     beat.tally = 12;
     CHECK(detail::decode_control(detail::encode_control(beat)).tally == 12);
+    // The sender's heartbeat interval rides in the header; 0 when not said.
+    CHECK(detail::decode_control(detail::encode_control(beat, 250)).heartbeat_ms == 250);
+    CHECK(back.heartbeat_ms == 0);
     h.reports_taken = true;
     CHECK(detail::decode_control(detail::encode_control(h)).reports_taken);
     CHECK(!back.reports_taken);
@@ -422,6 +426,82 @@ TEST_CASE("acked: on_take acknowledges a batch as it is taken, on_release once i
         held.reset();
         CHECK(acknowledged(1));
     }
+}
+
+TEST_CASE("acked: on_release with credit 1: a loop that keeps its batch while it asks for the next gets them all") {
+    connection producer("zrpush://127.0.0.1:*", acked());
+    const std::string at = "zrpull://" + producer.endpoints().at(0).address.substr(6);
+    connection_options o = acked();
+    o.credit = 1;  // taken as 2: with one, the kept batch would hold the only credit
+    connection rx(at, o);
+    std::atomic<bool> sent{true};
+    std::thread feed([&] {
+        for (std::int32_t k = 0; k < 30; ++k) sent = sent && producer.send(batch_of(k));
+        sent = sent && producer.end_stream();
+    });
+    std::vector<std::int32_t> got;
+    std::optional<std::vector<tensor>> kept;  // as Python's for loop keeps it
+    while (auto b = rx.recv()) {  // before: the first, then a 5 s timeout
+        got.push_back(value_of(*b));
+        kept = std::move(b);
+    }
+    kept.reset();
+    feed.join();
+    CHECK(sent);
+    CHECK(rx.stream_ended());
+    std::vector<std::int32_t> all(30);
+    std::iota(all.begin(), all.end(), 0);
+    CHECK(got == all);
+    // The last, let go after the loop, on the consumer thread's next turn.
+    CHECK(test_support::eventually([&] { return producer.delivery_stats().acknowledged == 30; }));
+}
+
+TEST_CASE("acked: idle consumers with the same credit take turns") {
+    // Each batch went to the consumer with the most credit, a tie to the
+    // first by routing id: with batches slower than their acks, one
+    // consumer got nearly all, whichever its random routing id made first.
+    connection producer("zrpush://127.0.0.1:*", acked());
+    const std::string at = "zrpull://" + producer.endpoints().at(0).address.substr(6);
+    std::array<std::atomic<int>, 2> got{};
+    std::vector<std::thread> consumers;
+    for (std::size_t c = 0; c < got.size(); ++c)
+        consumers.emplace_back([&, c] {
+            connection rx(at, acked());
+            while (!rx.stream_ended()) {
+                if (rx.recv()) ++got[c];
+                else if (!rx.stream_ended()) break;  // timed out
+            }
+        });
+    REQUIRE(producer.send(batch_of(0)));  // once both said hello (the producer waits two heartbeats)
+    for (std::int32_t k = 1; k < 40; ++k) {
+        std::this_thread::sleep_for(10ms);  // each taken and acknowledged before the next
+        REQUIRE(producer.send(batch_of(k)));
+    }
+    REQUIRE(producer.end_stream());
+    for (auto& t : consumers) t.join();
+    CHECK(got[0].load() + got[1].load() == 40);
+    CHECK(got[0].load() >= 10);
+    CHECK(got[1].load() >= 10);
+}
+
+TEST_CASE("acked: each end judges the other by the longer of their heartbeats: a mismatch loses no one") {
+    // Judged by its own interval, an end took a peer that beats less often
+    // for dead (or gone) between that peer's beats.
+    std::chrono::milliseconds producer_beat = 100ms, consumer_beat = 100ms;
+    SUBCASE("the consumer beats less often") { consumer_beat = 400ms; }
+    SUBCASE("the producer beats less often") { producer_beat = 400ms; }
+    connection producer("zrpush://127.0.0.1:*", acked(producer_beat));
+    const std::string at = "zrpull://" + producer.endpoints().at(0).address.substr(6);
+    connection rx(at, acked(consumer_beat));
+    REQUIRE(producer.send(batch_of(1)));
+    CHECK(rx.recv());
+    std::this_thread::sleep_for(2s);  // only heartbeats meanwhile
+    REQUIRE(producer.send(batch_of(2)));
+    const auto b = rx.recv();
+    REQUIRE(b);
+    CHECK(value_of(*b) == 2);
+    CHECK(producer.delivery_stats().consumers_lost == 0);
+    CHECK(rx.delivery_stats().producers_lost == 0);
 }
 
 TEST_CASE("acked: an end mark or a confirmation that finds the consumer's queue full goes later, never lost") {

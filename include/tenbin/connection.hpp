@@ -35,8 +35,10 @@ public:
     explicit batch_iterator(Source* source) : source_(source) { ++*this; }
     value_type& operator*() { return *current_; }
     batch_iterator& operator++() {
-        // The batch before is let go first: acked delivery's on_release
-        // acknowledges it, which an epoch's end may wait for.
+        // The batch before is let go first: with acked delivery's
+        // on_release its acknowledgement is confirmed before the next comes,
+        // so a trainer killed while it waits does not have it processed
+        // again elsewhere.
         current_.reset();
         current_ = (source_->*next)();
         return *this;
@@ -237,6 +239,8 @@ struct connection_options {
     /// construction (add() refuses).
     bool acked = false;
     /// Acked consumers: batches taken and not yet acknowledged at most.
+    /// With on_release at least 2: a loop may keep its batch while it asks
+    /// for the next (Python's for loop does).
     std::size_t credit = 16;
     /// Acked consumers: when a batch is acknowledged.
     ack_mode ack = ack_mode::on_release;
@@ -244,9 +248,11 @@ struct connection_options {
     /// often. A consumer silent for two intervals is dead to its producer
     /// (its batches go to the others within two intervals of its death);
     /// a producer silent for three is gone to its consumers, which ask
-    /// until it answers. Set the same at both ends: each judges the other
-    /// by its own (a consumer beating less often than its producer's
-    /// interval is taken for dead while it lives).
+    /// until it answers. Each end tells the other its interval, and judges
+    /// it by the longer of the two: a consumer set to beat less often than
+    /// its producer is found dead by its own interval, not taken for dead
+    /// between its beats (a peer of an earlier build, which does not say,
+    /// is judged by this end's interval).
     std::chrono::milliseconds ack_heartbeat{1000};
     /// This end's name: an acked consumer's for its producers, a label in
     /// metrics. Made up when empty.
@@ -414,6 +420,7 @@ public:
 
     /// Range-for over received messages; ends at a receive timeout
     /// (recv_timeout), as a loader's does, and at the end of an epoch.
+    /// Each message is let go before the next is asked for.
     using iterator = detail::batch_iterator<connection, &connection::recv>;
     /// Receives the first message (blocking as recv() does).
     iterator begin() { return iterator(this); }

@@ -128,7 +128,8 @@ public:
     /// connection's recv_timeout, as a connection's range-for does), at the
     /// end of an epoch, or once the loader is closed and drained: `for
     /// (int e = 0; e < epochs; ++e) for (auto& batch : loader) ...` trains
-    /// epoch by epoch.
+    /// epoch by epoch. Each batch is let go before the next is asked for
+    /// (with acked on_release, acknowledged and confirmed first).
     using iterator = detail::batch_iterator<loader, &loader::next>;
     /// Takes the first batch (blocking as next() does).
     iterator begin() { return iterator(this); }

@@ -234,7 +234,9 @@ connection::connection(std::shared_ptr<zmq::context_t> context, std::span<const 
         d.role = s.kind == socket_kind::push ? detail::peer_role::producer : detail::peer_role::consumer;
         d.name = s.numbering ? s.numbering->producer : s.opt.name;
         d.incarnation = s.numbering ? s.numbering->incarnation : std::random_device{}();
-        d.credit = std::max<std::size_t>(s.opt.credit, 1);
+        // A loop keeps its batch (unacknowledged with on_release) while it
+        // asks for the next: with one credit, nothing more could come.
+        d.credit = std::max<std::size_t>(s.opt.credit, s.opt.ack == ack_mode::on_release ? 2 : 1);
         d.ack = s.opt.ack;
         d.heartbeat = s.opt.ack_heartbeat;
         d.decode = s.opt.decode;

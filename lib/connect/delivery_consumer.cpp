@@ -233,6 +233,7 @@ private:
             if (p.incarnation != c.incarnation || c.answer) p.acked = p.confirmed = 0;
             p.incarnation = c.incarnation;
             p.name = c.name;
+            p.beat = std::chrono::milliseconds(c.heartbeat_ms);
             p.heard = now;
             p.answered = true;
             p.lost = false;
@@ -347,7 +348,7 @@ private:
         }
         const auto retry = std::min<std::chrono::milliseconds>(opt_.heartbeat, std::chrono::milliseconds(100));
         for (auto& [rid, p] : producers_) {
-            const bool silent = p.answered && dead(p.heard, now, 3);
+            const bool silent = p.answered && dead(p, now, 3);
             if (silent && !p.lost) {
                 ++counters_.producers_lost;
                 p.lost = true;

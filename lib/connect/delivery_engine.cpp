@@ -131,7 +131,8 @@ control delivery_engine::hello(bool answer) const {
 
 delivery_engine::sent delivery_engine::send_control(const std::string& rid, const control& c) {
     return send_frame(rid, [&] {
-        const std::vector<std::byte> bytes = encode_control(c);
+        const std::vector<std::byte> bytes =
+            encode_control(c, static_cast<std::uint32_t>(std::min<std::int64_t>(opt_.heartbeat.count(), UINT32_MAX)));
         return zmq::message_t(bytes.data(), bytes.size());
     });
 }
@@ -193,8 +194,8 @@ bool delivery_engine::beat_due(clock::time_point sent, clock::time_point now) co
     return now - sent >= opt_.heartbeat - turn_every();
 }
 
-bool delivery_engine::dead(clock::time_point heard, clock::time_point now, int beats) const {
-    return now - heard > beats * opt_.heartbeat - turn_every();
+bool delivery_engine::dead(const peer_base& p, clock::time_point now, int beats) const {
+    return now - p.heard > beats * std::max(opt_.heartbeat, p.beat) - turn_every();
 }
 
 void delivery_engine::run() {

@@ -51,6 +51,7 @@ protected:
         std::string name;
         std::uint64_t incarnation = 0;
         clock::time_point heard{}, sent{};
+        std::chrono::milliseconds beat{0};  // its heartbeat interval, as its hello says (0: not said)
         std::chrono::system_clock::time_point since{};
         bool answered = false;  // it said hello
     };
@@ -77,10 +78,12 @@ protected:
     // turn_every(), and each end's heartbeat is due a turn before the
     // interval is up, so that its peer hears from it at least once per
     // interval. A peer is dead once silent for `beats` intervals less a
-    // turn: one that dies is found within `beats` intervals.
+    // turn: one that dies is found within `beats` intervals. The interval
+    // is the longer of this end's and the peer's, so that a peer set to
+    // beat less often is not taken for dead while it lives.
     std::chrono::milliseconds turn_every() const;
     bool beat_due(clock::time_point sent, clock::time_point now) const;
-    bool dead(clock::time_point heard, clock::time_point now, int beats) const;
+    bool dead(const peer_base& p, clock::time_point now, int beats) const;
 
     // Each turn of the thread, under the mutex: messages that came, then
     // the derived engine's work; `probe` after a connection dropped.

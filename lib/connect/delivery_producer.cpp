@@ -169,6 +169,7 @@ private:
             k.packs = c.packs;
             k.unconfirmed = c.unconfirmed;
             k.reports_taken = c.reports_taken;
+            k.beat = std::chrono::milliseconds(c.heartbeat_ms);
             k.given = k.taken = 0;  // it counts what it takes from its hello on
             k.heard = now;
             k.answered = true;
@@ -269,7 +270,7 @@ private:
             // full queue is no refusal: its consumer lives, and redelivering
             // what it holds would give those batches twice.
             const bool refused = probe && heartbeat(here->first, k, now) == sent::gone;
-            if (refused || dead(k.heard, now, 2)) lose(here);  // a trainer's batches move on within two beats
+            if (refused || dead(k, now, 2)) lose(here);  // a trainer's batches move on within two beats
         }
         for (auto& [rid, k] : consumers_) send_owed(rid, k);
         for (auto& [rid, k] : consumers_)
@@ -311,12 +312,18 @@ private:
             ++counters_.skipped;
             return placed::skipped;
         }
+        // The consumer with the most credit; a tie goes to the first after
+        // the last one given to, so that idle consumers take turns.
         auto best = consumers_.end();
-        for (auto it = consumers_.begin(); it != consumers_.end(); ++it)
+        auto it = consumers_.upper_bound(last_given_);
+        for (std::size_t n = 0; n < consumers_.size(); ++n, ++it) {
+            if (it == consumers_.end()) it = consumers_.begin();
             if (it->second.answered && it->second.free() > 0 && !it->second.owes() &&
                 (best == consumers_.end() || it->second.free() > best->second.free()))
                 best = it;
+        }
         if (best == consumers_.end()) return placed::nowhere;  // nobody asks now
+        last_given_ = best->first;
         consumer& k = best->second;
         if (k.packs && data_bytes(b.tensors) <= pack_batch_bytes && k.in_flight.size() >= 2) {
             if (k.pack.empty()) {
@@ -443,6 +450,7 @@ private:
     }
 
     std::map<std::string, consumer> consumers_;  // by routing id
+    std::string last_given_;                     // the routing id place() chose last
     std::deque<batch> inbox_, redeliver_;
     std::deque<stream_position> marks_;
     std::deque<std::uint64_t> given_;  // epochs whose end mark went, not all acknowledged yet

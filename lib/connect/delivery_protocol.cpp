@@ -94,11 +94,12 @@ bool is_control_frame(bytes_view frame) noexcept {
     return frame.size() >= sizeof control_magic && std::memcmp(frame.data(), control_magic, sizeof control_magic) == 0;
 }
 
-std::vector<std::byte> encode_control(const control& c) {
+std::vector<std::byte> encode_control(const control& c, std::uint32_t heartbeat_ms) {
     std::vector<std::byte> out(header, std::byte{0});
     std::memcpy(out.data(), control_magic, sizeof control_magic);
     out[8] = std::byte{control_version};
     out[9] = static_cast<std::byte>(c.type);
+    store_le<std::uint32_t>(out.data() + 12, heartbeat_ms);
     writer w(out);
     switch (c.type) {
     case control_type::hello:
@@ -150,8 +151,9 @@ control decode_control(bytes_view frame) {
         throw error(errc::unsupported, "control message version " + std::to_string(version) + "; this build speaks " +
                                            std::to_string(control_version));
     const std::uint8_t type = r.u8("the type");
-    r.skip(6);
+    r.skip(2);
     control c;
+    c.heartbeat_ms = r.u32("the heartbeat");
     switch (type) {
     case static_cast<std::uint8_t>(control_type::hello): {
         c.type = control_type::hello;

@@ -6,7 +6,9 @@
 //    0      8   "~TenAck~"
 //    8      1   version (1)
 //    9      1   type: 1 hello, 2 heartbeat, 3 ack, 4 bye, 5 confirm
-//   10      6   reserved, 0
+//   10      2   reserved, 0
+//   12      4   the sender's heartbeat interval in ms (0: not said, as
+//               earlier builds, which skip these bytes)
 //   16          the type's fields:
 //
 //   hello      1 role (1 producer, 2 consumer), 1 answer wanted (0/1),
@@ -79,6 +81,8 @@ struct batch_id {
 
 struct control {
     control_type type = control_type::heartbeat;
+    // every type, as received: the sender's heartbeat interval (ms, 0 not said)
+    std::uint32_t heartbeat_ms = 0;
     // hello
     peer_role role = peer_role::consumer;
     bool answer = false;
@@ -99,7 +103,8 @@ struct control {
 };
 
 bool is_control_frame(bytes_view frame) noexcept;
-std::vector<std::byte> encode_control(const control& c);
+// `heartbeat_ms`: the sender's interval, which every message carries.
+std::vector<std::byte> encode_control(const control& c, std::uint32_t heartbeat_ms = 0);
 control decode_control(bytes_view frame);
 
 inline constexpr char pack_magic[8] = {'~', 'T', 'e', 'n', 'P', 'a', 'c', 'k'};

@@ -92,13 +92,15 @@ class Connection:
     length ``len()`` gives).
 
     Acknowledged delivery, zpush/zpull on both ends: ``acked=True``;
-    consumers take ``credit`` batches at most before acknowledging them,
-    ``ack="release"`` (when the batch's arrays are all dropped, so a batch
-    being worked on by a consumer that dies goes to another) or ``"take"``
-    (when ``recv`` gives it); ``ack_heartbeat`` (seconds; a consumer silent
-    for two is dead to its producer, a producer for three to its consumers;
-    the same at both ends; 1); ``name`` (this end's name, as its producers and
-    metrics see it). A producer's ``consumers()`` and ``delivery_stats()``.
+    consumers take ``credit`` batches at most before acknowledging them
+    (at least 2 with ``ack="release"``: a for loop keeps its batch while
+    it asks for the next), ``ack="release"`` (when the batch's arrays are
+    all dropped, so a batch being worked on by a consumer that dies goes
+    to another) or ``"take"`` (when ``recv`` gives it); ``ack_heartbeat``
+    (seconds; a consumer silent for two is dead to its producer, a
+    producer for three to its consumers; each end counts the longer of
+    its own and its peer's; 1); ``name`` (this end's name, as its
+    producers and metrics see it). A producer's ``consumers()`` and ``delivery_stats()``.
     PUB: ``wait_for`` (the first send waits, at most ``send_timeout``, for
     that many subscribers), ``wait_for_names`` (named ones), ``replay_window``
     (a late subscriber gets the first batches of the current epoch);

@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
@@ -121,6 +122,34 @@ def test_a_consumer_taken_for_dead_while_stopped_carries_on_at_full_pace(tmp_pat
         consumer.kill()
         consumer.wait()
     assert lines(out) == list(range(110))
+    producer.close()
+
+
+@pytest.mark.parametrize("where", ["tcp", "ipc", "shm"])
+def test_a_for_loop_with_one_credit_gets_every_batch(tmp_path, where):
+    # A for loop keeps its batch (unacknowledged with ack="release") while
+    # it asks for the next: with one credit taken as one, nothing more came,
+    # and the loop ended at its timeout after the first batch, silently.
+    send_url, recv_url = places(tmp_path)[where]
+    producer = tenbin.Connection(send_url, acked=True, producer="feed", ack_heartbeat=0.2, send_timeout=30)
+    failed = []
+
+    def feed():
+        try:
+            for i in range(30):
+                producer.send([np.array([i], "i4")])
+            producer.end_stream()
+        except tenbin.Error as e:
+            failed.append(e)
+
+    sender = threading.Thread(target=feed)
+    sender.start()
+    with tenbin.Loader(recv_url, acked=True, credit=1, timeout=10, ack_heartbeat=0.2) as loader:
+        got = [int(batch[0][0]) for batch in loader]
+        assert loader.stream_ended()
+    sender.join()
+    assert not failed
+    assert got == list(range(30))
     producer.close()
 
 

@@ -127,12 +127,12 @@ void add_socket_choice(CLI::App& app, socket_choice& choice, std::vector<std::st
                  "unacknowledged batches go to others");
     app.add_option("--ack-heartbeat", choice.ack_heartbeat,
                    "With --acked: each end says it lives this often (seconds); a receiver silent for\n"
-                   "two is dead to the sender, a sender silent for three gone to its receivers.\n"
-                   "The same at both ends")
+                   "two is dead to the sender, a sender silent for three gone to its receivers\n"
+                   "(each end counts the longer of its own and its peer's)")
         ->check(positive)
         ->capture_default_str();
     if (receiving) {
-        app.add_option("--credit", choice.credit, "With --acked: batches taken and not yet acknowledged at most")
+        app.add_option("--credit", choice.credit, "With --acked: batches taken and not yet acknowledged at most (at least 2 with on-release)")
             ->check(positive)
             ->capture_default_str();
         app.add_option("--ack", choice.ack,
