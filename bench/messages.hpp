@@ -110,8 +110,6 @@ double timed_receive(int warmup, int count, const std::function<void()>& ready, 
 }
 
 // The same for recv_one.
-
-// The same for recv_one.
 double receive_run(void* s, impl which, form f, const workload& w, int warmup, int count,
                    const std::function<void()>& ready);
 
