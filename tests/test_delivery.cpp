@@ -484,6 +484,29 @@ TEST_CASE("acked: idle consumers with the same credit take turns") {
     CHECK(got[1].load() >= 10);
 }
 
+TEST_CASE("acked: a producer with wait_for hands out its first batch once those consumers came, to each of them") {
+    // Without wait_for it hands out nothing for two heartbeats (10 s here),
+    // then everything to whoever came first.
+    connection_options po = acked(5s);
+    po.wait_for = 2;
+    po.wait_for_names = {"second"};
+    connection producer("zrpush://127.0.0.1:*", po);
+    const std::string at = "zrpull://" + producer.endpoints().at(0).address.substr(6);
+    for (std::int32_t k = 0; k < 4; ++k) REQUIRE(producer.send(batch_of(k)));  // queued: nobody came yet
+    connection_options o = acked(5s);
+    o.recv_timeout = 3s;
+    o.name = "first";
+    connection first(at, o);
+    std::this_thread::sleep_for(300ms);
+    CHECK_FALSE(first.try_recv());  // one of two came: nothing yet
+    o.name = "second";
+    connection second(at, o);
+    const auto a = first.recv(), b = second.recv();
+    REQUIRE(a);
+    REQUIRE(b);
+    CHECK(value_of(*a) != value_of(*b));
+}
+
 TEST_CASE("acked: each end judges the other by the longer of their heartbeats: a mismatch loses no one") {
     // Judged by its own interval, an end took a peer that beats less often
     // for dead (or gone) between that peer's beats.

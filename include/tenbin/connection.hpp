@@ -128,9 +128,14 @@ struct connection_options {
     bool pub_nodrop = false;
     /// PUB: the first send waits (at most `send_timeout`) until this many
     /// subscribers joined, and `wait_for_names` too (named subscribers:
-    /// connection_options::name on their side).
+    /// connection_options::name on their side). An acked producer hands
+    /// out its first batch once this many consumers (and the named ones)
+    /// said hello, instead of after two heartbeats: none gets the first
+    /// window alone, and none starts late (sends queue meanwhile, then
+    /// wait as when no consumer has credit).
     std::size_t wait_for = 0;
-    /// PUB: the names of subscribers the first send waits for.
+    /// PUB, acked producers: the names of subscribers or consumers to wait
+    /// for (see wait_for).
     std::vector<std::string> wait_for_names{};
     /// PUB with a numbered stream: the messages of the current epoch kept
     /// (at most this many, its start) and sent again when a subscriber

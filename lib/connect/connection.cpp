@@ -242,6 +242,8 @@ connection::connection(std::shared_ptr<zmq::context_t> context, std::span<const 
         d.decode = s.opt.decode;
         d.connected = s.connected;
         if (detail::can_receive(s.kind)) d.resume_from = s.opt.resume_from;
+        d.wait_for = s.opt.wait_for;
+        d.wait_for_names = s.opt.wait_for_names;
         s.delivery = detail::delivery::start(*s.context, s.socket, *s.link, std::move(d));
     }
     std::vector<std::string> addresses;

@@ -52,6 +52,10 @@ struct delivery_options {
     std::vector<std::string> connected;
     // A consumer: what it has already (connection_options::resume_from).
     std::optional<stream_state> resume_from;
+    // A producer: the consumers (how many, and named ones) that said hello
+    // before it hands out its first batch (connection_options::wait_for).
+    std::size_t wait_for = 0;
+    std::vector<std::string> wait_for_names;
 };
 
 class delivery {

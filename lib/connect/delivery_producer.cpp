@@ -292,6 +292,23 @@ private:
         return send_control(rid, c);
     }
 
+    // A producer hands out nothing for two heartbeats, so that restarted
+    // consumers can say what they have; or, told whom to wait for, until
+    // those said hello (what they have with it).
+    bool may_assign(clock::time_point now) {
+        if (audience_came_) return true;
+        if (opt_.wait_for == 0 && opt_.wait_for_names.empty()) return now >= assign_from_;
+        const auto came = [&](const std::string& name) {
+            return std::any_of(consumers_.begin(), consumers_.end(),
+                               [&](const auto& k) { return k.second.answered && k.second.name == name; });
+        };
+        const auto answered = std::count_if(consumers_.begin(), consumers_.end(),
+                                            [](const auto& k) { return k.second.answered; });
+        audience_came_ = static_cast<std::size_t>(answered) >= opt_.wait_for &&
+                         std::all_of(opt_.wait_for_names.begin(), opt_.wait_for_names.end(), came);
+        return audience_came_;
+    }
+
     // Batches to consumers with credit, the lost ones' first.
     void assign(clock::time_point now) {
         blocked_ = false;
@@ -306,7 +323,7 @@ private:
     // consumer's in-flight batches), or skips it as had already.
     enum class placed { given, skipped, nowhere };
     placed place(batch& b, clock::time_point now) {
-        if (now < assign_from_) return placed::nowhere;
+        if (!may_assign(now)) return placed::nowhere;
         const batch_id id = id_of(b.position);
         if (done_.contains(id)) {
             ++counters_.skipped;
@@ -451,6 +468,7 @@ private:
 
     std::map<std::string, consumer> consumers_;  // by routing id
     std::string last_given_;                     // the routing id place() chose last
+    bool audience_came_ = false;                 // may_assign() said so once
     std::deque<batch> inbox_, redeliver_;
     std::deque<stream_position> marks_;
     std::deque<std::uint64_t> given_;  // epochs whose end mark went, not all acknowledged yet

@@ -100,7 +100,10 @@ class Connection:
     (seconds; a consumer silent for two is dead to its producer, a
     producer for three to its consumers; each end counts the longer of
     its own and its peer's; 1); ``name`` (this end's name, as its
-    producers and metrics see it). A producer's ``consumers()`` and ``delivery_stats()``.
+    producers and metrics see it); ``wait_for``, ``wait_for_names`` (a
+    producer hands out its first batch once those consumers said hello,
+    not after two heartbeats). A producer's ``consumers()`` and
+    ``delivery_stats()``.
     PUB: ``wait_for`` (the first send waits, at most ``send_timeout``, for
     that many subscribers), ``wait_for_names`` (named ones), ``replay_window``
     (a late subscriber gets the first batches of the current epoch);

@@ -153,6 +153,17 @@ def test_a_for_loop_with_one_credit_gets_every_batch(tmp_path, where):
     producer.close()
 
 
+def test_an_acked_producer_with_wait_for_starts_once_its_consumer_came(tmp_path):
+    # Without wait_for it hands out nothing for two heartbeats: 10 s here.
+    send_url, recv_url = places(tmp_path)["ipc"]
+    producer = tenbin.Connection(send_url, acked=True, producer="feed", ack_heartbeat=5, wait_for_names=["t0"],
+                                 send_timeout=30)
+    producer.send([np.array([7], "i4")])
+    with tenbin.Loader(recv_url, acked=True, name="t0", ack_heartbeat=5, timeout=3) as loader:
+        assert int(loader.next()[0][0]) == 7
+    producer.close()
+
+
 def test_pub_waits_for_named_subscribers(tmp_path):
     port = free_port()
     code = """

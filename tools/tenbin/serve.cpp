@@ -256,7 +256,7 @@ int run_serve(const serve_cli_options& opt) {
     const bool pub = kind == tenbin::socket_kind::pub;
     if (opt.wait_for > 0 && !pub && !opt.socket.acked)
         throw usage_error("--wait-for waits for subscribers (a pub socket) or acked consumers (--acked)");
-    if (pub) co.wait_for = opt.wait_for;
+    co.wait_for = opt.wait_for;
     pub_audience::prepare(co, kind);
     connection conn = open_connection(opt.socket, {opt.url}, co, "tenbin serve");
 
@@ -269,7 +269,9 @@ int run_serve(const serve_cli_options& opt) {
                   << silence_hint({opt.url}, conn.endpoints()) << "\n";
         return exit_timeout;
     };
-    if (opt.socket.acked && opt.wait_for > 0) {  // a pub connection waits itself, at its first send
+    // A pub connection waits itself, at its first send; an acked one hands
+    // out nothing before: this wait says who is missing at the timeout.
+    if (opt.socket.acked && opt.wait_for > 0) {
         const auto deadline = deadline_in(opt.timeout);
         while (conn.consumers().size() < opt.wait_for && !interrupted()) {
             if (deadline && std::chrono::steady_clock::now() >= *deadline)
