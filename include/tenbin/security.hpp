@@ -113,7 +113,10 @@ void check_curve_address(std::string_view address);
 /// handshakes (a monitor thread) and its place in the context's ZAP handler.
 /// Keep it alive while the socket is in use, and destroy it before the
 /// context (declared after the context, as the socket is). It never touches
-/// the socket again, so the socket may be closed before or after it.
+/// the socket again, so the socket may be closed before or after it. Before
+/// closing the socket, stop its monitor: zmq_socket_monitor(socket, nullptr,
+/// 0) (libzmq 4.3 leaks each event of the socket's teardown it cannot
+/// deliver once the watch is gone); a tenbin::connection does so itself.
 class curve_guard {
 public:
     /// Watches nothing.

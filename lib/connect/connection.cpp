@@ -305,6 +305,15 @@ connection& connection::operator=(connection&& o) noexcept {
     s_ = std::move(o.s_);
     return *this;
 }
+void connection::impl::close_socket() {
+    if (!socket) return;
+    // Its monitor (peers, CURVE or acked delivery watch through it) stops
+    // first: libzmq reports the teardown's disconnects to it, and leaks each
+    // report it cannot deliver once the reader is gone or the context ends.
+    zmq_socket_monitor(socket.handle(), nullptr, 0);
+    socket.close();
+}
+
 void connection::impl::await_ipc_readers() const {
     if (!socket || !detail::can_send(kind) || opt.linger.count() <= 0) return;
     std::vector<std::string> addresses;
@@ -312,12 +321,7 @@ void connection::impl::await_ipc_readers() const {
     (void)detail::await_ipc_readers(addresses, opt.linger);
 }
 
-connection::~connection() {
-    if (!s_) return;
-    s_->stop_delivery();
-    s_->await_ipc_readers();
-    s_->link->close(s_->opt.linger);
-}
+connection::~connection() { close(); }
 
 const statistics& connection::stats() const noexcept { return s_->stats; }
 statistics& connection::stats() noexcept { return s_->stats; }
@@ -341,7 +345,7 @@ void connection::close() {
     s_->stop_delivery();
     s_->await_ipc_readers();
     s_->link->close(s_->opt.linger);
-    if (s_->socket) s_->socket.close();
+    s_->close_socket();
 }
 
 }  // namespace tenbin

@@ -132,6 +132,8 @@ struct connection::impl {
     std::optional<message> next(zmq::recv_flags flags);
     // Before the socket closes (see transport/ipc_readers.hpp).
     void await_ipc_readers() const;
+    // Stops the socket's monitor, then closes it.
+    void close_socket();
     void stop_delivery() {
         if (delivery) delivery->stop(opt.linger);
     }

@@ -90,7 +90,7 @@ delivery_engine::delivery_engine(zmq::context_t& context, zmq::socket_ref socket
 
 delivery_engine::~delivery_engine() {
     stop(std::chrono::milliseconds(0));
-    zmq_socket_monitor(socket_.handle(), nullptr, 0);
+    // The socket's monitor is stopped by its connection, before it closes.
     if (wake_fd_ >= 0) ::close(wake_fd_);
 }
 

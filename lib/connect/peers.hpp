@@ -18,8 +18,9 @@ struct peer_monitor;
 // (a monitor sees only what happens after it starts), and at most one per
 // socket (libzmq has one monitor a socket: not beside CURVE's). Like
 // curve_guard, it never touches the socket again: destroy it before the
-// context, before or after the socket closes. Stopping waits at most about
-// 50 ms for its thread.
+// context, before or after the socket closes; whoever closes the socket stops
+// its monitor first (connection::impl::close_socket). Stopping waits at most
+// about 50 ms for its thread.
 class peer_watch {
 public:
     peer_watch() noexcept;
