@@ -212,12 +212,10 @@ inline bool all_are(const tensor& t, std::int32_t k) {
     return std::all_of(v.begin(), v.end(), [&](std::int32_t x) { return x == k; });
 }
 
-// Waits (at most 10 s) until `done()`.
+// test_support::eventually with 10 s: these tests wait on child processes.
 template <class F>
 bool eventually(F&& done) {
-    const auto deadline = std::chrono::steady_clock::now() + 10s;
-    while (!done() && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(1ms);
-    return done();
+    return test_support::eventually(std::forward<F>(done), 10s);
 }
 
 
