@@ -346,7 +346,7 @@ private:
             std::lock_guard lock(sink_->mutex);
             sink_->dozing = !acks_lately_;
         }
-        const auto retry = std::min<std::chrono::milliseconds>(opt_.heartbeat, std::chrono::milliseconds(100));
+        const auto retry = hello_retry();
         for (auto& [rid, p] : producers_) {
             const bool silent = p.answered && dead(p, now, 3);
             if (silent && !p.lost) {

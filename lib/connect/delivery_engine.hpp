@@ -5,6 +5,7 @@
 
 #include "connect/delivery.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <functional>
@@ -84,6 +85,10 @@ protected:
     std::chrono::milliseconds turn_every() const;
     bool beat_due(clock::time_point sent, clock::time_point now) const;
     bool dead(const peer_base& p, clock::time_point now, int beats) const;
+    // How often a hello goes again to a peer that has not answered yet.
+    std::chrono::milliseconds hello_retry() const {
+        return std::min<std::chrono::milliseconds>(opt_.heartbeat, std::chrono::milliseconds(100));
+    }
 
     // Each turn of the thread, under the mutex: messages that came, then
     // the derived engine's work; `probe` after a connection dropped.

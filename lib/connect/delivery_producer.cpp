@@ -257,7 +257,7 @@ private:
 
     void turn(clock::time_point now, bool probe) override {
         // Consumers this end connected to (they bind) wait for our hello.
-        const auto retry = std::min<std::chrono::milliseconds>(opt_.heartbeat, std::chrono::milliseconds(100));
+        const auto retry = hello_retry();
         for (const std::string& rid : opt_.connected)
             if (auto& asked = asked_[rid]; !consumers_.count(rid) && now - asked >= retry) {
                 send_control(rid, hello(true));
