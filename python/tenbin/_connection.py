@@ -328,6 +328,9 @@ class Connection:
                 next_report += report
             self.count += self.batchsize(result)
             yield result
+            # Not held while the next is awaited: a batch the loop's body
+            # dropped is acknowledged (ack="release") before it waits.
+            del result
 
     def __iter__(self):
         return self.items()

@@ -153,6 +153,39 @@ def test_a_for_loop_with_one_credit_gets_every_batch(tmp_path, where):
     producer.close()
 
 
+@pytest.mark.parametrize("where", ["tcp", "ipc", "shm"])
+def test_iterating_a_connection_holds_no_batch_the_loop_dropped(tmp_path, where):
+    # With ack="release" the next batch comes once the producer confirmed
+    # the release of those dropped before: each batch, then, finds all
+    # before it acknowledged. Iteration kept the last batch while it waited
+    # for the next, so a body's `del batch` released nothing until later.
+    send_url, recv_url = places(tmp_path)[where]
+    producer = tenbin.Connection(send_url, acked=True, producer="feed", ack_heartbeat=0.2, send_timeout=30)
+    failed = []
+
+    def feed():
+        try:
+            for i in range(12):
+                producer.send([np.array([i], "i4")])
+        except tenbin.Error as e:
+            failed.append(e)
+
+    sender = threading.Thread(target=feed)
+    sender.start()
+    consumer = tenbin.Connection(recv_url, acked=True, credit=2, timeout=10, ack_heartbeat=0.2)
+    seen = []
+    for batch in consumer:
+        seen.append((int(batch[0][0]), producer.delivery_stats()["acknowledged"]))
+        del batch
+        if len(seen) == 12:
+            break
+    sender.join()
+    assert not failed
+    assert seen == [(i, i) for i in range(12)]
+    consumer.close()
+    producer.close()
+
+
 def test_an_acked_producer_with_wait_for_starts_once_its_consumer_came(tmp_path):
     # Without wait_for it hands out nothing for two heartbeats: 10 s here.
     send_url, recv_url = places(tmp_path)["ipc"]
