@@ -94,7 +94,7 @@ tenbin::connection_options case_options(int hwm);
 // A receiver that works like a trainer: `step` with each message (a
 // sleep, as a wait for the GPU), then drops it before it asks for the next
 // (as a range-for does) or, with `keep`, keeps it until the next has come
-// (as Python's for loop does).
+// (as a loop of next() calls may).
 struct trainer_loop {
     std::chrono::microseconds step{};
     bool keep = false;

@@ -456,6 +456,36 @@ TEST_CASE("acked: on_release with credit 1: a loop that keeps its batch while it
     CHECK(test_support::eventually([&] { return producer.delivery_stats().acknowledged == 30; }));
 }
 
+TEST_CASE("acked: a loader's release_last acknowledges the batch its thread still holds, once; the tensors stay valid") {
+    connection producer("zrpush://127.0.0.1:*", acked());
+    const std::string at = "zrpull://" + producer.endpoints().at(0).address.substr(6);
+    for (std::int32_t k = 0; k < 3; ++k) REQUIRE(producer.send(batch_of(k)));
+    const auto acknowledged = [&] { return producer.delivery_stats().acknowledged; };
+    loader_options lo;
+    lo.connection = acked();
+    loader l(at, lo);
+    auto first = l.next();
+    REQUIRE(first);
+    std::this_thread::sleep_for(300ms);
+    CHECK(acknowledged() == 0);  // held
+    std::thread([&] { l.release_last(); }).join();  // that thread took nothing
+    std::this_thread::sleep_for(300ms);
+    CHECK(acknowledged() == 0);
+    l.release_last();
+    CHECK(test_support::eventually([&] { return acknowledged() == 1; }));
+    CHECK(value_of(*first) == 0);  // its bytes are its own
+    l.release_last();  // nothing more to acknowledge
+    auto second = l.next();
+    REQUIRE(second);
+    CHECK(value_of(*second) == 1);
+    first.reset();  // acknowledged already: sends nothing
+    std::this_thread::sleep_for(300ms);
+    CHECK(acknowledged() == 1);
+    second.reset();
+    CHECK(test_support::eventually([&] { return acknowledged() == 2; }));
+    CHECK(producer.delivery_stats().bad_acks == 0);
+}
+
 TEST_CASE("acked: idle consumers with the same credit take turns") {
     // Each batch went to the consumer with the most credit, a tie to the
     // first by routing id: with batches slower than their acks, one

@@ -245,7 +245,7 @@ struct connection_options {
     bool acked = false;
     /// Acked consumers: batches taken and not yet acknowledged at most.
     /// With on_release at least 2: a loop may keep its batch while it asks
-    /// for the next (Python's for loop does).
+    /// for the next.
     std::size_t credit = 16;
     /// Acked consumers: when a batch is acknowledged.
     ack_mode ack = ack_mode::on_release;

@@ -98,6 +98,14 @@ public:
     /// timeout past what the clock can count (milliseconds::max()) waits
     /// for ever.
     [[nodiscard]] std::optional<std::vector<tensor>> next(std::chrono::milliseconds timeout);
+    /// Acked delivery, ack_mode::on_release: acknowledges the batch this
+    /// thread took last from next() now, as if its tensors were all
+    /// dropped; they stay valid (they keep their bytes themselves). For a
+    /// loop that keeps its batch while it asks for the next (Python's for
+    /// loop over a Loader calls this first): the batch it finished is then
+    /// not processed again by another consumer if this one dies while it
+    /// waits. Does nothing otherwise, nor twice (thread-safe).
+    void release_last();
     /// Stops receiving (from any thread) and wakes a blocked next(). Queued
     /// batches can still be taken.
     void close();

@@ -37,16 +37,20 @@ struct ack_sink {
 
 }  // namespace
 
-// Acknowledges its batch when the last holder drops it (once: not copied).
+// Acknowledges its batch when the last holder drops it, or before, when
+// told (once: not copied).
 struct ack_token {
     std::shared_ptr<ack_sink> sink;
     ack_sink::entry what;
     mutable std::atomic<bool> withheld{false};
+    mutable std::atomic<bool> sent{false};
     ack_token(std::shared_ptr<ack_sink> s, ack_sink::entry w) : sink(std::move(s)), what(w) {}
     ack_token(const ack_token&) = delete;
     ack_token& operator=(const ack_token&) = delete;
-    ~ack_token() {
-        if (withheld.load(std::memory_order_relaxed)) return;
+    ~ack_token() { send(); }
+
+    void send() const noexcept {
+        if (withheld.load(std::memory_order_relaxed) || sent.exchange(true)) return;
         std::lock_guard lock(sink->mutex);
         if (!sink->open) return;
         // A wake-up is due already when others wait: the thread takes them all.
@@ -59,6 +63,7 @@ struct ack_token {
 };
 
 void withhold(const ack_token& token) noexcept { token.withheld.store(true, std::memory_order_relaxed); }
+void acknowledge_now(const ack_token& token) noexcept { token.send(); }
 
 namespace {
 

@@ -178,6 +178,18 @@ std::optional<std::vector<tensor>> loader::shared::next(std::chrono::steady_cloc
     }
 }
 
+void loader::release_last() {
+    std::weak_ptr<const detail::ack_token> last;
+    {
+        std::lock_guard lock(s_->mutex);
+        const auto it = s_->last_taken.find(std::this_thread::get_id());
+        if (it == s_->last_taken.end()) return;
+        last = std::move(it->second);
+        s_->last_taken.erase(it);
+    }
+    if (const auto token = last.lock()) detail::acknowledge_now(*token);
+}
+
 bool loader::closed() const {
     std::lock_guard lock(s_->mutex);
     return s_->stop.load() || (s_->finished && s_->queue.empty());

@@ -13,7 +13,9 @@
 #include <atomic>
 #include <condition_variable>
 #include <exception>
+#include <map>
 #include <mutex>
+#include <thread>
 #include <thread>
 #include <variant>
 
@@ -58,6 +60,9 @@ struct loader::shared : metrics_source {
     std::vector<detail::stream_event> given;  // the tracker's output for one message (kept: perf)
     std::uint64_t consumer_epoch = 0;
     bool epoch_ended = false, stream_ended = false;
+    // Acked, on_release: the batch each consumer thread took last, for
+    // release_last().
+    std::map<std::thread::id, std::weak_ptr<const detail::ack_token>> last_taken;
     std::thread thread;
     // Who reads a plain socket (connection_access::pollable_fd; not with a
     // transform, whose work is the thread's to overlap with the

@@ -27,6 +27,8 @@ namespace tenbin::detail {
 // stays the consumer's, and goes to another consumer once this one leaves.
 struct ack_token;
 void withhold(const ack_token& token) noexcept;
+// Sends it now (unless withheld or sent), though holders remain.
+void acknowledge_now(const ack_token& token) noexcept;
 
 // One received message on its way to the consumer.
 struct tracked {

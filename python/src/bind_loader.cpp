@@ -103,6 +103,15 @@ public:
         }
     }
 
+    // The batch this thread took last, acknowledged now (a for loop's
+    // __next__: the loop still holds it).
+    void release_last() {
+        auto l = share();
+        if (!l) return;
+        without_gil([&] { l->release_last(); });
+        let_go(l);
+    }
+
     void close() {
         closed_ = true;
         if (auto l = share()) without_gil([&] {
@@ -211,6 +220,7 @@ void bind_loader(py::module_& m) {
     py::class_<py_loader>(m, "Loader")
         .def(py::init<std::vector<std::string>, const py_options&, std::size_t, std::uint64_t, bool, bool, py::object>())
         .def("next", &py_loader::next)
+        .def("release_last", &py_loader::release_last)
         .def("close", &py_loader::close)
         .def("destroy", &py_loader::destroy)
         .def("closed", &py_loader::closed)

@@ -59,6 +59,9 @@ class Loader:
     keywords ``epoch_timeout``, ``expect_producers``, ``rank``,
     ``world_size``, ``drop_last`` and acked delivery's ``acked``,
     ``credit``, ``ack``, ``ack_heartbeat``, ``name`` are Connection's.
+    With ``ack="release"`` a ``for`` loop acknowledges each batch as it
+    asks for the next, though the loop still holds it (its arrays stay
+    valid): exactly once, without ``del batch``.
 
     ``next()`` holds no GIL while it waits; Ctrl-C raises KeyboardInterrupt
     within about 50 ms. Several threads may call ``next()``; each batch goes
@@ -107,6 +110,9 @@ class Loader:
         return self
 
     def __next__(self):
+        # A for loop holds its batch while it asks for the next: done with
+        # it, all the same (with ack="release", acknowledged before the wait).
+        self._loader.release_last()
         try:
             return self.next()
         except (Timeout, Closed, EpochEnd):

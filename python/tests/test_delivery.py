@@ -186,6 +186,40 @@ def test_iterating_a_connection_holds_no_batch_the_loop_dropped(tmp_path, where)
     producer.close()
 
 
+@pytest.mark.parametrize("where", ["tcp", "ipc", "shm"])
+def test_a_for_loop_over_a_loader_acknowledges_each_batch_before_it_waits(tmp_path, where):
+    # A for loop holds its batch while it asks for the next; with
+    # ack="release" it counts as done all the same, and the next batch comes
+    # once that was confirmed: each batch finds all before it acknowledged,
+    # so one a trainer finished is never processed again if it dies waiting.
+    send_url, recv_url = places(tmp_path)[where]
+    producer = tenbin.Connection(send_url, acked=True, producer="feed", ack_heartbeat=0.2, send_timeout=30)
+    failed = []
+
+    def feed():
+        try:
+            for i in range(12):
+                producer.send([np.array([i], "i4")])
+            producer.end_stream()
+        except tenbin.Error as e:
+            failed.append(e)
+
+    sender = threading.Thread(target=feed)
+    sender.start()
+    seen = []
+    with tenbin.Loader(recv_url, acked=True, credit=2, timeout=10, ack_heartbeat=0.2) as loader:
+        for batch in loader:
+            seen.append((int(batch[0][0]), producer.delivery_stats()["acknowledged"]))
+        assert loader.stream_ended()
+        # The last too, once the loop asked for more; its arrays still valid.
+        assert producer.delivery_stats()["acknowledged"] == 12
+        assert int(batch[0][0]) == 11
+    sender.join()
+    assert not failed
+    assert seen == [(i, i) for i in range(12)]
+    producer.close()
+
+
 def test_an_acked_producer_with_wait_for_starts_once_its_consumer_came(tmp_path):
     # Without wait_for it hands out nothing for two heartbeats: 10 s here.
     send_url, recv_url = places(tmp_path)["ipc"]
