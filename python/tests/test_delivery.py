@@ -48,6 +48,25 @@ def lines(path):
         return [int(line) for line in f.read().splitlines() if line]
 
 
+def feeding(url, count):
+    """An acked producer on `url`, and a thread that sends it batches 0 to
+    count - 1 then ends its stream; the errors it met go to the list."""
+    producer = tenbin.Connection(url, acked=True, producer="feed", ack_heartbeat=0.2, send_timeout=30)
+    failed = []
+
+    def feed():
+        try:
+            for i in range(count):
+                producer.send([np.array([i], "i4")])
+            producer.end_stream()
+        except tenbin.Error as e:
+            failed.append(e)
+
+    sender = threading.Thread(target=feed)
+    sender.start()
+    return producer, sender, failed
+
+
 def wait_until(condition, seconds, what):
     deadline = time.monotonic() + seconds
     while not condition():
@@ -131,19 +150,7 @@ def test_a_for_loop_with_one_credit_gets_every_batch(tmp_path, where):
     # it asks for the next: with one credit taken as one, nothing more came,
     # and the loop ended at its timeout after the first batch, silently.
     send_url, recv_url = places(tmp_path)[where]
-    producer = tenbin.Connection(send_url, acked=True, producer="feed", ack_heartbeat=0.2, send_timeout=30)
-    failed = []
-
-    def feed():
-        try:
-            for i in range(30):
-                producer.send([np.array([i], "i4")])
-            producer.end_stream()
-        except tenbin.Error as e:
-            failed.append(e)
-
-    sender = threading.Thread(target=feed)
-    sender.start()
+    producer, sender, failed = feeding(send_url, 30)
     with tenbin.Loader(recv_url, acked=True, credit=1, timeout=10, ack_heartbeat=0.2) as loader:
         got = [int(batch[0][0]) for batch in loader]
         assert loader.stream_ended()
@@ -160,18 +167,7 @@ def test_iterating_a_connection_holds_no_batch_the_loop_dropped(tmp_path, where)
     # before it acknowledged. Iteration kept the last batch while it waited
     # for the next, so a body's `del batch` released nothing until later.
     send_url, recv_url = places(tmp_path)[where]
-    producer = tenbin.Connection(send_url, acked=True, producer="feed", ack_heartbeat=0.2, send_timeout=30)
-    failed = []
-
-    def feed():
-        try:
-            for i in range(12):
-                producer.send([np.array([i], "i4")])
-        except tenbin.Error as e:
-            failed.append(e)
-
-    sender = threading.Thread(target=feed)
-    sender.start()
+    producer, sender, failed = feeding(send_url, 12)
     consumer = tenbin.Connection(recv_url, acked=True, credit=2, timeout=10, ack_heartbeat=0.2)
     seen = []
     for batch in consumer:
@@ -193,19 +189,7 @@ def test_a_for_loop_over_a_loader_acknowledges_each_batch_before_it_waits(tmp_pa
     # once that was confirmed: each batch finds all before it acknowledged,
     # so one a trainer finished is never processed again if it dies waiting.
     send_url, recv_url = places(tmp_path)[where]
-    producer = tenbin.Connection(send_url, acked=True, producer="feed", ack_heartbeat=0.2, send_timeout=30)
-    failed = []
-
-    def feed():
-        try:
-            for i in range(12):
-                producer.send([np.array([i], "i4")])
-            producer.end_stream()
-        except tenbin.Error as e:
-            failed.append(e)
-
-    sender = threading.Thread(target=feed)
-    sender.start()
+    producer, sender, failed = feeding(send_url, 12)
     seen = []
     with tenbin.Loader(recv_url, acked=True, credit=2, timeout=10, ack_heartbeat=0.2) as loader:
         for batch in loader:
