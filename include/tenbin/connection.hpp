@@ -40,7 +40,7 @@ public:
         // so a trainer killed while it waits does not have it processed
         // again elsewhere.
         current_.reset();
-        current_ = (source_->*next)();
+        if (auto b = (source_->*next)()) current_.emplace(std::move(*b));
         return *this;
     }
     void operator++(int) { ++*this; }
