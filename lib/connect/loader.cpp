@@ -179,6 +179,7 @@ std::optional<std::vector<tensor>> loader::shared::next(std::chrono::steady_cloc
 }
 
 void loader::release_last() {
+    if (!s_) return;  // moved from
     std::weak_ptr<const detail::ack_token> last;
     {
         std::lock_guard lock(s_->mutex);

@@ -16,7 +16,6 @@
 #include <map>
 #include <mutex>
 #include <thread>
-#include <thread>
 #include <variant>
 
 namespace tenbin {
