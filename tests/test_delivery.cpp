@@ -4,6 +4,7 @@
 #include "support.hpp"
 
 #include "connect/delivery_protocol.hpp"
+#include "transport/frames.hpp"
 
 #include <doctest/doctest.h>
 #include <tenbin/connect.hpp>
@@ -62,6 +63,17 @@ TEST_CASE("control messages read back as written; malformed ones are typed error
     a.type = control_type::ack;
     a.acks = {{0, 1}, {0, 2}, {3, 4}};
     CHECK(detail::decode_control(detail::encode_control(a)).acks == a.acks);
+    // How long the user held them rides in the header's two reserved bytes:
+    // an earlier build's ack (zeros there) reads as not said, and other
+    // types leave them zero.
+    CHECK(detail::decode_control(detail::encode_control(a)).held_us == 0);
+    a.held_us = 1234;
+    std::vector<std::byte> held = detail::encode_control(a);
+    CHECK(std::to_integer<int>(held[10]) == (1234 & 0xff));
+    CHECK(std::to_integer<int>(held[11]) == (1234 >> 8));
+    CHECK(detail::decode_control(held).held_us == 1234);
+    CHECK(std::to_integer<int>(f[10]) == 0);
+    CHECK(std::to_integer<int>(f[11]) == 0);
     control beat;
     beat.type = control_type::heartbeat;
     beat.tally = 12;
@@ -653,6 +665,74 @@ TEST_CASE("acked: a consumer whose queue is full lives on when another's connect
     const delivery_counters d = producer.delivery_stats();
     CHECK(d.consumers_lost == 1);  // B only
     CHECK(d.redelivered == 0);
+}
+
+TEST_CASE("acked: a consumer whose user held its batch a while gets its confirmation first, the next large batch a moment after") {
+    // A consumer (a DEALER speaking the protocol, window 4) has its 4
+    // batches; its ack of one says its user held it 5 ms (a trainer's
+    // step). The producer confirms at once and sends the fifth only its
+    // settle (400 us) later: that batch's transfer would take the cores
+    // the consumer needs to see the confirmation.
+    connection_options po = acked(200ms);
+    po.wait_for = 1;
+    connection producer("zrpush://127.0.0.1:*", po);
+    zmq::context_t ctx;
+    zmq::socket_t a(ctx, zmq::socket_type::dealer);
+    a.set(zmq::sockopt::linger, 0);
+    a.connect(producer.endpoints().at(0).address);
+    auto say = [&](const control& c) {
+        const std::vector<std::byte> frame = detail::encode_control(c);
+        REQUIRE(a.send(zmq::const_buffer(frame.data(), frame.size())));
+    };
+    control hello;
+    hello.type = control_type::hello;
+    hello.window = 4;
+    hello.name = "trainer";
+    hello.incarnation = 1;
+    say(hello);
+    const std::vector<std::int32_t> big(std::size_t{1} << 16, 7);  // 256 KiB: sent by the producer's thread
+    for (int i = 0; i < 5; ++i) REQUIRE(producer.send(tensor::from_vector(std::vector(big), {1 << 16})));
+    a.set(zmq::sockopt::rcvtimeo, 5000);
+    // The next batch's id, or the next confirmation's count (heartbeats are passed over).
+    struct got {
+        std::optional<detail::batch_id> batch;
+        std::optional<std::uint64_t> confirmed;
+    };
+    auto next = [&] {
+        for (;;) {
+            recv_options ro;
+            message m;
+            std::vector<zmq::message_t> body;
+            REQUIRE(detail::zrecv_frames(a, ro, m, body));
+            if (body.size() == 1 && detail::is_control_frame({body[0].data<std::byte>(), body[0].size()})) {
+                const control c = detail::decode_control({body[0].data<std::byte>(), body[0].size()});
+                if (c.type == control_type::confirm) return got{std::nullopt, c.confirmed};
+                continue;
+            }
+            REQUIRE(m.position);
+            return got{detail::batch_id{m.position->epoch, m.position->seq}, std::nullopt};
+        }
+    };
+    std::vector<detail::batch_id> held;
+    while (held.size() < 4) {
+        const got g = next();
+        REQUIRE(g.batch);
+        held.push_back(*g.batch);
+    }
+    control ack;
+    ack.type = control_type::ack;
+    ack.acks = {held[0]};
+    ack.held_us = 5000;
+    const auto acked_at = std::chrono::steady_clock::now();
+    say(ack);
+    const got first = next();
+    CHECK(first.confirmed == std::optional<std::uint64_t>(1));
+    const got fifth = next();
+    const auto after = std::chrono::steady_clock::now() - acked_at;
+    REQUIRE(fifth.batch);
+    CHECK(std::find(held.begin(), held.end(), *fifth.batch) == held.end());
+    CHECK(after >= 400us);  // a lower bound: a busy machine only makes it later
+    CHECK(producer.delivery_stats().bad_acks == 0);
 }
 
 TEST_CASE("acked: a producer that connects to consumers that bind says hello first") {

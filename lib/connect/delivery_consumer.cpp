@@ -27,6 +27,7 @@ struct ack_sink {
     struct entry {
         std::size_t source;  // the consumer's sources_ (perf: no strings copied a batch)
         batch_id id;
+        std::uint16_t held_us = 0;  // how long the user held it (on_release)
     };
     std::vector<entry> pending;
     // The thread sleeps a whole turn: an acknowledgement wakes it. Else it
@@ -44,18 +45,30 @@ struct ack_token {
     ack_sink::entry what;
     mutable std::atomic<bool> withheld{false};
     mutable std::atomic<bool> sent{false};
+    // When the user took it (steady clock, ns; 0: not said).
+    mutable std::atomic<std::int64_t> taken_at{0};
     ack_token(std::shared_ptr<ack_sink> s, ack_sink::entry w) : sink(std::move(s)), what(w) {}
     ack_token(const ack_token&) = delete;
     ack_token& operator=(const ack_token&) = delete;
     ~ack_token() { send(); }
 
+    static std::int64_t now_ns() noexcept {
+        return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+            .count();
+    }
+
     void send() const noexcept {
         if (withheld.load(std::memory_order_relaxed) || sent.exchange(true)) return;
+        ack_sink::entry e = what;
+        if (const std::int64_t at = taken_at.load(std::memory_order_relaxed); at != 0) {
+            const std::int64_t held_ns = now_ns() - at;
+            e.held_us = static_cast<std::uint16_t>(std::clamp<std::int64_t>(held_ns / 1000, 0, UINT16_MAX));
+        }
         std::lock_guard lock(sink->mutex);
         if (!sink->open) return;
         // A wake-up is due already when others wait: the thread takes them all.
         const bool first = sink->pending.empty();
-        sink->pending.push_back(what);
+        sink->pending.push_back(e);
         if (!first || !sink->dozing) return;
         const std::uint64_t one = 1;
         [[maybe_unused]] const ssize_t r = ::write(sink->wake_fd, &one, sizeof one);
@@ -63,6 +76,7 @@ struct ack_token {
 };
 
 void withhold(const ack_token& token) noexcept { token.withheld.store(true, std::memory_order_relaxed); }
+void mark_taken(const ack_token& token) noexcept { token.taken_at.store(ack_token::now_ns(), std::memory_order_relaxed); }
 void acknowledge_now(const ack_token& token) noexcept { token.send(); }
 
 namespace {
@@ -119,7 +133,10 @@ public:
         ++taken_since_acks_;
         tracked t = std::move(outbox_.front());
         outbox_.pop_front();
-        if (t.ack) ++sources_[t.ack->what.source].taken;
+        if (t.ack) {
+            ++sources_[t.ack->what.source].taken;
+            if (opt_.ack == ack_mode::on_release) mark_taken(*t.ack);  // a loader marks it again as its user takes it
+        }
         return t;
     }
 
@@ -391,6 +408,7 @@ private:
             control& c = by_producer[rid];
             if (c.acks.empty()) c.acks.reserve(std::min(acks.size(), max_control_acks));
             c.type = control_type::ack;
+            c.held_us = std::max(c.held_us, e.held_us);
             c.acks.push_back(e.id);
             if (c.acks.size() == max_control_acks) {
                 send_ack(rid, c);

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cerrno>
 
+#include <poll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -199,34 +200,39 @@ bool delivery_engine::dead(const peer_base& p, clock::time_point now, int beats)
 }
 
 void delivery_engine::run() {
-    const long turn_ms = static_cast<long>(turn_every().count());
+    // ppoll, not zmq_poll: a turn may be due in microseconds (due()). The
+    // monitor's ZMQ_FD signals only a change, so it is drained every turn.
+    const int monitor_fd = static_cast<int>(monitor_.get(zmq::sockopt::fd));
     bool hurry = false, waiting = false, watch = true;
+    clock::time_point soon = clock::time_point::max();
     for (;;) {
-        zmq_pollitem_t items[3] = {{nullptr, socket_fd_, static_cast<short>(watch ? ZMQ_POLLIN : 0), 0},
-                                   {nullptr, wake_fd_, ZMQ_POLLIN, 0},
-                                   {monitor_.handle(), 0, ZMQ_POLLIN, 0}};
-        const int rc = zmq_poll(items, 3, waiting ? 0 : hurry ? 1 : turn_ms);
-        if (rc < 0 && zmq_errno() != EINTR) break;  // the context went
-        bool probe = false;
-        if (rc > 0 && (items[1].revents & ZMQ_POLLIN)) {
+        clock::duration wait = waiting ? clock::duration::zero()
+                               : hurry ? clock::duration(std::chrono::milliseconds(1))
+                                       : clock::duration(turn_every());
+        if (soon != clock::time_point::max()) wait = std::clamp<clock::duration>(soon - clock::now(), {}, wait);
+        const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(wait).count();
+        const timespec ts{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
+        pollfd fds[3] = {{socket_fd_, static_cast<short>(watch ? POLLIN : 0), 0}, {wake_fd_, POLLIN, 0},
+                         {monitor_fd, POLLIN, 0}};
+        const int rc = ::ppoll(fds, 3, &ts, nullptr);
+        if (rc < 0 && errno != EINTR) break;  // cannot wait: the engine ends, as when its context goes
+        if (rc > 0 && (fds[1].revents & POLLIN)) {
             std::uint64_t v;
             [[maybe_unused]] const ssize_t r = ::read(wake_fd_, &v, sizeof v);
         }
         const auto now = clock::now();
-        if (rc > 0 && (items[2].revents & ZMQ_POLLIN)) {
+        std::unique_lock lock(mutex_);
+        try {
             zmq::message_t event;
             while (monitor_.recv(event, zmq::recv_flags::dontwait))  // both frames of each event
                 probe_until_ = now + std::min<std::chrono::milliseconds>(opt_.heartbeat, std::chrono::milliseconds(500));
-        }
-        probe = now < probe_until_;
-        std::unique_lock lock(mutex_);
-        try {
             receive_all(now);
-            turn(now, probe);
+            turn(now, now < probe_until_);
             hurry = hurried();
             waiting = readable();  // came while the turn sent
             watch = watches_socket();
-            napping_ = !hurry && !waiting;
+            soon = due();
+            napping_ = !hurry && !waiting && soon == clock::time_point::max();
         } catch (const zmq::error_t&) {
             break;  // the context went
         }

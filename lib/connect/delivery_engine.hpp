@@ -104,6 +104,9 @@ protected:
     // interval (a producer whose send found a consumer's queue full: a
     // ROUTER cannot say when it has room again).
     virtual bool hurried() const { return false; }
+    // When the next turn is due at the latest, if sooner than the poll's
+    // interval (a producer's batch that waits a moment for its consumer).
+    virtual clock::time_point due() const { return clock::time_point::max(); }
     // Whether the thread waits on the socket (not while a consumer's user
     // thread reads it: the thread's turns come on a timer then).
     virtual bool watches_socket() const { return true; }

@@ -120,6 +120,16 @@ private:
     static constexpr std::uint64_t pack_batch_bytes = 16 * 1024;
     static constexpr std::size_t pack_batches = 64, pack_bytes = 256 * 1024;
     static constexpr auto pack_wait = std::chrono::microseconds(500);
+    // A confirmation goes at once; a large batch to the same consumer
+    // waits `settle` after it when that consumer's user held the batches
+    // it acknowledged a while (a trainer's step: its ack says) and it has
+    // others to take next. Else the batch's transfer (or copy into shared
+    // memory) keeps the cores busy, and the consumer's thread that waits
+    // for the confirmation runs only once it is done (perf: on two cores a
+    // trainer's take waited 500 us for it instead of 100). A consumer that
+    // drops each batch at once drains its window: its batches go at once.
+    static constexpr auto settle = std::chrono::microseconds(400);
+    clock::time_point settled_ = clock::time_point::max();  // the next end of a settle a batch waits for
     bool pack_begun_ = false;  // by the user's thread: the thread is woken to see to it
 
     struct batch {
@@ -144,6 +154,7 @@ private:
         bool confirm_owed = false;
         std::deque<stream_position> marks_owed;
         bool told_end = false;  // the stream's end was given to it
+        clock::time_point settle_until{};  // large batches wait for it (see settle)
         std::size_t free() const { return window > in_flight.size() ? window - in_flight.size() : 0; }
         bool owes() const { return confirm_owed || !marks_owed.empty(); }
     };
@@ -198,6 +209,9 @@ private:
             it->second.acks_had += c.acks.size();
             it->second.confirm_owed = !it->second.unconfirmed;
             send_owed(rid, it->second);
+            if (!it->second.unconfirmed && std::chrono::microseconds(c.held_us) >= 2 * settle &&
+                it->second.in_flight.size() > c.acks.size() + 1)
+                it->second.settle_until = now + settle;
             for (const batch_id& a : c.acks) {
                 if (it->second.in_flight.erase(a) == 0) {
                     ++counters_.bad_acks;  // never sent to it, or acknowledged before
@@ -230,6 +244,7 @@ private:
         consumers_.erase(it);
     }
 
+    clock::time_point due() const override { return settled_; }
     // Also while something is owed: a ROUTER cannot say when a queue has room again.
     bool hurried() const override {
         return blocked_ || std::any_of(consumers_.begin(), consumers_.end(),
@@ -312,6 +327,7 @@ private:
     // Batches to consumers with credit, the lost ones' first.
     void assign(clock::time_point now) {
         blocked_ = false;
+        settled_ = clock::time_point::max();
         for (;;) {
             std::deque<batch>& from = !redeliver_.empty() ? redeliver_ : inbox_;
             if (from.empty() || place(from.front(), now) == placed::nowhere) return;
@@ -333,11 +349,16 @@ private:
         // the last one given to, so that idle consumers take turns.
         auto best = consumers_.end();
         auto it = consumers_.upper_bound(last_given_);
+        const bool large = data_bytes(b.tensors) > direct_bytes;
         for (std::size_t n = 0; n < consumers_.size(); ++n, ++it) {
             if (it == consumers_.end()) it = consumers_.begin();
-            if (it->second.answered && it->second.free() > 0 && !it->second.owes() &&
-                (best == consumers_.end() || it->second.free() > best->second.free()))
-                best = it;
+            const consumer& k = it->second;
+            if (!k.answered || k.free() == 0 || k.owes()) continue;
+            if (large && now < k.settle_until) {
+                settled_ = std::min(settled_, k.settle_until);
+                continue;
+            }
+            if (best == consumers_.end() || k.free() > best->second.free()) best = it;
         }
         if (best == consumers_.end()) return placed::nowhere;  // nobody asks now
         last_given_ = best->first;

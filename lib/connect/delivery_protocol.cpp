@@ -44,18 +44,9 @@ public:
         need(1, what);
         return static_cast<std::uint8_t>(b_[at_++]);
     }
-    std::uint32_t u32(const char* what) {
-        need(4, what);
-        const auto v = load_le<std::uint32_t>(b_.data() + at_);
-        at_ += 4;
-        return v;
-    }
-    std::uint64_t u64(const char* what) {
-        need(8, what);
-        const auto v = load_le<std::uint64_t>(b_.data() + at_);
-        at_ += 8;
-        return v;
-    }
+    std::uint16_t u16(const char* what) { return le<std::uint16_t>(what); }
+    std::uint32_t u32(const char* what) { return le<std::uint32_t>(what); }
+    std::uint64_t u64(const char* what) { return le<std::uint64_t>(what); }
     std::string name(const char* what) {
         const std::size_t n = u8(what);
         if (n == 0) throw error(errc::bad_header, std::string("control message: an empty ") + what);
@@ -84,6 +75,14 @@ public:
     }
 
 private:
+    template <class T>
+    T le(const char* what) {
+        need(sizeof(T), what);
+        const auto v = load_le<T>(b_.data() + at_);
+        at_ += sizeof(T);
+        return v;
+    }
+
     bytes_view b_;
     std::size_t at_ = 0;
 };
@@ -99,6 +98,7 @@ std::vector<std::byte> encode_control(const control& c, std::uint32_t heartbeat_
     std::memcpy(out.data(), control_magic, sizeof control_magic);
     out[8] = std::byte{control_version};
     out[9] = static_cast<std::byte>(c.type);
+    if (c.type == control_type::ack) store_le<std::uint16_t>(out.data() + 10, c.held_us);
     store_le<std::uint32_t>(out.data() + 12, heartbeat_ms);
     writer w(out);
     switch (c.type) {
@@ -151,7 +151,7 @@ control decode_control(bytes_view frame) {
         throw error(errc::unsupported, "control message version " + std::to_string(version) + "; this build speaks " +
                                            std::to_string(control_version));
     const std::uint8_t type = r.u8("the type");
-    r.skip(2);
+    const std::uint16_t held_us = r.u16("an ack's hold");
     control c;
     c.heartbeat_ms = r.u32("the heartbeat");
     switch (type) {
@@ -190,6 +190,7 @@ control decode_control(bytes_view frame) {
         break;
     case static_cast<std::uint8_t>(control_type::ack): {
         c.type = control_type::ack;
+        c.held_us = held_us;
         const std::uint32_t n = r.count("acks", max_control_acks, 16);
         c.acks.reserve(n);
         for (std::uint32_t i = 0; i < n; ++i) {

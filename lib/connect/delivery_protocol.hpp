@@ -6,7 +6,9 @@
 //    0      8   "~TenAck~"
 //    8      1   version (1)
 //    9      1   type: 1 hello, 2 heartbeat, 3 ack, 4 bye, 5 confirm
-//   10      2   reserved, 0
+//   10      2   an ack's: the longest its user held one of the batches
+//               it acknowledges, in microseconds (at most 65535; 0 not
+//               said); else 0 (earlier builds skip these bytes, send 0)
 //   12      4   the sender's heartbeat interval in ms (0: not said, as
 //               earlier builds, which skip these bytes)
 //   16          the type's fields:
@@ -98,6 +100,7 @@ struct control {
     std::uint64_t tally = 0;
     // ack
     std::vector<batch_id> acks;
+    std::uint16_t held_us = 0;  // the longest its user held one (us, at most 65535)
     // confirm
     std::uint64_t confirmed = 0;
 };

@@ -139,8 +139,10 @@ std::optional<std::vector<tensor>> loader::shared::take() {
     switch (e.what) {
     case detail::stream_event::kind::message:
         queued_bytes -= e.message.bytes;
-        if (e.message.ack && opt.connection.ack == ack_mode::on_release)
+        if (e.message.ack && opt.connection.ack == ack_mode::on_release) {
+            detail::mark_taken(*e.message.ack);
             last_taken[std::this_thread::get_id()] = e.message.ack;
+        }
         return std::move(e.message.tensors);  // its ack token (ack_mode::on_take) goes with the event
     case detail::stream_event::kind::epoch_end: {
         ++consumer_epoch;

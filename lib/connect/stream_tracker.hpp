@@ -29,6 +29,10 @@ struct ack_token;
 void withhold(const ack_token& token) noexcept;
 // Sends it now (unless withheld or sent), though holders remain.
 void acknowledge_now(const ack_token& token) noexcept;
+// The user took the batch now (on_release): its acknowledgement says how
+// long the user held it, and a producer lets its next large batch wait a
+// moment for a consumer whose user works on its batches (its `settle`).
+void mark_taken(const ack_token& token) noexcept;
 
 // One received message on its way to the consumer.
 struct tracked {
