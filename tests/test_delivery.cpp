@@ -735,6 +735,65 @@ TEST_CASE("acked: a consumer whose user held its batch a while gets its confirma
     CHECK(producer.delivery_stats().bad_acks == 0);
 }
 
+TEST_CASE("acked: a consumer's ack says how long its user held the batch (on_release), nothing with on_take") {
+    // The producer is a ROUTER speaking the protocol: it answers the
+    // consumer's hello, sends one numbered batch and reads the ack.
+    for (const ack_mode mode : {ack_mode::on_release, ack_mode::on_take}) {
+        CAPTURE(static_cast<int>(mode));
+        zmq::context_t ctx;
+        zmq::socket_t p(ctx, zmq::socket_type::router);
+        p.set(zmq::sockopt::linger, 0);
+        p.set(zmq::sockopt::rcvtimeo, 5000);
+        p.bind("tcp://127.0.0.1:*");
+        const std::string at = p.get(zmq::sockopt::last_endpoint);
+        connection_options co = acked();
+        co.ack = mode;
+        connection consumer("zrpull://" + at.substr(6), co);
+        // Its next control message (the routing id kept for the answer).
+        std::string rid;
+        auto next = [&] {
+            for (;;) {
+                zmq::message_t id, body;
+                REQUIRE(p.recv(id));
+                REQUIRE(p.recv(body));
+                rid = id.to_string();
+                const control c = detail::decode_control({body.data<std::byte>(), body.size()});
+                if (c.type != control_type::heartbeat) return c;
+            }
+        };
+        REQUIRE(next().type == control_type::hello);
+        control hello;
+        hello.type = control_type::hello;
+        hello.role = detail::peer_role::producer;
+        hello.incarnation = 1;
+        hello.name = "p";
+        const std::vector<std::byte> frame = detail::encode_control(hello);
+        REQUIRE(p.send(zmq::buffer(rid), zmq::send_flags::sndmore));
+        REQUIRE(p.send(zmq::const_buffer(frame.data(), frame.size())));
+        stream_position pos;
+        pos.producer = "p";
+        pos.incarnation = 1;
+        send_options so;
+        const zmq::const_buffer to(rid.data(), rid.size());
+        so.envelope = {&to, 1};
+        so.position = &pos;
+        REQUIRE(zsend_multipart(p, std::vector{tensor::from_vector(std::vector<std::int32_t>{1, 2, 3})}, so));
+        {
+            std::optional<std::vector<tensor>> batch = consumer.recv();
+            REQUIRE(batch);
+            std::this_thread::sleep_for(5ms);
+        }
+        const control ack = next();
+        REQUIRE(ack.type == control_type::ack);
+        CHECK(ack.acks == std::vector<detail::batch_id>{{0, 0}});
+        if (mode == ack_mode::on_release) {
+            CHECK(ack.held_us >= 5000);
+        } else {
+            CHECK(ack.held_us == 0);  // acknowledged as taken: nothing held
+        }
+    }
+}
+
 TEST_CASE("acked: a producer that connects to consumers that bind says hello first") {
     std::vector<std::unique_ptr<connection>> rx;
     std::string ports;
