@@ -122,12 +122,8 @@ public:
         const auto until = timeout ? clock::now() + *timeout : clock::time_point::max();
         std::unique_lock lock(mutex_);
         user_reads_ = true;
-        // Acknowledgements go a few at a time, and all before a wait: the
-        // producer may be waiting for credit.
-        if (!ended_ && (outbox_.empty() || taken_since_acks_ >= ack_batch())) {
-            send_acks();
-            taken_since_acks_ = 0;
-        }
+        // Acknowledgements go a few at a time, and all before a wait (see read_until).
+        if (!ended_ && taken_since_acks_ >= ack_batch()) send_acks();
         if (!read_until(lock, until, [&] { return !outbox_.empty(); })) return std::nullopt;
         if (outbox_.empty()) throw error(errc::closed, "cannot receive: the connection is closing");
         ++taken_since_acks_;
@@ -190,6 +186,10 @@ private:
             const int ms = until == clock::time_point::max()
                                ? -1
                                : to_ms(std::chrono::ceil<std::chrono::milliseconds>(until - now));
+            // The producer may be waiting for credit: what was taken is
+            // acknowledged before this thread sleeps, not while it reads
+            // batches that came (perf: a message each time).
+            if (!ended_) send_acks();
             ++waiting_users_;
             lock.unlock();
             pollfd fds[2] = {{socket_fd(), POLLIN, 0}, {user_fd_, POLLIN, 0}};
@@ -419,6 +419,7 @@ private:
             if (!c.acks.empty()) send_ack(rid, c);
         const std::size_t sent = acks.size();
         acks.clear();
+        taken_since_acks_ = 0;
         return sent;
     }
 
