@@ -440,6 +440,35 @@ TEST_CASE("acked: on_take acknowledges a batch as it is taken, on_release once i
     }
 }
 
+TEST_CASE("acked: a producer lets go of a batch's bytes once it is acknowledged, small or large") {
+    // The producer recycles the lists that held acknowledged batches: they
+    // must not hold the user's bytes (a pool block, a mapped file) meanwhile.
+    std::size_t elements = 16;
+    SUBCASE("small batches (sent on the user's thread)") {}
+    SUBCASE("large ones (sent by the producer's thread)") { elements = 64 * 1024; }
+    connection producer("zrpush://127.0.0.1:*", acked());
+    connection_options o = acked();
+    o.ack = ack_mode::on_take;
+    connection rx("zrpull://" + producer.endpoints().at(0).address.substr(6), o);
+    std::vector<std::weak_ptr<const void>> keepers;
+    std::thread sender([&] {
+        for (int k = 0; k < 40; ++k) {
+            auto bytes = std::make_shared<std::vector<std::int32_t>>(elements, k);
+            keepers.emplace_back(bytes);
+            const buffer b = buffer::share(bytes, {reinterpret_cast<std::byte*>(bytes->data()), elements * 4});
+            CHECK(producer.send(tensor(dtype::i4, {static_cast<std::int64_t>(elements)}, b, "x")));
+        }
+    });
+    for (int k = 0; k < 40; ++k) {
+        const auto got = rx.recv();
+        REQUIRE(got);
+        CHECK(value_of(*got) == k);
+    }
+    sender.join();
+    REQUIRE(test_support::eventually([&] { return producer.delivery_stats().acknowledged == 40; }));
+    CHECK(std::all_of(keepers.begin(), keepers.end(), [](const auto& w) { return w.expired(); }));
+}
+
 TEST_CASE("acked: on_release with credit 1: a loop that keeps its batch while it asks for the next gets them all") {
     connection producer("zrpush://127.0.0.1:*", acked());
     const std::string at = "zrpull://" + producer.endpoints().at(0).address.substr(6);

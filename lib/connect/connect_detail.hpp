@@ -43,9 +43,9 @@ inline int to_ms(std::chrono::milliseconds ms) {
 }
 
 // The bytes of a batch's tensor data (statistics, queue bounds).
-inline std::uint64_t data_bytes(const std::vector<tensor>& batch) {
+inline std::uint64_t data_bytes(tensor_span batch) {
     std::uint64_t n = 0;
-    for (const tensor& t : batch) n += t.nbytes();
+    for (std::size_t i = 0; i < batch.size(); ++i) n += batch[i].data.size();
     return n;
 }
 

@@ -78,8 +78,7 @@ bool connection::impl::send(tensor_span tensors, std::span<const zmq::const_buff
     const bool sent = delivery ? delivery->send(tensors, *numbering, opt.send_timeout)
                                : detail::socket_call("send", [&] { return link->send(socket, tensors, so, opt.send_timeout); });
     if (sent) {
-        std::uint64_t bytes = 0;
-        for (std::size_t i = 0; i < tensors.size(); ++i) bytes += tensors[i].data.size();
+        const std::uint64_t bytes = detail::data_bytes(tensors);
         stats.add(bytes);
         if (xpub && opt.replay_window > 0 && numbering && retained.size() < opt.replay_window) {
             retained.emplace_back(keep(tensors), *numbering);

@@ -1,9 +1,11 @@
 // The producer's delivery thread (see delivery.hpp).
 #include "connect/connect_detail.hpp"
 #include "connect/delivery_engine.hpp"
+#include "core/codec_detail.hpp"
 
 #include <algorithm>
 #include <deque>
+#include <memory_resource>
 
 namespace tenbin::detail {
 
@@ -26,7 +28,8 @@ public:
               std::optional<std::chrono::milliseconds> timeout) override {
         batch b;
         b.position = pos;
-        b.tensors = keep(tensors);  // until acknowledged
+        const bool small = data_bytes(tensors) <= direct_bytes;
+        if (!small) b.tensors = keep(tensors);  // until acknowledged (borrowed bytes copied outside the lock)
         std::unique_lock lock(mutex_);
         const auto room = [&] { return stopping_ || inbox_.size() < inbox_bound; };
         if (timeout) {
@@ -35,11 +38,15 @@ public:
             changed_.wait(lock, room);
         }
         if (stopping_) throw error(errc::closed, "cannot send: the connection is closing");
+        if (small) {
+            b.tensors = spare();
+            keep_into(tensors, b.tensors);
+        }
         // A small batch goes straight to a consumer with credit when nothing
         // waits before it: the thread's hop costs more than the batch (perf).
         // A large one is the thread's to send (over +shm, to copy) while
         // this thread makes the next.
-        if (data_bytes(b.tensors) <= direct_bytes && inbox_.empty() && redeliver_.empty() && marks_.empty()) {
+        if (small && inbox_.empty() && redeliver_.empty() && marks_.empty()) {
             const auto now = clock::now();
             // Acknowledgements that came meanwhile are read when credit
             // runs out, every few batches and every millisecond (it costs a
@@ -138,8 +145,9 @@ private:
         bool again = false;  // given to a consumer that was lost
     };
     struct consumer : peer_base {
+        explicit consumer(std::pmr::memory_resource* nodes) : in_flight(nodes) {}
         std::size_t window = 0;
-        std::map<batch_id, batch> in_flight;
+        std::pmr::map<batch_id, batch> in_flight;
         std::uint64_t acknowledged = 0, redelivered = 0;
         std::uint64_t acks_had = 0;  // in ack messages, bad ones too: confirmed back
         bool packs = false;          // it takes packs (its hello says)
@@ -170,7 +178,7 @@ private:
             if (it != consumers_.end() && it->second.incarnation != c.incarnation) lose(it);  // it restarted
             it = consumers_.find(rid);
             if (it == consumers_.end()) {
-                it = consumers_.try_emplace(rid).first;
+                it = consumers_.try_emplace(rid, &in_flight_nodes_).first;
                 it->second.since = std::chrono::system_clock::now();
             }
             consumer& k = it->second;
@@ -213,10 +221,12 @@ private:
                 it->second.in_flight.size() > c.acks.size() + 1)
                 it->second.settle_until = now + settle;
             for (const batch_id& a : c.acks) {
-                if (it->second.in_flight.erase(a) == 0) {
+                auto done = it->second.in_flight.extract(a);
+                if (done.empty()) {
                     ++counters_.bad_acks;  // never sent to it, or acknowledged before
                     continue;
                 }
+                recycle(std::move(done.mapped().tensors));
                 done_.add(a);
                 ++it->second.acknowledged;
                 ++counters_.acknowledged;
@@ -242,6 +252,19 @@ private:
             redeliver_.push_front(std::move(b->second));
         }
         consumers_.erase(it);
+    }
+
+    // A batch's tensor list, from those acknowledged (perf: with
+    // reuse_large_allocations() every thread shares one heap lock).
+    std::vector<tensor> spare() {
+        if (spares_.empty()) return {};
+        std::vector<tensor> v = std::move(spares_.back());
+        spares_.pop_back();
+        return v;
+    }
+    void recycle(std::vector<tensor>&& v) {
+        v.clear();  // the tensors' bytes go now
+        if (spares_.size() < max_spares) spares_.push_back(std::move(v));
     }
 
     clock::time_point due() const override { return settled_; }
@@ -487,6 +510,11 @@ private:
         for (const auto& [rid, k] : consumers_) send_control(rid, bye);
     }
 
+    // The in-flight batches' map nodes, reused (perf: no allocation a batch;
+    // reuse_large_allocations() leaves one heap lock for every thread).
+    std::pmr::unsynchronized_pool_resource in_flight_nodes_;
+    static constexpr std::size_t max_spares = 1024;  // a window of the largest credits usual
+    std::vector<std::vector<tensor>> spares_;    // see spare()
     std::map<std::string, consumer> consumers_;  // by routing id
     std::string last_given_;                     // the routing id place() chose last
     bool audience_came_ = false;                 // may_assign() said so once

@@ -12,6 +12,10 @@
 
 namespace tenbin::detail {
 
+// keep(), into `out` (cleared first; its storage reused: no allocation a
+// batch for a caller that recycles it).
+void keep_into(tensor_span tensors, std::vector<tensor>& out);
+
 struct tensor_access {
     struct parts_of {
         tenbin::dtype& dtype;

@@ -1,5 +1,6 @@
 #include <tenbin/tensor.hpp>
 
+#include "core/codec_detail.hpp"
 #include "core/diagnostics.hpp"
 
 #include <cstdint>
@@ -206,8 +207,8 @@ std::string to_string(const tensor& t) {
            ", nbytes=" + std::to_string(t.nbytes()) + ")";
 }
 
-std::vector<tensor> keep(tensor_span tensors) {
-    std::vector<tensor> out;
+void detail::keep_into(tensor_span tensors, std::vector<tensor>& out) {
+    out.clear();
     out.reserve(tensors.size());
     for (std::size_t i = 0; i < tensors.size(); ++i) {
         const tensor_view v = tensors[i];
@@ -215,6 +216,11 @@ std::vector<tensor> keep(tensor_span tensors) {
         // A borrowed buffer is the caller's memory, free to change after the call.
         out.push_back(owner && owner->owned() ? tensor(v.dtype, shape_t(v.shape.begin(), v.shape.end()), *owner, v.info) : tensor::copy(v));
     }
+}
+
+std::vector<tensor> keep(tensor_span tensors) {
+    std::vector<tensor> out;
+    detail::keep_into(tensors, out);
     return out;
 }
 
