@@ -125,7 +125,7 @@ private:
     // the consumer's credit is used up, before anything else to it, or a
     // turn after pack_wait (a producer that paused).
     static constexpr std::uint64_t pack_batch_bytes = 16 * 1024;
-    static constexpr std::size_t pack_batches = 64, pack_bytes = 256 * 1024;
+    static constexpr std::size_t pack_batches = 256, pack_bytes = 256 * 1024;
     static constexpr auto pack_wait = std::chrono::microseconds(500);
     // A confirmation goes at once; a large batch to the same consumer
     // waits `settle` after it when that consumer's user held the batches
