@@ -26,10 +26,9 @@ public:
 
     bool send(tensor_span tensors, const stream_position& pos,
               std::optional<std::chrono::milliseconds> timeout) override {
-        batch b;
-        b.position = pos;
         const bool small = data_bytes(tensors) <= direct_bytes;
-        if (!small) b.tensors = keep(tensors);  // until acknowledged (borrowed bytes copied outside the lock)
+        std::vector<tensor> large;
+        if (!small) large = keep(tensors);  // until acknowledged (borrowed bytes copied outside the lock)
         std::unique_lock lock(mutex_);
         const auto room = [&] { return stopping_ || inbox_.size() < inbox_bound; };
         if (timeout) {
@@ -38,9 +37,12 @@ public:
             changed_.wait(lock, room);
         }
         if (stopping_) throw error(errc::closed, "cannot send: the connection is closing");
+        batch b = spare();
+        b.position = pos;
         if (small) {
-            b.tensors = spare();
             keep_into(tensors, b.tensors);
+        } else {
+            b.tensors = std::move(large);
         }
         // A small batch goes straight to a consumer with credit when nothing
         // waits before it: the thread's hop costs more than the batch (perf).
@@ -226,7 +228,7 @@ private:
                     ++counters_.bad_acks;  // never sent to it, or acknowledged before
                     continue;
                 }
-                recycle(std::move(done.mapped().tensors));
+                recycle(std::move(done.mapped()));
                 done_.add(a);
                 ++it->second.acknowledged;
                 ++counters_.acknowledged;
@@ -254,17 +256,20 @@ private:
         consumers_.erase(it);
     }
 
-    // A batch's tensor list, from those acknowledged (perf: with
-    // reuse_large_allocations() every thread shares one heap lock).
-    std::vector<tensor> spare() {
+    // A batch to fill, from those acknowledged: its tensor list and its
+    // producer's name keep their storage (perf: with
+    // reuse_large_allocations() every thread shares one heap lock, and a
+    // host's name is often too long for a string's own room).
+    batch spare() {
         if (spares_.empty()) return {};
-        std::vector<tensor> v = std::move(spares_.back());
+        batch b = std::move(spares_.back());
         spares_.pop_back();
-        return v;
+        return b;
     }
-    void recycle(std::vector<tensor>&& v) {
-        v.clear();  // the tensors' bytes go now
-        if (spares_.size() < max_spares) spares_.push_back(std::move(v));
+    void recycle(batch&& b) {
+        b.tensors.clear();  // the tensors' bytes go now
+        b.again = false;
+        if (spares_.size() < max_spares) spares_.push_back(std::move(b));
     }
 
     clock::time_point due() const override { return settled_; }
@@ -514,7 +519,7 @@ private:
     // reuse_large_allocations() leaves one heap lock for every thread).
     std::pmr::unsynchronized_pool_resource in_flight_nodes_;
     static constexpr std::size_t max_spares = 1024;  // a window of the largest credits usual
-    std::vector<std::vector<tensor>> spares_;    // see spare()
+    std::vector<batch> spares_;                  // see spare()
     std::map<std::string, consumer> consumers_;  // by routing id
     std::string last_given_;                     // the routing id place() chose last
     bool audience_came_ = false;                 // may_assign() said so once
