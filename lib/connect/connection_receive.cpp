@@ -94,7 +94,14 @@ std::optional<message> connection::impl::next(zmq::recv_flags flags) {
     if (delivery) delivery->flush_acks();
     using clock = std::chrono::steady_clock;
     const bool waits = flags == zmq::recv_flags::none;
-    const auto until = waits && opt.recv_timeout ? detail::deadline_after(*opt.recv_timeout) : clock::time_point::max();
+    // The deadline, read from the clock only when a wait comes (perf: a
+    // message that is there needs none).
+    std::optional<clock::time_point> deadline;
+    const auto until = [&] {
+        if (!deadline)
+            deadline = waits && opt.recv_timeout ? detail::deadline_after(*opt.recv_timeout) : clock::time_point::max();
+        return *deadline;
+    };
     for (;;) {
         while (!ready.empty()) {
             detail::stream_event e = std::move(ready.front());
@@ -124,15 +131,16 @@ std::optional<message> connection::impl::next(zmq::recv_flags flags) {
         };
         if (delivery) {
             check_open("receive");
-            std::optional<std::chrono::milliseconds> wait = std::chrono::milliseconds(0);
-            if (waits && std::min(until, tick) != clock::time_point::max())
-                wait = std::max(std::chrono::milliseconds(0), std::chrono::ceil<std::chrono::milliseconds>(
-                                                                  std::min(until, tick) - clock::now()));
-            else if (waits)
-                wait.reset();
-            t = delivered(wait);
+            t = delivered(std::chrono::milliseconds(0));  // one that came
+            if (!t && waits) {
+                std::optional<std::chrono::milliseconds> wait;
+                if (std::min(until(), tick) != clock::time_point::max())
+                    wait = std::max(std::chrono::milliseconds(0), std::chrono::ceil<std::chrono::milliseconds>(
+                                                                      std::min(until(), tick) - clock::now()));
+                t = delivered(wait);
+            }
             if (!t) {
-                if (!waits || clock::now() >= until) return std::nullopt;
+                if (!waits || clock::now() >= until()) return std::nullopt;
                 tick_now();
                 continue;
             }
@@ -142,9 +150,9 @@ std::optional<message> connection::impl::next(zmq::recv_flags flags) {
             m = receive(zmq::recv_flags::dontwait);
             if (!m) {
                 const bool came = detail::socket_call(
-                    "receive", [&] { return detail::readable_before(socket, std::min(until, tick)); });
+                    "receive", [&] { return detail::readable_before(socket, std::min(until(), tick)); });
                 if (!came) {
-                    if (clock::now() >= until) return std::nullopt;
+                    if (clock::now() >= until()) return std::nullopt;
                     tick_now();
                     continue;
                 }
