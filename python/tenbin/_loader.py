@@ -84,6 +84,9 @@ class Loader:
         given = locals()
         self._urls = url_list(url)
         options, notice = connection_options(**{k: given[k] for k in OPTION_KEYWORDS if k in given})
+        # Only an acked loader with ack="release" has a batch to let go (perf:
+        # a for loop asks each batch).
+        self._releases = options.acked and options.ack == "release"
         self.batch_transforms = listify(batch_transforms)
         self.converters = converters_of(converters, device)
         self._loader = _tenbin.Loader(self._urls, options, int(queue_messages), int(queue_bytes),
@@ -112,7 +115,8 @@ class Loader:
     def __next__(self):
         # A for loop holds its batch while it asks for the next: done with
         # it, all the same (with ack="release", acknowledged before the wait).
-        self._loader.release_last()
+        if self._releases:
+            self._loader.release_last()
         try:
             return self.next()
         except (Timeout, Closed, EpochEnd):
