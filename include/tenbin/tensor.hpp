@@ -267,8 +267,12 @@ private:
         return form_ == form::tensor_list ? static_cast<const tensor*>(list_[i]) : nullptr;
     }
 
-    const void* items_ = nullptr;                            // forms tensors, views: the array
-    const void* list_[max_braced_tensors] = {};              // forms *_list: each element
+    // One or the other, as form_ says (perf: a list made from a vector
+    // writes one pointer, not the braced form's whole array).
+    union {
+        const void* items_ = nullptr;                 // forms tensors, views: the array
+        const void* list_[max_braced_tensors];        // forms *_list: each element
+    };
     std::size_t size_ = 0;
     form form_ = form::tensors;
 };

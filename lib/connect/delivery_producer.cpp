@@ -377,7 +377,8 @@ private:
         // the last one given to, so that idle consumers take turns.
         auto best = consumers_.end();
         auto it = consumers_.upper_bound(last_given_);
-        const bool large = data_bytes(b.tensors) > direct_bytes;
+        const std::uint64_t bytes = data_bytes(b.tensors);
+        const bool large = bytes > direct_bytes;
         for (std::size_t n = 0; n < consumers_.size(); ++n, ++it) {
             if (it == consumers_.end()) it = consumers_.begin();
             const consumer& k = it->second;
@@ -391,7 +392,7 @@ private:
         if (best == consumers_.end()) return placed::nowhere;  // nobody asks now
         last_given_ = best->first;
         consumer& k = best->second;
-        if (k.packs && data_bytes(b.tensors) <= pack_batch_bytes && k.in_flight.size() >= 2) {
+        if (k.packs && bytes <= pack_batch_bytes && k.in_flight.size() >= 2) {
             if (k.pack.empty()) {
                 k.pack_since = now;
                 k.pack_most = std::min(pack_batches, k.in_flight.size());
