@@ -575,6 +575,9 @@ TEST_CASE("a producer that goes silent mid-epoch is waited for epoch_timeout, th
         REQUIRE(alive.send(numbered_batch(k)));
         REQUIRE(dies->send(numbered_batch(50 + k)));
     }
+    // All six came before the end mark: on another connection it could
+    // overtake them, and the epoch would end before "dies" was known.
+    REQUIRE(test_support::eventually([&] { return l.queued_messages() == 6; }));
     dies.reset();  // gone without ending its epoch
     REQUIRE(alive.end_epoch());
     std::size_t n = 0;
