@@ -1,6 +1,6 @@
 // libFuzzer target: decode_buffer over arbitrary bytes (the single-part and
-// .ten form). A decoded buffer must re-encode to a buffer of the same size
-// that decodes to the same tensors.
+// .ten form). A decoded buffer must re-encode to a buffer of the input's
+// size (less a trailing position chunk) that decodes to the same tensors.
 #include "common.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
@@ -25,7 +25,16 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (!ok) return 0;
 
     const tenbin::buffer again = tenbin::encode_buffer(tensors);
-    if (again.size() != size) fuzz::fail("re-encoded size differs from the input");
+    // The same size, less a trailing position chunk (a numbered message's),
+    // which decode_buffer sets aside: the input without it decodes alike.
+    if (again.size() != size) {
+        bool same = false;
+        try {
+            same = again.size() < size && tenbin::decode_buffer(input.first(again.size())) == tensors;
+        } catch (const tenbin::error&) {
+        }
+        if (!same) fuzz::fail("re-encoded size differs from the input, by more than a position chunk");
+    }
     if (tenbin::decode_buffer(again) != tensors) fuzz::fail("re-encoded buffer decodes differently");
     return 0;
 }
