@@ -129,6 +129,7 @@ public:
             if (outbox_.empty()) throw error(errc::closed, "cannot receive: the connection is closing");
         }
         ++taken_since_acks_;
+        took_ = opt_.ack == ack_mode::on_take;
         tracked t = std::move(outbox_.front());
         outbox_.pop_front();
         if (t.ack) {
@@ -205,7 +206,17 @@ private:
     }
 
     bool watches_socket() const override { return !user_reads_; }
-    bool hurried() const override { return acks_lately_; }
+    // Acks go within a millisecond of their token, sent by a turn woken
+    // by the first (the thread dozes) or the next (it sent some lately).
+    // While the user's thread takes batches on_take, it sends them itself,
+    // a few at a time and before it waits: tokens wake no one then, and a
+    // turn each look_every sends those it left (perf: at small batches the
+    // wake-ups, and acks sent one at a time, held back the credit).
+    // on_release keeps the prompt acks: a batch released during the
+    // user's step is confirmed before its next take, which waits for that.
+    static constexpr auto look_every = std::chrono::milliseconds(5);
+    bool hurried() const override { return acks_lately_ && !took_lately_; }
+    clock::time_point due() const override { return took_lately_ ? next_look_ : clock::time_point::max(); }
     // A turn that read something (it may have taken the socket's wake-up
     // from a waiting user), or the end, wakes the users waiting (they wait
     // on the socket and user_fd_, not on changed_).
@@ -366,9 +377,11 @@ private:
 
     void turn(clock::time_point now, bool) override {
         acks_lately_ = send_acks() > 0;
+        took_lately_ = std::exchange(took_, false);
+        if (took_lately_) next_look_ = now + look_every;
         {
             std::lock_guard lock(sink_->mutex);
-            sink_->dozing = !acks_lately_;
+            sink_->dozing = !acks_lately_ && !took_lately_;
         }
         const auto retry = hello_retry();
         for (auto& [rid, p] : producers_) {
@@ -455,6 +468,9 @@ private:
     int waiting_users_ = 0;
     std::size_t taken_since_acks_ = 0;
     bool acks_lately_ = false;  // the last turn sent some
+    bool took_ = false;         // the user took a batch since the last turn (on_take)
+    bool took_lately_ = false;  // before the last turn
+    clock::time_point next_look_{};  // the next turn while the user takes
     std::map<std::string, position_set> done_;   // by producer name: what this consumer has
     std::vector<ack_sink::entry> sending_;       // send_acks' (its storage kept)
     // Where received batches came from: a routing id and a producer name
